@@ -1,0 +1,113 @@
+"""Trajectories as Harbor ATIF v1.7 documents (for Harbor's viewer, ``analyze``, SkyRL).
+
+Each assistant message becomes an ``agent`` step whose observation holds the results
+that follow it (``tool`` messages, or the ``user`` message an ATIF import took from a
+call-less observation). ``system``/``developer`` messages become ``system`` steps.
+Non-generated assistant messages are marked ``is_copied_context``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.trajectory import Message, Trajectory, Usage
+
+ATIF_VERSION = "ATIF-v1.7"
+
+
+def _metrics(usage: Usage | None, message: Message) -> dict[str, Any] | None:
+    metrics: dict[str, Any] = {}
+    if usage is not None:
+        for ours, theirs in (
+            ("input_tokens", "prompt_tokens"),
+            ("output_tokens", "completion_tokens"),
+            ("cached_input_tokens", "cached_tokens"),
+            ("cost_usd", "cost_usd"),
+        ):
+            value = getattr(usage, ours)
+            if value is not None:
+                metrics[theirs] = value
+    if message.token_ids is not None:
+        metrics["completion_token_ids"] = message.token_ids
+    if message.logprobs is not None:
+        metrics["logprobs"] = message.logprobs
+    metrics.update((message.extra or {}).get("metrics", {}))
+    return metrics or None
+
+
+def _is_observation(message: Message, step: dict[str, Any] | None) -> bool:
+    if step is None or step["source"] != "agent":
+        return False
+    if message.role == "tool":
+        return True
+    return message.role == "user" and (message.extra or {}).get("atif_observation_of") is not None
+
+
+def _content(message: Message) -> Any:
+    parts = (message.extra or {}).get("content_parts")
+    return parts if parts is not None and (message.extra or {}).get("atif_step_id") is not None else (message.content or "")
+
+
+def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: str = "0.1.0") -> dict[str, Any]:
+    steps: list[dict[str, Any]] = []
+    last: dict[str, Any] | None = None
+    for message in trajectory.messages:
+        if _is_observation(message, last):
+            assert last is not None
+            result: dict[str, Any] = {"content": _content(message)}
+            if message.role == "tool":
+                result["source_call_id"] = message.tool_call_id
+            last.setdefault("observation", {"results": []})["results"].append(result)
+            continue
+        step: dict[str, Any] = {"step_id": len(steps) + 1}
+        if message.timestamp:
+            step["timestamp"] = message.timestamp
+        if message.role == "assistant":
+            step["source"] = "agent"
+            extra = message.extra or {}
+            if extra.get("model_name") or trajectory.policy.name:
+                step["model_name"] = extra.get("model_name") or trajectory.policy.name
+            step["message"] = _content(message)
+            if message.reasoning_content is not None:
+                step["reasoning_content"] = message.reasoning_content
+            if message.tool_calls:
+                step["tool_calls"] = [
+                    {"tool_call_id": c.id, "function_name": c.function.name, "arguments": c.function.arguments}
+                    for c in message.tool_calls
+                ]
+            metrics = _metrics(message.usage, message)
+            if metrics:
+                step["metrics"] = metrics
+            if not message.generated:
+                step["is_copied_context"] = True
+            if "llm_call_count" in extra:
+                step["llm_call_count"] = extra["llm_call_count"]
+        else:
+            step["source"] = "user" if message.role in ("user", "tool") else "system"
+            step["message"] = _content(message)
+        steps.append(step)
+        last = step
+
+    agent: dict[str, Any] = {"name": agent_name, "version": agent_version}
+    if trajectory.policy.name:
+        agent["model_name"] = trajectory.policy.name
+    if trajectory.tools:
+        agent["tool_definitions"] = trajectory.tools
+    source = trajectory.source
+    session_id = (source.meta or {}).get("session_id") if source is not None and source.format == "atif" else None
+    document: dict[str, Any] = {
+        "schema_version": ATIF_VERSION,
+        "session_id": session_id or trajectory.id,
+        "agent": agent,
+        "steps": steps,
+    }
+    if trajectory.usage is not None:
+        final = {
+            "total_prompt_tokens": trajectory.usage.input_tokens,
+            "total_completion_tokens": trajectory.usage.output_tokens,
+            "total_cached_tokens": trajectory.usage.cached_input_tokens,
+            "total_cost_usd": trajectory.usage.cost_usd,
+            "total_steps": len(steps),
+        }
+        document["final_metrics"] = {k: v for k, v in final.items() if v is not None}
+    return document

@@ -1,0 +1,178 @@
+"""What every importer shares: located errors, per-file diagnostics, field checks."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.jsonl import RecordError
+from harness.trajectory import FunctionCall, ToolCall, Trajectory
+
+
+@dataclass
+class Diagnostics:
+    """What one input file taught us besides its trajectory."""
+
+    path: str
+    warnings: list[str] = field(default_factory=list)
+    unknown: Counter[str] = field(default_factory=Counter)
+
+    def warn(self, line: int | None, message: str) -> None:
+        where = self.path if line is None else f"{self.path}:{line}"
+        self.warnings.append(f"{where}: {message}")
+
+    def unknown_kind(self, line: int | None, kind: str) -> None:
+        """An unknown record type or field: kept under ``source``, counted, reported."""
+        if not self.unknown[kind]:
+            self.warn(line, f"unknown {kind} (kept under source)")
+        self.unknown[kind] += 1
+
+
+@dataclass
+class ImportResult:
+    """One trajectory read from ``path``, or the error that rejected it."""
+
+    path: str
+    trajectory: Trajectory | None
+    error: RecordError | None
+    diagnostics: Diagnostics
+
+
+def fail(path: str | Path, line: int | None, field_name: str | None, message: str) -> RecordError:
+    return RecordError(str(path), line, field_name, message)
+
+
+class Fields:
+    """Typed access to one JSON object, raising located errors.
+
+    ``prefix`` is the object's position in its record (``payload``, ``messages[2]``),
+    so an error names the exact field.
+    """
+
+    def __init__(self, data: Any, path: str, line: int | None, prefix: str) -> None:
+        if not isinstance(data, dict):
+            raise fail(path, line, prefix or None, f"expected an object, got {_kind(data)}")
+        self.data = data
+        self.path = path
+        self.line = line
+        self.prefix = prefix
+
+    def _name(self, key: str) -> str:
+        return f"{self.prefix}.{key}" if self.prefix else key
+
+    def get(self, key: str, types: type | tuple[type, ...], *, required: bool = False, default: Any = None) -> Any:
+        if key not in self.data or self.data[key] is None:
+            if required:
+                raise fail(self.path, self.line, self._name(key), "missing")
+            return default
+        value = self.data[key]
+        # JSON true/false must not pass as numbers.
+        if isinstance(value, bool) and bool not in _as_tuple(types):
+            raise fail(self.path, self.line, self._name(key), f"expected {_names(types)}, got boolean")
+        if not isinstance(value, types):
+            raise fail(self.path, self.line, self._name(key), f"expected {_names(types)}, got {_kind(value)}")
+        return value
+
+    def str(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
+        return self.get(key, str, required=required, default=default)
+
+    def obj(self, key: str, *, required: bool = False) -> Fields | None:
+        value = self.get(key, dict, required=required)
+        return None if value is None else Fields(value, self.path, self.line, self._name(key))
+
+    def list(self, key: str, *, required: bool = False) -> list[Any]:
+        return self.get(key, list, required=required, default=[])
+
+    def items(self, key: str, *, required: bool = False) -> Iterator[Fields]:
+        for index, item in enumerate(self.list(key, required=required)):
+            yield Fields(item, self.path, self.line, f"{self._name(key)}[{index}]")
+
+
+def _as_tuple(types: type | tuple[type, ...]) -> tuple[type, ...]:
+    return types if isinstance(types, tuple) else (types,)
+
+
+def _names(types: type | tuple[type, ...]) -> str:
+    return " or ".join(_kind_name(t) for t in _as_tuple(types))
+
+
+_JSON_NAMES = {str: "string", int: "integer", float: "number", dict: "object", list: "array", bool: "boolean"}
+
+
+def _kind_name(t: type) -> str:
+    return _JSON_NAMES.get(t, t.__name__)
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _kind_name(type(value))
+
+
+def parse_arguments(text: str) -> tuple[dict[str, Any], str | None]:
+    """Tool-call arguments arrive as a JSON string; templates need an object.
+
+    Returns ``(arguments, raw)``: ``raw`` is the original text when it was not a JSON
+    object, so nothing the model wrote is lost.
+    """
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError:
+        return {}, text
+    if isinstance(value, dict):
+        return value, None
+    return {}, text
+
+
+def text_of_parts(parts: list[Any]) -> str:
+    """Join the text of OpenAI/Anthropic-style content parts."""
+    texts = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict) and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+    return "\n".join(texts)
+
+
+def read_json_document(path: Path) -> Any:
+    """Read a whole-file JSON document with a located error on failure."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise fail(path, None, None, f"cannot read: {exc.strerror}") from None
+    if not raw.strip():
+        raise fail(path, None, None, "empty file")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise fail(path, None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise fail(path, exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+
+
+def openai_tool_call(call: Fields, diag: Diagnostics) -> ToolCall:
+    """An OpenAI-format ``{id, type, function: {name, arguments}}`` tool call."""
+    function = call.obj("function", required=True)
+    assert function is not None
+    arguments_raw = function.get("arguments", (str, dict), default="")
+    raw = None
+    if isinstance(arguments_raw, str):
+        arguments, raw = parse_arguments(arguments_raw)
+        if raw is not None:
+            diag.warn(call.line, f"{function.prefix}.arguments: not a JSON object (kept verbatim in raw_arguments)")
+    else:
+        arguments = arguments_raw
+    extra = {k: v for k, v in call.data.items() if k not in ("id", "type", "function")}
+    return ToolCall(
+        id=call.str("id", required=True) or "",
+        function=FunctionCall(name=function.str("name", required=True) or "", arguments=arguments),
+        raw_arguments=raw,
+        extra=extra or None,
+    )

@@ -1,0 +1,504 @@
+"""Codex CLI rollout files (``~/.codex/sessions/**/rollout-*.jsonl[.zst]``).
+
+Both layouts are read: the current ``{timestamp, type, payload}`` envelope and the
+legacy one (a bare meta line, bare response items, ``record_type: state`` lines).
+
+How a rollout becomes chat messages:
+- the session's base instructions become the system message;
+- ``message`` items keep their role (developer/user/assistant);
+- the model output of one API call (reasoning, text, tool calls; bounded by the
+  ``token_count`` event that follows each call, or by the next input item) becomes one
+  assistant message, split only where HF message order (reasoning, content,
+  tool_calls) could not hold it;
+- ``function_call_output``/``custom_tool_call_output`` become ``tool`` messages paired
+  by ``call_id``;
+- a ``compacted`` line is a context reset: its replacement history follows as
+  non-generated messages.
+Every line that maps to no message is kept verbatim under ``source.records``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.importers.base import Diagnostics, Fields, ImportResult, fail, parse_arguments
+from harness.jsonl import RecordError, iter_lines
+from harness.trajectory import (
+    ContextReset,
+    ExitStatus,
+    FunctionCall,
+    Message,
+    Policy,
+    Source,
+    ToolCall,
+    Trajectory,
+    Usage,
+)
+
+FORMAT = "codex"
+SUFFIXES = (".jsonl", ".jsonl.zst")
+
+# Event kinds that only mirror a response item (kept once, as the message).
+MIRROR_EVENTS = {"user_message", "agent_message"}
+# Response item kinds we know that have no chat message of their own.
+KNOWN_UNMAPPED_ITEMS = {
+    "web_search_call",
+    "tool_search_call",
+    "tool_search_output",
+    "image_generation_call",
+    "ghost_snapshot",
+    "compaction",
+    "other",
+}
+KNOWN_LINE_TYPES = {
+    "session_meta",
+    "turn_context",
+    "response_item",
+    "event_msg",
+    "compacted",
+    "world_state",
+    "token_usage_record",
+    "security_risk_score",
+    "inter_agent_communication",
+    "inter_agent_communication_metadata",
+    "realtime_item",
+}
+USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
+
+
+def discover(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES))
+
+
+def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
+    diagnostics = Diagnostics(str(path))
+    try:
+        trajectory = _RolloutReader(path, diagnostics, salvage).run()
+    except RecordError as exc:
+        yield ImportResult(str(path), None, exc, diagnostics)
+        return
+    yield ImportResult(str(path), trajectory, None, diagnostics)
+
+
+class _RolloutReader:
+    def __init__(self, path: Path, diagnostics: Diagnostics, salvage: bool) -> None:
+        self.path = path
+        self.name = str(path)
+        self.diag = diagnostics
+        self.salvage = salvage
+        self.messages: list[Message] = []
+        self.records: list[dict[str, Any]] = []
+        self.meta: dict[str, Any] = {}
+        self.layout = "envelope"
+        self.policy = Policy()
+        self.session_id: str | None = None
+        self.cli_version: str | None = None
+        # The assistant message being filled by the current model call, if any.
+        self.current: Message | None = None
+        self.group: list[Message] = []
+        self.open_calls: dict[str, tuple[int, str]] = {}  # call_id -> (line, tool name)
+        self.answered: set[str] = set()
+        self.exec_metadata: dict[str, dict[str, Any]] = {}
+        self.resets: list[ContextReset] = []
+        self.total_usage: Usage | None = None
+        self.exit_status = ExitStatus.unknown
+        self.first_ts: str | None = None
+        self.last_ts: str | None = None
+        self.skipped_lines: list[int] = []
+
+    # ---- driving -------------------------------------------------------------
+
+    def run(self) -> Trajectory:
+        seen_any = False
+        for number, text in iter_lines(self.path):
+            seen_any = True
+            try:
+                data = _loads(self.name, number, text)
+                self.line(number, data)
+            except RecordError as exc:
+                if not self.salvage:
+                    raise
+                self.diag.warn(number, f"skipped (salvage): {exc}")
+                self.skipped_lines.append(number)
+        if not seen_any:
+            raise fail(self.name, None, None, "empty file")
+        self.end_call()
+        self.check_unanswered()
+        if not self.messages:
+            raise fail(self.name, None, None, "no messages: not a Codex rollout, or one that recorded nothing")
+        return self.build()
+
+    def line(self, number: int, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise fail(self.name, number, None, f"expected a JSON object, got {type(data).__name__}")
+        if "payload" in data and "type" in data:
+            kind = data["type"]
+            if not isinstance(kind, str):
+                raise fail(self.name, number, "type", "expected string")
+            self.stamp(data.get("timestamp"))
+            self.envelope(number, kind, data["payload"], data)
+        elif "record_type" in data:
+            self.layout = "legacy"
+            if set(data) != {"record_type"} or data["record_type"] != "state":
+                self.keep(number, data)
+        elif "type" in data:
+            self.layout = "legacy"
+            self.stamp(data.get("timestamp"))
+            self.response_item(number, Fields(data, self.name, number, ""), data.get("timestamp"))
+        elif number == 1 or (not self.meta and "id" in data and "instructions" in data):
+            self.layout = "legacy"
+            self.session_meta(number, Fields(data, self.name, number, ""))
+        else:
+            raise fail(self.name, number, "type", "missing: a rollout line needs `type` (with `payload`) or `record_type`")
+
+    def envelope(self, number: int, kind: str, payload: Any, line: dict[str, Any]) -> None:
+        if kind not in KNOWN_LINE_TYPES:
+            self.diag.unknown_kind(number, f"line type {kind!r}")
+            self.keep(number, line)
+            return
+        fields = Fields(payload, self.name, number, "payload")
+        timestamp = line.get("timestamp")
+        if kind == "session_meta":
+            self.session_meta(number, fields)
+            self.keep(number, line)
+        elif kind == "response_item":
+            self.response_item(number, fields, timestamp)
+        elif kind == "event_msg":
+            self.event(number, fields, line)
+        elif kind == "compacted":
+            self.compacted(number, fields, timestamp)
+            self.keep(number, line)
+        else:
+            if kind == "turn_context":
+                model = fields.str("model")
+                if model and self.policy.name and model != self.policy.name:
+                    self.diag.warn(number, f"model changed from {self.policy.name!r} to {model!r} within the session")
+                self.policy.name = self.policy.name or model
+            self.keep(number, line)
+
+    def keep(self, number: int, line: dict[str, Any]) -> None:
+        self.records.append({"line": number, "at_message": len(self.messages), "record": line})
+
+    def stamp(self, timestamp: Any) -> None:
+        if isinstance(timestamp, str):
+            self.first_ts = self.first_ts or timestamp
+            self.last_ts = timestamp
+
+    # ---- record kinds ----------------------------------------------------------
+
+    def session_meta(self, number: int, fields: Fields) -> None:
+        self.meta = dict(fields.data)
+        self.session_id = fields.str("id") or self.session_id
+        self.cli_version = fields.str("cli_version") or self.cli_version
+        self.policy.provider = fields.str("model_provider") or self.policy.provider
+        instructions = None
+        base = fields.get("base_instructions", (dict, str))
+        if isinstance(base, dict):
+            instructions = Fields(base, self.name, number, f"{fields.prefix}.base_instructions".lstrip(".")).str("text")
+        elif isinstance(base, str):
+            instructions = base
+        instructions = instructions or fields.str("instructions")
+        if instructions and not any(m.role == "system" for m in self.messages):
+            self.messages.insert(0, Message(role="system", content=instructions, timestamp=fields.str("timestamp")))
+        if self.layout == "legacy":
+            self.keep(number, fields.data)
+
+    def response_item(self, number: int, item: Fields, timestamp: str | None) -> None:
+        kind = item.str("type", required=True)
+        if kind == "message":
+            self.message(number, item, timestamp)
+        elif kind == "reasoning":
+            self.reasoning(number, item, timestamp)
+        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
+            self.tool_call(number, kind, item, timestamp)
+        elif kind in ("function_call_output", "custom_tool_call_output"):
+            self.tool_output(number, item, timestamp)
+        elif kind in KNOWN_UNMAPPED_ITEMS:
+            self.keep(number, {"timestamp": timestamp, "type": "response_item", "payload": item.data})
+        else:
+            self.diag.unknown_kind(number, f"response item {kind!r}")
+            self.keep(number, {"timestamp": timestamp, "type": "response_item", "payload": item.data})
+
+    def message(self, number: int, item: Fields, timestamp: str | None) -> None:
+        role = item.str("role", required=True)
+        if role not in ("user", "assistant", "developer", "system"):
+            raise fail(self.name, number, f"{item.prefix}.role".lstrip("."), f"unknown role {role!r}")
+        texts: list[str] = []
+        plain = True
+        for part in item.items("content"):
+            part_type = part.str("type", required=True)
+            if part_type in ("input_text", "output_text", "text", "reasoning_text"):
+                texts.append(part.str("text", default="") or "")
+            else:
+                plain = False
+        extra = _extra(item.data, ("type", "role", "content"))
+        if not plain or len(texts) != 1:
+            extra["content_parts"] = item.data.get("content", [])
+        if role == "assistant":
+            target = self.assistant_for("content", timestamp)
+            target.content = "\n".join(texts)
+            if extra:
+                target.extra = {**(target.extra or {}), **extra}
+            return
+        self.end_call()
+        self.messages.append(Message(role=role, content="\n".join(texts), timestamp=timestamp, extra=extra or None))
+
+    def reasoning(self, number: int, item: Fields, timestamp: str | None) -> None:
+        summary = [p.str("text", default="") or "" for p in item.items("summary")]
+        content = [p.str("text", default="") or "" for p in item.items("content")]
+        target = self.assistant_for("reasoning", timestamp)
+        # Raw reasoning text when Codex kept it; otherwise the summary the API returned.
+        text = "\n\n".join(content) if content else "\n\n".join(summary)
+        kind = "content" if content else ("summary" if summary else "encrypted")
+        extra = dict(target.extra or {})
+        extra.setdefault("reasoning_items", []).append({**_extra(item.data, ("type",)), "reasoning_kind": kind})
+        target.extra = extra
+        target.reasoning_content = text if target.reasoning_content is None else target.reasoning_content + "\n\n" + text
+
+    def tool_call(self, number: int, kind: str, item: Fields, timestamp: str | None) -> None:
+        call_id = item.str("call_id") or item.str("id")
+        if not call_id:
+            raise fail(self.name, number, f"{item.prefix}.call_id".lstrip("."), "missing")
+        raw = None
+        if kind == "function_call":
+            name = item.str("name", required=True) or ""
+            arguments, raw = parse_arguments(item.str("arguments", default="") or "")
+            if raw is not None:
+                self.diag.warn(number, f"call {call_id}: arguments are not a JSON object (kept verbatim in raw_arguments)")
+            call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments), raw_arguments=raw)
+        elif kind == "custom_tool_call":
+            name = item.str("name", required=True) or ""
+            call = ToolCall(id=call_id, type="custom", function=FunctionCall(name=name, arguments={"input": item.str("input", default="")}))
+        else:
+            action = item.obj("action", required=True)
+            assert action is not None
+            arguments = {"command": action.get("command", list, required=True)}
+            for src, dst in (("working_directory", "workdir"), ("timeout_ms", "timeout_ms"), ("env", "env"), ("user", "user")):
+                if action.data.get(src) is not None:
+                    arguments[dst] = action.data[src]
+            name = "shell"
+            call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))
+        call.extra = {**_extra(item.data, ("type", "name", "arguments", "input", "call_id", "action")), "codex_type": kind}
+        target = self.assistant_for("tool_calls", timestamp)
+        target.tool_calls = [*(target.tool_calls or []), call]
+        if call_id in self.open_calls or call_id in self.answered:
+            raise fail(self.name, number, f"{item.prefix}.call_id".lstrip("."), f"call_id {call_id!r} used twice")
+        self.open_calls[call_id] = (number, name)
+
+    def tool_output(self, number: int, item: Fields, timestamp: str | None) -> None:
+        self.end_call()
+        call_id = item.str("call_id", required=True) or ""
+        field = f"{item.prefix}.call_id".lstrip(".")
+        if call_id not in self.open_calls:
+            reason = "answered twice" if call_id in self.answered else "no earlier call has this call_id"
+            raise fail(self.name, number, field, f"output for call_id {call_id!r}: {reason}")
+        _line, name = self.open_calls.pop(call_id)
+        self.answered.add(call_id)
+        output = item.data.get("output")
+        content, metadata, extra = _tool_output(self.name, number, item.prefix, output)
+        metadata = {**self.exec_metadata.pop(call_id, {}), **metadata}
+        extra.update(_extra(item.data, ("type", "call_id", "output")))
+        extra["codex_type"] = item.data["type"]
+        self.messages.append(
+            Message(
+                role="tool",
+                content=content,
+                tool_call_id=call_id,
+                name=name,
+                timestamp=timestamp,
+                metadata=metadata or None,
+                extra=extra,
+            )
+        )
+
+    def event(self, number: int, fields: Fields, line: dict[str, Any]) -> None:
+        kind = fields.str("type", required=True)
+        if kind == "token_count":
+            info = fields.obj("info")
+            if info is not None:
+                last = info.obj("last_token_usage")
+                total = info.obj("total_token_usage")
+                if last is not None and self.group:
+                    self.group[-1].usage = _usage(last)
+                if total is not None:
+                    self.total_usage = _usage(total)
+            self.end_call()
+            self.keep(number, line)
+            return
+        if kind == "exec_command_end":
+            call_id = fields.str("call_id")
+            metadata = {k: fields.data[k] for k in ("exit_code", "duration", "status") if k in fields.data}
+            target = self.tool_message(call_id)
+            if target is not None:
+                target.metadata = {**(target.metadata or {}), **metadata}
+            elif call_id:
+                self.exec_metadata[call_id] = metadata
+        elif kind in ("task_complete", "turn_complete"):
+            self.exit_status = ExitStatus.submitted
+        elif kind == "turn_aborted":
+            self.exit_status = ExitStatus.aborted
+        elif kind in ("task_started", "turn_started"):
+            self.exit_status = ExitStatus.unknown  # a new turn: its end decides
+        if kind not in MIRROR_EVENTS:
+            self.keep(number, line)
+
+    def compacted(self, number: int, fields: Fields, timestamp: str | None) -> None:
+        self.end_call()
+        start = len(self.messages)
+        history = fields.get("replacement_history", list)
+        if history:
+            # Replay the rebuilt history as context. It was generated long ago, not by
+            # the call that follows, so none of it is eligible again.
+            for index, raw in enumerate(history):
+                item = Fields(raw, self.name, number, f"payload.replacement_history[{index}]")
+                before = len(self.messages)
+                self.response_item(number, item, timestamp)
+                self.end_call()
+                for message in self.messages[before:]:
+                    message.generated = False
+                    message.extra = {**(message.extra or {}), "replayed": True}
+            # Calls replayed without outputs are history, not open calls.
+            for message in self.messages[start:]:
+                for call in message.tool_calls or []:
+                    self.open_calls.pop(call.id, None)
+                    self.answered.add(call.id)
+        else:
+            summary = fields.str("message", default="") or ""
+            self.messages.append(Message(role="user", content=summary, timestamp=timestamp, extra={"compaction_summary": True}))
+        self.resets.append(ContextReset(message_index=start, reason="compacted"))
+
+    # ---- assistant message assembly -----------------------------------------
+
+    ORDER = {"reasoning": 0, "content": 1, "tool_calls": 2}
+
+    def assistant_for(self, part: str, timestamp: str | None) -> Message:
+        """The assistant message that ``part`` of the current call belongs in.
+
+        HF messages hold reasoning, then content, then tool calls; output that comes in
+        another order (or a second text) opens a new assistant message.
+        """
+        current = self.current
+        if current is not None:
+            filled = [p for p in ("reasoning", "content", "tool_calls") if _has(current, p)]
+            if not filled or max(self.ORDER[p] for p in filled) < self.ORDER[part] or (part == "tool_calls" and filled[-1] == "tool_calls"):
+                return current
+        message = Message(role="assistant", generated=True, timestamp=timestamp)
+        self.messages.append(message)
+        self.group.append(message)
+        self.current = message
+        return message
+
+    def end_call(self) -> None:
+        self.current = None
+        self.group = []
+
+    def tool_message(self, call_id: str | None) -> Message | None:
+        for message in reversed(self.messages):
+            if message.role == "tool" and message.tool_call_id == call_id:
+                return message
+        return None
+
+    def check_unanswered(self) -> None:
+        if not self.open_calls:
+            return
+        last_assistant = max((i for i, m in enumerate(self.messages) if m.role == "assistant"), default=-1)
+        for call_id, (number, _name) in sorted(self.open_calls.items(), key=lambda kv: kv[1][0]):
+            index = next(i for i, m in enumerate(self.messages) if any(c.id == call_id for c in m.tool_calls or []))
+            if index == last_assistant:
+                self.diag.warn(number, f"call {call_id} has no output: the session ended during the call")
+                if self.exit_status == ExitStatus.unknown:
+                    self.exit_status = ExitStatus.aborted
+            elif self.salvage:
+                self.diag.warn(number, f"call {call_id} has no output (kept, salvage)")
+            else:
+                raise fail(self.name, number, "payload.call_id", f"call {call_id!r} has no function_call_output, yet the session went on")
+
+    def build(self) -> Trajectory:
+        meta: dict[str, Any] = {"layout": self.layout}
+        if self.skipped_lines:
+            meta["skipped_lines"] = self.skipped_lines
+        if self.diag.unknown:
+            meta["unknown"] = dict(self.diag.unknown)
+        trajectory = Trajectory(
+            id=f"codex-{self.session_id}" if self.session_id else "",
+            policy=self.policy,
+            messages=self.messages,
+            exit_status=self.exit_status,
+            usage=self.total_usage,
+            context_resets=self.resets or None,
+            started_at=self.first_ts,
+            finished_at=self.last_ts,
+            source=Source(
+                format=FORMAT,
+                format_version=self.cli_version,
+                path=self.name,
+                meta=meta,
+                records=self.records or None,
+                warnings=self.diag.warnings or None,
+            ),
+        )
+        return trajectory
+
+
+def _loads(path: str, number: int, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        truncated = exc.pos >= len(text.rstrip("\n")) - 1
+        hint = " (the line is truncated)" if truncated else ""
+        raise fail(path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
+
+
+def _has(message: Message, part: str) -> bool:
+    return getattr(message, "reasoning_content" if part == "reasoning" else part) is not None
+
+
+def _extra(data: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k not in known}
+
+
+def _usage(fields: Fields) -> Usage:
+    values = {}
+    for key in USAGE_KEYS:
+        value = fields.get(key, int)
+        if value is not None:
+            values[key] = value
+    return Usage(**values)
+
+
+def _tool_output(path: str, number: int, prefix: str, output: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Text, metadata (exit code, duration) and leftovers of a tool output."""
+    field = f"{prefix}.output".lstrip(".")
+    if output is None:
+        raise fail(path, number, field, "missing")
+    if isinstance(output, list):
+        texts = []
+        for index, part in enumerate(output):
+            if not isinstance(part, dict):
+                raise fail(path, number, f"{field}[{index}]", f"expected an object, got {type(part).__name__}")
+            if isinstance(part.get("text"), str):
+                texts.append(part["text"])
+        extra = {} if all(isinstance(p.get("text"), str) and set(p) <= {"type", "text"} for p in output) and len(output) == 1 else {"content_parts": output}
+        return "\n".join(texts), {}, extra
+    if isinstance(output, dict):
+        # Some writers store the legacy {"output", "metadata"} shape unencoded.
+        return _tool_output(path, number, prefix, json.dumps(output))
+    if not isinstance(output, str):
+        raise fail(path, number, field, f"expected string or array, got {type(output).__name__}")
+    # Legacy Codex encoded {"output": ..., "metadata": {"exit_code", "duration_seconds"}} as a string.
+    if output.startswith("{") and '"output"' in output:
+        try:
+            decoded = json.loads(output)
+        except json.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):
+            metadata = decoded.get("metadata") if isinstance(decoded.get("metadata"), dict) else {}
+            extra = {"output_encoding": "legacy_json"}
+            leftover = {k: v for k, v in decoded.items() if k not in ("output", "metadata")}
+            if leftover:
+                extra["output_fields"] = leftover
+            return decoded["output"], dict(metadata), extra
+    return output, {}, {}

@@ -1,0 +1,205 @@
+"""The trajectory format: one episode of one policy on one task.
+
+Messages are shaped the way Hugging Face chat templates consume them (``role``,
+``content``, ``reasoning_content``, ``tool_calls[].function.arguments`` as an object,
+``tool`` messages with ``tool_call_id``) so that rendering needs no translation.
+Every record keeps what it does not understand (pydantic ``extra="allow"``), so
+reading and writing a file never drops a field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = "1.0"
+SCHEMA_MAJOR = 1
+
+
+class Record(BaseModel):
+    """Base for every record: unknown fields survive a round trip."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True, by_alias=True)
+
+
+class ExitStatus(str, Enum):
+    """Why an episode ended. The agent loop and every importer use this vocabulary."""
+
+    submitted = "submitted"
+    turns_exhausted = "turns_exhausted"
+    tokens_exhausted = "tokens_exhausted"
+    time_exhausted = "time_exhausted"
+    cost_exhausted = "cost_exhausted"
+    context_overflow = "context_overflow"
+    format_error = "format_error"
+    env_error = "env_error"
+    policy_error = "policy_error"
+    # Imported episodes sometimes end without saying why (a killed process, a UI session).
+    aborted = "aborted"
+    unknown = "unknown"
+
+
+class FunctionCall(Record):
+    name: str
+    # Always an object: chat templates iterate over it. Text that was not a JSON
+    # object when recorded is kept verbatim in ToolCall.raw_arguments.
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolCall(Record):
+    id: str
+    # "function": JSON arguments. "custom": a freeform tool (Codex apply_patch) whose
+    # single text input lives in arguments["input"].
+    type: Literal["function", "custom"] = "function"
+    function: FunctionCall
+    raw_arguments: str | None = None
+    # Whatever the source carried for this call that has no field here.
+    extra: dict[str, Any] | None = None
+
+
+class Usage(Record):
+    input_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    total_tokens: int | None = None
+    cost_usd: float | None = None
+    api_calls: int | None = None
+
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class Message(Record):
+    role: Role
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
+    name: str | None = None
+    # True where the policy produced this message: the only messages whose tokens
+    # can ever carry loss.
+    generated: bool = False
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    timestamp: str | None = None
+    duration_ms: float | None = None
+    usage: Usage | None = None
+    # Tool results: exit code and wall time when the tool reported them.
+    metadata: dict[str, Any] | None = None
+    # Whatever the source carried for this message that has no field here.
+    extra: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _check_role_fields(self) -> Message:
+        if self.tool_calls and self.role != "assistant":
+            raise ValueError(f"tool_calls only belong on assistant messages, not on role {self.role!r}")
+        if self.role == "tool" and not self.tool_call_id:
+            raise ValueError("a tool message needs tool_call_id")
+        return self
+
+
+class Policy(Record):
+    name: str | None = None
+    checkpoint: str | None = None
+    step: int | None = None  # training iteration/step of the checkpoint that acted
+    provider: str | None = None
+
+
+class Outcome(Record):
+    reward: float | None = None
+    resolved: bool | None = None
+    # Where the full verifier report lives (a path or an id), and its summary.
+    verdict_ref: str | None = None
+    verdict: dict[str, Any] | None = None
+
+
+class ContextReset(Record):
+    """From ``message_index`` on, the policy saw a rebuilt history (e.g. Codex compaction):
+    messages before it are not context for later model calls."""
+
+    message_index: int
+    reason: str = "compacted"
+
+
+class Source(Record):
+    format: str
+    format_version: str | None = None
+    path: str | None = None
+    # Top-level fields and records of the input that have no field here.
+    meta: dict[str, Any] | None = None
+    records: list[dict[str, Any]] | None = None
+    warnings: list[str] | None = None
+
+
+class Trajectory(Record):
+    schema_version: str = SCHEMA_VERSION
+    id: str = ""
+    task_id: str | None = None
+    policy: Policy = Field(default_factory=Policy)
+    attempt: int | None = None
+    messages: list[Message]
+    tools: list[dict[str, Any]] | None = None
+    final_patch: str | None = None
+    exit_status: ExitStatus = ExitStatus.unknown
+    outcome: Outcome | None = None
+    usage: Usage | None = None
+    context_resets: list[ContextReset] | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    source: Source | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> Trajectory:
+        major = self.schema_version.split(".", 1)[0]
+        if major != str(SCHEMA_MAJOR):
+            raise ValueError(
+                f"schema_version {self.schema_version!r} has major version {major}; "
+                f"this relearn reads major version {SCHEMA_MAJOR}"
+            )
+        if not self.id:
+            self.id = content_id(self)
+        return self
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def content_id(trajectory: Trajectory) -> str:
+    """A stable id from what the episode is: task, policy, attempt and messages.
+
+    Independent of where the file lies and of fields that describe the import, so the
+    same episode imported twice gets the same id.
+    """
+    basis = {
+        "task_id": trajectory.task_id,
+        "policy": trajectory.policy.to_dict(),
+        "attempt": trajectory.attempt,
+        "messages": [
+            {k: v for k, v in m.to_dict().items() if k in ("role", "content", "reasoning_content", "tool_calls", "tool_call_id")}
+            for m in trajectory.messages
+        ],
+    }
+    digest = hashlib.sha256(canonical_json(basis).encode()).hexdigest()
+    return f"t-{digest[:24]}"
+
+
+def tool_call_pairs(messages: list[Message]) -> tuple[dict[str, int], dict[str, int]]:
+    """Map each tool-call id to the index of the assistant message that made it, and
+    each tool result's id to its message index."""
+    calls: dict[str, int] = {}
+    results: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        for call in message.tool_calls or []:
+            calls[call.id] = i
+        if message.role == "tool" and message.tool_call_id:
+            results[message.tool_call_id] = i
+    return calls, results

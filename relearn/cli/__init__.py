@@ -1,0 +1,28 @@
+"""The ``relearn`` command: one entry point, one verb per pipeline stage.
+
+Exit codes, the same for every verb:
+  0  everything asked for was done
+  1  done, but some inputs were rejected (each is listed with file, line and field)
+  2  nothing done: bad usage or unusable input
+"""
+
+from __future__ import annotations
+
+import typer
+
+from relearn.cli import pool
+
+app = typer.Typer(
+    name="relearn",
+    help="ROSS: relearn from self-generated agentic rollouts through selective supervision.\n\n"
+    "Pipeline: import/collect -> verify -> review -> masks -> train -> eval.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+pool.register(app)
+
+
+def main() -> None:
+    app()

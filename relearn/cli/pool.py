@@ -1,0 +1,190 @@
+"""Pool verbs: ``relearn import``, ``relearn export``, ``relearn validate``."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from harness.exporters.atif import to_atif
+from harness.exporters.hf_chat import to_chat_record
+from harness.import_run import ImportSummary, discover, import_files
+from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic
+from harness.trajectory import Trajectory, tool_call_pairs
+
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
+SHOWN_PROBLEMS = 20
+
+out = Console()
+err = Console(stderr=True)
+
+
+class ImportFormat(str, Enum):
+    codex = "codex"
+    mini_swe_agent = "mini-swe-agent"
+    swe_agent = "swe-agent"
+    atif = "atif"
+
+
+class ExportFormat(str, Enum):
+    atif = "atif"
+    hf = "hf"
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
+
+
+def _show_problems(title: str, problems: list[str]) -> None:
+    if not problems:
+        return
+    err.print(f"[bold]{title}[/bold] ({len(problems)}):")
+    for problem in problems[:SHOWN_PROBLEMS]:
+        err.print(f"  {problem}", markup=False, highlight=False)
+    if len(problems) > SHOWN_PROBLEMS:
+        err.print(f"  ... and {len(problems) - SHOWN_PROBLEMS} more")
+
+
+def _import_table(fmt: str, output: Path, summary: ImportSummary) -> Table:
+    table = Table(title=f"relearn import {fmt} -> {output}", show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("files read", str(summary.files))
+    table.add_row("input size", f"{summary.input_bytes / 1e6:.2f} MB")
+    table.add_row("trajectories imported", str(summary.imported))
+    table.add_row("messages imported", str(summary.messages))
+    table.add_row("already in the pool (skipped)", str(summary.skipped_existing))
+    table.add_row("files rejected", str(len(summary.rejected)))
+    table.add_row("warnings", str(len(summary.warnings)))
+    for kind, count in summary.unknown.most_common():
+        table.add_row(f"unknown {kind} (kept)", str(count))
+    return table
+
+
+def import_command(
+    fmt: Annotated[ImportFormat, typer.Argument(metavar="FORMAT", help="codex | mini-swe-agent | swe-agent | atif")],
+    paths: Annotated[list[Path], typer.Argument(help="Files, or directories walked recursively (e.g. ~/.codex/sessions).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Pool to append to (.jsonl or .jsonl.zst).")],
+    salvage: Annotated[
+        bool, typer.Option(help="Keep what parses from a damaged file (each skipped line is a warning) instead of rejecting it.")
+    ] = False,
+    overwrite: Annotated[bool, typer.Option(help="Rebuild the pool instead of appending to it (atomic swap at the end).")] = False,
+) -> None:
+    """Import other tools' trajectories into a pool of relearn trajectories.
+
+    Appends to the pool and skips trajectories whose stable id it already holds, so a
+    rerun over the same inputs adds nothing. A damaged file is rejected with its file,
+    line and field and the batch goes on; unknown record types and fields are kept
+    under each trajectory's `source` and counted.
+    """
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        err.print(f"[red]error:[/red] no such file or directory: {', '.join(missing)}")
+        raise typer.Exit(EXIT_USAGE)
+    files = discover(fmt.value, paths)
+    if not files:
+        err.print(f"[red]error:[/red] no {fmt.value} files under {', '.join(map(str, paths))}")
+        raise typer.Exit(EXIT_USAGE)
+    with _progress() as progress:
+        task = progress.add_task(f"importing {fmt.value}", total=len(files))
+        summary = import_files(
+            fmt.value, files, output, salvage=salvage, overwrite=overwrite, on_file=lambda _p: progress.advance(task)
+        )
+    _show_problems("warnings", summary.warnings)
+    _show_problems("rejected", [str(e) for e in summary.rejected])
+    out.print(_import_table(fmt.value, output, summary))
+    raise typer.Exit(EXIT_PARTIAL if summary.rejected else EXIT_OK)
+
+
+def export_command(
+    fmt: Annotated[ExportFormat, typer.Argument(metavar="FORMAT", help="atif (one JSON file per trajectory) | hf (chat JSONL)")],
+    pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="atif: a directory; hf: a .jsonl file.")],
+) -> None:
+    """Export a pool: Harbor ATIF v1.7 documents, or Hugging Face chat messages
+    ready for `apply_chat_template` (one `{id, messages, tools}` per line)."""
+    errors: list[RecordError] = []
+    count = 0
+    if fmt is ExportFormat.hf:
+        records = (to_chat_record(t) for pool in pools for t in read_trajectories_lenient(pool, errors))
+        count = write_atomic(output, records)
+    else:
+        output.mkdir(parents=True, exist_ok=True)
+        for pool in pools:
+            for trajectory in read_trajectories_lenient(pool, errors):
+                target = output / f"{trajectory.id}.json"
+                tmp = target.with_suffix(".json.tmp")
+                tmp.write_text(json.dumps(to_atif(trajectory), ensure_ascii=False, indent=2))
+                tmp.replace(target)
+                count += 1
+    _show_problems("rejected records", [str(e) for e in errors])
+    out.print(f"exported {count} trajectories as {fmt.value} to {output}; {len(errors)} records rejected")
+    raise typer.Exit(EXIT_PARTIAL if errors else EXIT_OK)
+
+
+def check_trajectory(trajectory: Trajectory) -> list[str]:
+    """Structural problems a pool record can have even when every field parses."""
+    problems = []
+    calls, results = tool_call_pairs(trajectory.messages)
+    for call_id, index in results.items():
+        if call_id not in calls:
+            problems.append(f"messages[{index}].tool_call_id: {call_id!r} answers no call")
+        elif calls[call_id] > index:
+            problems.append(f"messages[{index}].tool_call_id: {call_id!r} answers a later call")
+    if not any(m.generated for m in trajectory.messages):
+        problems.append("no generated message: nothing could ever be supervised")
+    return problems
+
+
+def validate_command(
+    pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
+) -> None:
+    """Check pools: every record parses, ids are unique, tool results answer earlier
+    calls. Lists each problem with file, line and field."""
+    errors: list[RecordError] = []
+    ids: Counter[str] = Counter()
+    problems: list[str] = []
+    clean = 0
+    formats: Counter[str] = Counter()
+    exits: Counter[str] = Counter()
+    for pool in pools:
+        for trajectory in read_trajectories_lenient(pool, errors):
+            ids[trajectory.id] += 1
+            found = check_trajectory(trajectory)
+            problems.extend(f"{pool}: {trajectory.id}: {p}" for p in found)
+            formats[trajectory.source.format if trajectory.source else "relearn"] += 1
+            exits[trajectory.exit_status.value] += 1
+            clean += not found
+    problems.extend(f"id {i!r} appears {n} times" for i, n in ids.items() if n > 1)
+    _show_problems("unreadable records", [str(e) for e in errors])
+    _show_problems("problems", problems)
+    table = Table(title="relearn validate", show_header=False)
+    table.add_row("trajectories", str(sum(ids.values())))
+    table.add_row("unreadable records", str(len(errors)))
+    table.add_row("trajectories with problems", str(sum(ids.values()) - clean))
+    for name, count in formats.most_common():
+        table.add_row(f"from {name}", str(count))
+    for name, count in exits.most_common():
+        table.add_row(f"exit {name}", str(count))
+    out.print(table)
+    raise typer.Exit(EXIT_PARTIAL if errors or problems else EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_command)
+    app.command("export")(export_command)
+    app.command("validate")(validate_command)
