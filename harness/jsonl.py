@@ -120,8 +120,9 @@ def read_trajectories_lenient(path: str | Path, errors: list[RecordError]) -> It
 
 
 def dumps(record: Trajectory | dict[str, Any]) -> str:
-    data = record.to_dict() if isinstance(record, Trajectory) else record
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    if isinstance(record, Trajectory):
+        return record.model_dump_json(exclude_none=True, by_alias=True)  # serialised in Rust
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
 class JsonlWriter:
@@ -136,8 +137,21 @@ class JsonlWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
         self._raw = open(self.path, "ab")
+        if not is_zstd(self.path):
+            self._isolate_torn_tail()
         self._compressor = zstandard.ZstdCompressor(level=3) if is_zstd(self.path) else None
         self.count = 0
+
+    def _isolate_torn_tail(self) -> None:
+        """A writer killed mid-line leaves a partial last line; start on a new line so
+        the torn record stays one bad line instead of swallowing the next good one."""
+        size = self._raw.tell()
+        if size == 0:
+            return
+        with open(self.path, "rb") as handle:
+            handle.seek(size - 1)
+            if handle.read(1) != b"\n":
+                self._raw.write(b"\n")
 
     def write(self, record: Trajectory | dict[str, Any]) -> None:
         data = (dumps(record) + "\n").encode("utf-8")
@@ -193,7 +207,11 @@ def existing_ids(path: str | Path) -> set[str]:
     if not path.exists() or path.stat().st_size == 0:
         return set()
     ids: set[str] = set()
-    for _number, data in iter_json(path):
+    for _number, text in iter_lines(path):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            continue  # a torn line holds no finished record
         if isinstance(data, dict) and isinstance(data.get("id"), str):
             ids.add(data["id"])
     return ids

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -29,7 +29,7 @@ class Record(BaseModel):
         return self.model_dump(mode="json", exclude_none=True, by_alias=True)
 
 
-class ExitStatus(str, Enum):
+class ExitStatus(StrEnum):
     """Why an episode ended. The agent loop and every importer use this vocabulary."""
 
     submitted = "submitted"

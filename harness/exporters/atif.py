@@ -13,6 +13,9 @@ from typing import Any
 from harness.trajectory import Message, Trajectory, Usage
 
 ATIF_VERSION = "ATIF-v1.7"
+# Keys the ATIF importer writes into Message.extra for its own bookkeeping; any other
+# key there is a step field this exporter does not model and is written back as is.
+IMPORT_KEYS = {"atif_step_id", "atif_observation_of", "content_parts", "metrics", "model_name", "is_copied_context", "llm_call_count"}
 
 
 def _metrics(usage: Usage | None, message: Message) -> dict[str, Any] | None:
@@ -35,6 +38,13 @@ def _metrics(usage: Usage | None, message: Message) -> dict[str, Any] | None:
     return metrics or None
 
 
+def _passthrough(message: Message) -> dict[str, Any]:
+    extra = message.extra or {}
+    if "atif_step_id" not in extra and "atif_observation_of" not in extra:
+        return {}
+    return {k: v for k, v in extra.items() if k not in IMPORT_KEYS}
+
+
 def _is_observation(message: Message, step: dict[str, Any] | None) -> bool:
     if step is None or step["source"] != "agent":
         return False
@@ -49,6 +59,8 @@ def _content(message: Message) -> Any:
 
 
 def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: str = "0.1.0") -> dict[str, Any]:
+    """``agent_name``/``agent_version`` name the scaffold that acted; a trajectory read
+    from ATIF keeps the agent block it came with."""
     steps: list[dict[str, Any]] = []
     last: dict[str, Any] | None = None
     for message in trajectory.messages:
@@ -57,6 +69,7 @@ def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: 
             result: dict[str, Any] = {"content": _content(message)}
             if message.role == "tool":
                 result["source_call_id"] = message.tool_call_id
+            result.update(_passthrough(message))
             last.setdefault("observation", {"results": []})["results"].append(result)
             continue
         step: dict[str, Any] = {"step_id": len(steps) + 1}
@@ -65,8 +78,10 @@ def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: 
         if message.role == "assistant":
             step["source"] = "agent"
             extra = message.extra or {}
-            if extra.get("model_name") or trajectory.policy.name:
-                step["model_name"] = extra.get("model_name") or trajectory.policy.name
+            # A step read from ATIF says its own model (or none); others carry the policy's.
+            model_name = extra.get("model_name") if "atif_step_id" in extra else trajectory.policy.name
+            if model_name:
+                step["model_name"] = model_name
             step["message"] = _content(message)
             if message.reasoning_content is not None:
                 step["reasoning_content"] = message.reasoning_content
@@ -78,30 +93,42 @@ def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: 
             metrics = _metrics(message.usage, message)
             if metrics:
                 step["metrics"] = metrics
-            if not message.generated:
+            if not message.generated and extra.get("llm_call_count") != 0:
                 step["is_copied_context"] = True
             if "llm_call_count" in extra:
                 step["llm_call_count"] = extra["llm_call_count"]
         else:
             step["source"] = "user" if message.role in ("user", "tool") else "system"
             step["message"] = _content(message)
+            if (message.extra or {}).get("is_copied_context") is not None:
+                step["is_copied_context"] = message.extra["is_copied_context"]  # type: ignore[index]
+        step.update(_passthrough(message))
         steps.append(step)
         last = step
 
+    source = trajectory.source
+    from_atif = source is not None and source.format == "atif"
     agent: dict[str, Any] = {"name": agent_name, "version": agent_version}
+    if from_atif and isinstance((source.meta or {}).get("agent"), dict):
+        agent = dict(source.meta["agent"])  # type: ignore[index]
     if trajectory.policy.name:
         agent["model_name"] = trajectory.policy.name
     if trajectory.tools:
         agent["tool_definitions"] = trajectory.tools
-    source = trajectory.source
-    session_id = (source.meta or {}).get("session_id") if source is not None and source.format == "atif" else None
+    session_id = (source.meta or {}).get("session_id") if from_atif else None
     document: dict[str, Any] = {
         "schema_version": ATIF_VERSION,
         "session_id": session_id or trajectory.id,
         "agent": agent,
         "steps": steps,
     }
-    if trajectory.usage is not None:
+    if from_atif:
+        for key, value in (source.meta or {}).items():  # type: ignore[union-attr]
+            document.setdefault(key, value)  # notes, extra, continued_trajectory_ref, ...
+        document["schema_version"] = ATIF_VERSION
+    if from_atif and "final_metrics" in (source.meta or {}):
+        document["final_metrics"] = source.meta["final_metrics"]  # type: ignore[index]
+    elif trajectory.usage is not None:
         final = {
             "total_prompt_tokens": trajectory.usage.input_tokens,
             "total_completion_tokens": trajectory.usage.output_tokens,

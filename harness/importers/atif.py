@@ -15,9 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.importers.base import Diagnostics, Fields, ImportResult, fail, read_json_document, text_of_parts
-from harness.jsonl import RecordError
-from harness.trajectory import FunctionCall, Message, Policy, Source, ToolCall, Trajectory, Usage
+from harness.importers.base import (
+    Diagnostics,
+    Fields,
+    ImportResult,
+    fail,
+    read_guarded,
+    read_json_document,
+    text_of_parts,
+)
+from harness.trajectory import (
+    FunctionCall,
+    Message,
+    Policy,
+    Source,
+    ToolCall,
+    Trajectory,
+    Usage,
+)
 
 FORMAT = "atif"
 SOURCES = {"system", "user", "agent"}
@@ -42,16 +57,13 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    diagnostics = Diagnostics(str(path))
-    try:
+    def convert_all(diagnostics: Diagnostics) -> list[Trajectory]:
         document = read_json_document(path)
-        documents = document if isinstance(document, list) else [document]
-        trajectories = [convert(doc, str(path), diagnostics, index if len(documents) > 1 else None) for index, doc in enumerate(documents)]
-    except RecordError as exc:
-        yield ImportResult(str(path), None, exc, diagnostics)
-        return
-    for trajectory in trajectories:
-        yield ImportResult(str(path), trajectory, None, diagnostics)
+        if not isinstance(document, list):
+            return [convert(document, str(path), diagnostics)]
+        return [convert(doc, str(path), diagnostics, index) for index, doc in enumerate(document)]
+
+    return read_guarded(path, convert_all)
 
 
 def convert(document: Any, path: str, diag: Diagnostics, index: int | None = None) -> Trajectory:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.jsonl import RecordError
+from pydantic import ValidationError
+
+from harness.jsonl import RecordError, validation_error
 from harness.trajectory import FunctionCall, ToolCall, Trajectory
 
 
@@ -176,3 +178,23 @@ def openai_tool_call(call: Fields, diag: Diagnostics) -> ToolCall:
         raw_arguments=raw,
         extra=extra or None,
     )
+
+
+def read_guarded(path: Path, convert: Callable[[Diagnostics], list[Trajectory]]) -> Iterator[ImportResult]:
+    """Run one file's conversion so that whatever goes wrong becomes a located
+    rejection of that file and the batch goes on; never a traceback."""
+    diagnostics = Diagnostics(str(path))
+    try:
+        trajectories = convert(diagnostics)
+    except RecordError as exc:
+        yield ImportResult(str(path), None, exc, diagnostics)
+        return
+    except ValidationError as exc:
+        yield ImportResult(str(path), None, validation_error(path, None, exc), diagnostics)
+        return
+    except Exception as exc:  # an input our converter did not foresee: reject the file, keep going
+        error = fail(path, None, None, f"could not be converted ({type(exc).__name__}: {exc})")
+        yield ImportResult(str(path), None, error, diagnostics)
+        return
+    for trajectory in trajectories:
+        yield ImportResult(str(path), trajectory, None, diagnostics)

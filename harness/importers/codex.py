@@ -24,7 +24,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.importers.base import Diagnostics, Fields, ImportResult, fail, parse_arguments
+from harness.importers.base import (
+    Diagnostics,
+    Fields,
+    ImportResult,
+    fail,
+    parse_arguments,
+    read_guarded,
+)
 from harness.jsonl import RecordError, iter_lines
 from harness.trajectory import (
     ContextReset,
@@ -74,13 +81,7 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    diagnostics = Diagnostics(str(path))
-    try:
-        trajectory = _RolloutReader(path, diagnostics, salvage).run()
-    except RecordError as exc:
-        yield ImportResult(str(path), None, exc, diagnostics)
-        return
-    yield ImportResult(str(path), trajectory, None, diagnostics)
+    return read_guarded(path, lambda diagnostics: [_RolloutReader(path, diagnostics, salvage).run()])
 
 
 class _RolloutReader:
@@ -101,6 +102,7 @@ class _RolloutReader:
         self.group: list[Message] = []
         self.open_calls: dict[str, tuple[int, str]] = {}  # call_id -> (line, tool name)
         self.answered: set[str] = set()
+        self.results: dict[str, int] = {}  # call_id -> index of its tool message
         self.exec_metadata: dict[str, dict[str, Any]] = {}
         self.resets: list[ContextReset] = []
         self.total_usage: Usage | None = None
@@ -214,7 +216,7 @@ class _RolloutReader:
             self.reasoning(number, item, timestamp)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
             self.tool_call(number, kind, item, timestamp)
-        elif kind in ("function_call_output", "custom_tool_call_output"):
+        elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
             self.tool_output(number, item, timestamp)
         elif kind in KNOWN_UNMAPPED_ITEMS:
             self.keep(number, {"timestamp": timestamp, "type": "response_item", "payload": item.data})
@@ -273,12 +275,15 @@ class _RolloutReader:
             name = item.str("name", required=True) or ""
             call = ToolCall(id=call_id, type="custom", function=FunctionCall(name=name, arguments={"input": item.str("input", default="")}))
         else:
+            # The model's local_shell action is what Codex's shell tool takes.
             action = item.obj("action", required=True)
             assert action is not None
-            arguments = {"command": action.get("command", list, required=True)}
-            for src, dst in (("working_directory", "workdir"), ("timeout_ms", "timeout_ms"), ("env", "env"), ("user", "user")):
+            arguments = {}
+            for src, dst in (("command", "command"), ("working_directory", "workdir"), ("timeout_ms", "timeout_ms"), ("env", "env"), ("user", "user")):
                 if action.data.get(src) is not None:
                     arguments[dst] = action.data[src]
+            if "command" not in arguments:
+                self.diag.warn(number, f"local_shell_call {call_id}: action has no command")
             name = "shell"
             call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))
         call.extra = {**_extra(item.data, ("type", "name", "arguments", "input", "call_id", "action")), "codex_type": kind}
@@ -302,6 +307,7 @@ class _RolloutReader:
         metadata = {**self.exec_metadata.pop(call_id, {}), **metadata}
         extra.update(_extra(item.data, ("type", "call_id", "output")))
         extra["codex_type"] = item.data["type"]
+        self.results[call_id] = len(self.messages)
         self.messages.append(
             Message(
                 role="tool",
@@ -396,10 +402,8 @@ class _RolloutReader:
         self.group = []
 
     def tool_message(self, call_id: str | None) -> Message | None:
-        for message in reversed(self.messages):
-            if message.role == "tool" and message.tool_call_id == call_id:
-                return message
-        return None
+        index = self.results.get(call_id) if call_id else None
+        return None if index is None else self.messages[index]
 
     def check_unanswered(self) -> None:
         if not self.open_calls:

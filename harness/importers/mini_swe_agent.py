@@ -10,6 +10,7 @@ submission and is kept under ``source.records``.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,10 @@ from harness.importers.base import (
     ImportResult,
     fail,
     openai_tool_call,
+    read_guarded,
     read_json_document,
     text_of_parts,
 )
-from harness.jsonl import RecordError
 from harness.trajectory import ExitStatus, Message, Policy, Source, Trajectory, Usage
 
 FORMAT = "mini-swe-agent"
@@ -44,13 +45,7 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    diagnostics = Diagnostics(str(path))
-    try:
-        trajectory = convert(read_json_document(path), str(path), diagnostics)
-    except RecordError as exc:
-        yield ImportResult(str(path), None, exc, diagnostics)
-        return
-    yield ImportResult(str(path), trajectory, None, diagnostics)
+    return read_guarded(path, lambda diagnostics: [convert(read_json_document(path), str(path), diagnostics)])
 
 
 def exit_status(raw: str | None, info: dict[str, Any]) -> ExitStatus:
@@ -173,9 +168,9 @@ def _timestamp(extra: dict[str, Any] | None) -> str | None:
         return None
     value = extra["timestamp"]
     if isinstance(value, (int, float)):
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        return datetime.fromtimestamp(value, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+        return datetime.fromtimestamp(value, tz=UTC).isoformat().replace("+00:00", "Z")
     return str(value)
 
 

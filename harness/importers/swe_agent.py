@@ -20,10 +20,10 @@ from harness.importers.base import (
     ImportResult,
     fail,
     openai_tool_call,
+    read_guarded,
     read_json_document,
     text_of_parts,
 )
-from harness.jsonl import RecordError
 from harness.trajectory import ExitStatus, Message, Policy, Source, Trajectory, Usage
 
 FORMAT = "swe-agent"
@@ -48,13 +48,7 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    diagnostics = Diagnostics(str(path))
-    try:
-        trajectory = convert(read_json_document(path), path, diagnostics)
-    except RecordError as exc:
-        yield ImportResult(str(path), None, exc, diagnostics)
-        return
-    yield ImportResult(str(path), trajectory, None, diagnostics)
+    return read_guarded(path, lambda diagnostics: [convert(read_json_document(path), path, diagnostics)])
 
 
 def exit_status(raw: str | None) -> ExitStatus:
@@ -154,7 +148,7 @@ def _history_message(item: Fields, diag: Diagnostics) -> Message:
         if len(ids) > 1:
             diag.warn(None, f"{item.prefix}.tool_call_ids: {len(ids)} ids on one message; paired with the first")
             extra["tool_call_ids"] = ids
-    is_demo = bool(item.data.get("is_demo"))
+    is_demo = item.data.get("is_demo") in (True, "True", "true")  # older files wrote the string
     return Message(
         role=role,  # type: ignore[arg-type]
         content=content,

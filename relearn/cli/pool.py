@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from harness.exporters.atif import to_atif
@@ -26,14 +32,14 @@ out = Console()
 err = Console(stderr=True)
 
 
-class ImportFormat(str, Enum):
+class ImportFormat(StrEnum):
     codex = "codex"
     mini_swe_agent = "mini-swe-agent"
     swe_agent = "swe-agent"
     atif = "atif"
 
 
-class ExportFormat(str, Enum):
+class ExportFormat(StrEnum):
     atif = "atif"
     hf = "hf"
 
@@ -115,8 +121,12 @@ def export_command(
     pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="atif: a directory; hf: a .jsonl file.")],
 ) -> None:
-    """Export a pool: Harbor ATIF v1.7 documents, or Hugging Face chat messages
-    ready for `apply_chat_template` (one `{id, messages, tools}` per line)."""
+    """Export a pool as Harbor ATIF v1.7 documents or Hugging Face chat messages.
+
+    `hf` writes one `{id, messages, tools}` per line, ready for
+    `tokenizer.apply_chat_template(messages, tools=tools)`; `atif` writes one
+    `<id>.json` per trajectory for Harbor's viewer, `harbor analyze` and SkyRL.
+    """
     errors: list[RecordError] = []
     count = 0
     if fmt is ExportFormat.hf:
@@ -153,8 +163,10 @@ def check_trajectory(trajectory: Trajectory) -> list[str]:
 def validate_command(
     pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
 ) -> None:
-    """Check pools: every record parses, ids are unique, tool results answer earlier
-    calls. Lists each problem with file, line and field."""
+    """Check pools: records parse, ids are unique, tool results answer earlier calls.
+
+    Lists each problem with its file, line and field; exits 1 when there is any.
+    """
     errors: list[RecordError] = []
     ids: Counter[str] = Counter()
     problems: list[str] = []

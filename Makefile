@@ -1,0 +1,36 @@
+# The two commands a new user runs:
+#   make demo   set up, then run the main job
+#   make test   set up, start the Docker engine, run the tests
+PYTHON ?= python3.11
+VENV   := .venv
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+# torch comes first, from the pinned CPU build, and constraints.txt keeps every later
+# install from replacing it. DeepSpeed compiles no ops here (DS_BUILD_OPS=0) and needs
+# the installed torch at build time (--no-build-isolation).
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip setuptools wheel
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	DS_BUILD_OPS=0 $(VENV)/bin/pip install --quiet --no-build-isolation -c constraints.txt deepspeed
+	$(VENV)/bin/pip install --quiet -c constraints.txt -e '.[dev]'
+	$(VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	touch $(STAMP)
+
+demo: setup
+	bash scripts/demo.sh
+
+test: setup
+	bash scripts/ensure-docker.sh
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m pytest -q
+
+bench: setup
+	$(VENV)/bin/python bench/bench_import.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache runs
