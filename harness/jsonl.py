@@ -201,6 +201,15 @@ def write_atomic(path: str | Path, records: Iterable[Trajectory | dict[str, Any]
     return count
 
 
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Replace one whole-document file (JSON, Markdown) in one step."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
 def existing_ids(path: str | Path) -> set[str]:
     """Ids already in a JSONL file, for resuming: a rerun skips what is there."""
     path = Path(path)

@@ -63,6 +63,16 @@ def test_atif_import(tmp_path: Path) -> None:
     assert t.usage.output_tokens == 5
 
 
+def test_discovery_skips_harbor_result_files(tmp_path: Path) -> None:
+    trial = tmp_path / "jobs" / "job-1" / "hello__abc"
+    (trial / "agent").mkdir(parents=True)
+    (trial / "agent" / "trajectory.json").write_text(json.dumps(_atif_document()))
+    (trial / "agent" / "trajectory.summarization-1-summary.json").write_text(json.dumps(_atif_document()))
+    (trial / "result.json").write_text("{}")
+    (trial / "config.json").write_text("{}")
+    assert sorted(p.name for p in atif.discover(tmp_path)) == ["trajectory.json", "trajectory.summarization-1-summary.json"]
+
+
 def test_atif_round_trip_is_lossless(tmp_path: Path) -> None:
     path = tmp_path / "trajectory.json"
     original = _atif_document()

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.jsonl import read_trajectories
+from harness.jsonl import read_trajectories, write_atomic
 from tests.codex_rollouts import legacy_session, session, write_rollout
 
 
@@ -38,6 +38,12 @@ def test_import_the_real_samples(relearn_bin: str, samples: Path, tmp_path: Path
     (mini_t,) = list(read_trajectories(mini_out))
     source = json.loads((samples / "mini_swe_agent_v1.13.4.traj.json").read_text())
     assert [m.role for m in mini_t.messages] == [m["role"] for m in source["messages"]]
+
+    # Our format round-trips: reading a pool and writing it again gives the same bytes.
+    for pool in (codex_out, mini_out):
+        copy = tmp_path / f"copy-{pool.name}"
+        write_atomic(copy, read_trajectories(pool))
+        assert copy.read_bytes() == pool.read_bytes()
 
     # Our own files validate, and a second import of the same inputs adds nothing.
     assert run(relearn_bin, "validate", str(codex_out), str(mini_out)).returncode == 0

@@ -53,7 +53,9 @@ METRIC_FIELDS = {"prompt_tokens", "completion_tokens", "cached_tokens", "cost_us
 
 
 def discover(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*.json") if p.is_file() and not p.name.endswith(".traj.json"))
+    # Harbor trial folders also hold result.json and config.json; its trajectories are
+    # agent/trajectory.json and trajectory.<subagent>.json.
+    return sorted(p for p in root.rglob("*trajectory*.json") if p.is_file())
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:

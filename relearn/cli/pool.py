@@ -22,7 +22,7 @@ from rich.table import Table
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
 from harness.import_run import ImportSummary, discover, import_files
-from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic
+from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
 from harness.trajectory import Trajectory, tool_call_pairs
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
@@ -117,7 +117,7 @@ def import_command(
 
 
 def export_command(
-    fmt: Annotated[ExportFormat, typer.Argument(metavar="FORMAT", help="atif (one JSON file per trajectory) | hf (chat JSONL)")],
+    fmt: Annotated[ExportFormat, typer.Argument(metavar="FORMAT", help="atif (one <id>.trajectory.json per trajectory) | hf (chat JSONL)")],
     pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="atif: a directory; hf: a .jsonl file.")],
 ) -> None:
@@ -125,7 +125,7 @@ def export_command(
 
     `hf` writes one `{id, messages, tools}` per line, ready for
     `tokenizer.apply_chat_template(messages, tools=tools)`; `atif` writes one
-    `<id>.json` per trajectory for Harbor's viewer, `harbor analyze` and SkyRL.
+    `<id>.trajectory.json` per trajectory for Harbor's viewer, `harbor analyze` and SkyRL.
     """
     errors: list[RecordError] = []
     count = 0
@@ -136,10 +136,8 @@ def export_command(
         output.mkdir(parents=True, exist_ok=True)
         for pool in pools:
             for trajectory in read_trajectories_lenient(pool, errors):
-                target = output / f"{trajectory.id}.json"
-                tmp = target.with_suffix(".json.tmp")
-                tmp.write_text(json.dumps(to_atif(trajectory), ensure_ascii=False, indent=2))
-                tmp.replace(target)
+                document = json.dumps(to_atif(trajectory), ensure_ascii=False, indent=2)
+                write_text_atomic(output / f"{trajectory.id}.trajectory.json", document)
                 count += 1
     _show_problems("rejected records", [str(e) for e in errors])
     out.print(f"exported {count} trajectories as {fmt.value} to {output}; {len(errors)} records rejected")
