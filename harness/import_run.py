@@ -6,6 +6,7 @@ inputs skips what the pool already holds. A rejected file never stops the batch.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -13,8 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 from harness.importers import FORMATS
-from harness.jsonl import JsonlWriter, RecordError, existing_ids, write_atomic
-from harness.trajectory import Trajectory
+from harness.jsonl import JsonlWriter, RecordError, iter_lines, write_atomic
+from harness.trajectory import Trajectory, content_id
 
 
 @dataclass
@@ -41,6 +42,44 @@ def discover(format_name: str, inputs: Iterable[Path]) -> list[Path]:
     return found
 
 
+def pool_index(path: Path) -> dict[str, str | None]:
+    """Id -> content hash of every trajectory already in a pool (torn lines skipped)."""
+    index: dict[str, str | None] = {}
+    if not path.exists():
+        return index
+    for _number, text in iter_lines(path):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("id"), str):
+            source = data.get("source") if isinstance(data.get("source"), dict) else {}
+            index[data["id"]] = source.get("content_hash")
+    return index
+
+
+def _claim_id(trajectory: Trajectory, seen: dict[str, str | None], summary: ImportSummary) -> bool:
+    """Give ``trajectory`` an id no other content holds; False when the pool already
+    has this very content.
+
+    A source id can be reused for other content (a Codex session resumed and grown, a
+    run-scoped id): that content is kept too, under ``<id>~<hash>``, never dropped.
+    """
+    digest = content_id(trajectory)
+    if trajectory.source is not None:
+        trajectory.source.content_hash = digest
+    if trajectory.id in seen:
+        if seen[trajectory.id] == digest:
+            return False
+        other = f"{trajectory.id}~{digest.removeprefix('t-')[:12]}"
+        summary.warnings.append(f"{trajectory.id}: the pool holds other content under this id; imported as {other}")
+        if seen.get(other) == digest:
+            return False
+        trajectory.id = other
+    seen[trajectory.id] = digest
+    return True
+
+
 def import_files(
     format_name: str,
     files: list[Path],
@@ -56,7 +95,7 @@ def import_files(
     written beside the old one and swapped in atomically at the end.
     """
     summary = ImportSummary()
-    seen = set() if overwrite else existing_ids(output)
+    seen = {} if overwrite else pool_index(output)
     trajectories = _convert(FORMATS[format_name], files, summary, seen, salvage, on_file)
     if overwrite:
         write_atomic(output, trajectories)
@@ -71,7 +110,7 @@ def _convert(
     module: ModuleType,
     files: list[Path],
     summary: ImportSummary,
-    seen: set[str],
+    seen: dict[str, str | None],
     salvage: bool,
     on_file: Callable[[Path], None] | None,
 ) -> Iterator[Trajectory]:
@@ -89,10 +128,9 @@ def _convert(
                 continue
             trajectory = result.trajectory
             assert trajectory is not None
-            if trajectory.id in seen:
+            if not _claim_id(trajectory, seen, summary):
                 summary.skipped_existing += 1
                 continue
-            seen.add(trajectory.id)
             summary.imported += 1
             summary.messages += len(trajectory.messages)
             yield trajectory

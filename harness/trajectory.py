@@ -137,6 +137,9 @@ class Source(Record):
     meta: dict[str, Any] | None = None
     records: list[dict[str, Any]] | None = None
     warnings: list[str] | None = None
+    # content_id() at import: tells a re-import of the same episode from other content
+    # that reuses a source id.
+    content_hash: str | None = None
 
 
 class Trajectory(Record):

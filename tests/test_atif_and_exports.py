@@ -59,7 +59,11 @@ def test_atif_import(tmp_path: Path) -> None:
     assert t.messages[2].usage.input_tokens == 120
     assert t.messages[3].tool_call_id == "c1"
     assert t.tools[0]["function"]["name"] == "shell"
-    assert t.id == "atif-trial-42" and t.policy.name == "qwen3.6"
+    assert t.id.startswith("t-") and t.policy.name == "qwen3.6"  # session_id is run-scoped, not an id
+    document = _atif_document() | {"trajectory_id": "doc-7"}
+    path.write_text(json.dumps(document))
+    (result,) = list(atif.read(path))
+    assert result.trajectory.id == "atif-doc-7"
     assert t.usage.output_tokens == 5
 
 

@@ -152,6 +152,22 @@ def test_walks_session_trees_including_zstd(tmp_path: Path, samples: Path) -> No
     assert len(list(read_trajectories(tmp_path / "pool.jsonl"))) == 2
 
 
+def test_a_resumed_session_is_imported_again_under_a_new_id(tmp_path: Path) -> None:
+    """Codex appends to a session's file when it is resumed: same session id, more content."""
+    path, pool = tmp_path / "rollout.jsonl", tmp_path / "pool.jsonl"
+    lines = session()
+    write_rollout(path, lines)
+    assert import_files("codex", [path], pool).imported == 1
+    write_rollout(path, lines + [envelope("response_item", text_message("user", "And add tests.")), envelope("response_item", text_message("assistant", "Added."))])
+    grown = import_files("codex", [path], pool)
+    assert grown.imported == 1 and any("other content under this id" in w for w in grown.warnings)
+    ids = [t.id for t in read_trajectories(pool)]
+    assert ids[0] == "codex-019e0000-0000-7000-8000-000000000001" and ids[1].startswith(ids[0] + "~")
+    # Importing the grown file once more adds nothing.
+    again = import_files("codex", [path], pool)
+    assert again.imported == 0 and again.skipped_existing == 1
+
+
 def test_unknown_types_and_fields_are_kept_and_counted(tmp_path: Path) -> None:
     lines = session()
     lines.insert(3, envelope("hologram", {"shape": "cube"}))

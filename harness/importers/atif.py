@@ -95,7 +95,7 @@ def convert(document: Any, path: str, diag: Diagnostics, index: int | None = Non
             cached_input_tokens=final.get("total_cached_tokens", int),
             cost_usd=_float(final.get("total_cost_usd", (int, float))),
         )
-    given_id = top.str("trajectory_id") or top.str("session_id")
+    given_id = top.str("trajectory_id")  # session_id is run-scoped: several documents share it
     meta = {k: v for k, v in document.items() if k not in ("steps",)}
     return Trajectory(
         id=f"atif-{given_id}" if given_id else "",

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from harness.jsonl import RecordError, validation_error
-from harness.trajectory import FunctionCall, ToolCall, Trajectory
+from harness.trajectory import FunctionCall, Message, ToolCall, Trajectory
 
 
 @dataclass
@@ -198,3 +198,37 @@ def read_guarded(path: Path, convert: Callable[[Diagnostics], list[Trajectory]])
         return
     for trajectory in trajectories:
         yield ImportResult(str(path), trajectory, None, diagnostics)
+
+
+CHAT_FIELDS = {"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"}
+
+
+def chat_message(
+    item: Fields, role: str, diag: Diagnostics, *, handled: frozenset[str] = frozenset(), tool_call_id: str | None = None
+) -> Message:
+    """An OpenAI-style chat message (as mini-swe-agent and SWE-agent save them).
+
+    List content is flattened to its text, with the parts kept in ``extra``; every key
+    outside the chat fields and ``handled`` is kept in ``extra`` under its own name.
+    ``tool_call_id`` stands in when the message names its call some other way.
+    """
+    raw_content = item.get("content", (str, list))
+    extra: dict[str, Any] = {}
+    content = raw_content
+    if isinstance(raw_content, list):
+        content = text_of_parts(raw_content)
+        extra["content_parts"] = raw_content
+    extra.update((k, v) for k, v in item.data.items() if k not in CHAT_FIELDS and k not in handled)
+    tool_calls = None
+    if role == "assistant" and item.data.get("tool_calls"):
+        tool_calls = [openai_tool_call(call, diag) for call in item.items("tool_calls")]
+    return Message(
+        role=role,  # type: ignore[arg-type]
+        content=content,
+        reasoning_content=item.str("reasoning_content"),
+        tool_calls=tool_calls,
+        tool_call_id=item.str("tool_call_id", required=role == "tool" and tool_call_id is None) or tool_call_id,
+        name=item.str("name"),
+        generated=role == "assistant",
+        extra=extra or None,
+    )

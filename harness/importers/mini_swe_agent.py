@@ -18,11 +18,10 @@ from harness.importers.base import (
     Diagnostics,
     Fields,
     ImportResult,
+    chat_message,
     fail,
-    openai_tool_call,
     read_guarded,
     read_json_document,
-    text_of_parts,
 )
 from harness.trajectory import ExitStatus, Message, Policy, Source, Trajectory, Usage
 
@@ -128,39 +127,14 @@ def convert(document: Any, path: str, diag: Diagnostics) -> Trajectory:
 
 
 def _message(item: Fields, role: str, diag: Diagnostics) -> Message:
-    raw_content = item.get("content", (str, list))
-    extra: dict[str, Any] = {}
-    if isinstance(raw_content, list):
-        content: str | None = text_of_parts(raw_content)
-        extra["content_parts"] = raw_content
-    else:
-        content = raw_content
+    message = chat_message(item, role, diag)
     source_extra = item.get("extra", dict)
     if source_extra is not None:
-        extra["extra"] = source_extra
-    known = {"role", "content", "extra", "tool_calls", "tool_call_id", "reasoning_content", "name"}
-    for key, value in item.data.items():
-        if key not in known:
-            extra[key] = value
-    tool_calls = None
-    if role == "assistant" and item.data.get("tool_calls"):
-        tool_calls = [openai_tool_call(call, diag) for call in item.items("tool_calls")]
-    metadata = None
-    if isinstance(source_extra, dict) and isinstance(source_extra.get("returncode"), int):
-        metadata = {"exit_code": source_extra["returncode"]}
-    return Message(
-        role=role,  # type: ignore[arg-type]
-        content=content,
-        reasoning_content=item.str("reasoning_content"),
-        tool_calls=tool_calls,
-        tool_call_id=item.str("tool_call_id", required=role == "tool"),
-        name=item.str("name"),
-        generated=role == "assistant",
-        timestamp=_timestamp(source_extra),
-        usage=_usage(source_extra),
-        metadata=metadata,
-        extra=extra or None,
-    )
+        message.timestamp = _timestamp(source_extra)
+        message.usage = _usage(source_extra)
+        if isinstance(source_extra.get("returncode"), int):
+            message.metadata = {"exit_code": source_extra["returncode"]}
+    return message
 
 
 def _timestamp(extra: dict[str, Any] | None) -> str | None:

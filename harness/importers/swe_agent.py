@@ -18,11 +18,10 @@ from harness.importers.base import (
     Diagnostics,
     Fields,
     ImportResult,
+    chat_message,
     fail,
-    openai_tool_call,
     read_guarded,
     read_json_document,
-    text_of_parts,
 )
 from harness.trajectory import ExitStatus, Message, Policy, Source, Trajectory, Usage
 
@@ -127,38 +126,18 @@ def _history_message(item: Fields, diag: Diagnostics) -> Message:
     role = item.str("role", required=True)
     if role not in ROLES:
         raise fail(item.path, None, f"{item.prefix}.role", f"unknown role {role!r}")
-    raw_content = item.get("content", (str, list))
-    extra: dict[str, Any] = {}
-    if isinstance(raw_content, list):
-        content: str | None = text_of_parts(raw_content)
-        extra["content_parts"] = raw_content
-    else:
-        content = raw_content
-    known = {"role", "content", "tool_calls", "tool_call_ids", "tool_call_id", "reasoning_content", "name"}
-    extra.update({k: v for k, v in item.data.items() if k not in known})
-    tool_calls = None
-    if role == "assistant" and item.data.get("tool_calls"):
-        tool_calls = [openai_tool_call(call, diag) for call in item.items("tool_calls")]
-    tool_call_id = item.str("tool_call_id")
-    ids = item.get("tool_call_ids", list)
-    if role == "tool" and tool_call_id is None:
-        if not ids:
-            raise fail(item.path, None, f"{item.prefix}.tool_call_ids", "missing: a tool message must name its call")
-        tool_call_id = ids[0]
-        if len(ids) > 1:
-            diag.warn(None, f"{item.prefix}.tool_call_ids: {len(ids)} ids on one message; paired with the first")
-            extra["tool_call_ids"] = ids
-    is_demo = item.data.get("is_demo") in (True, "True", "true")  # older files wrote the string
-    return Message(
-        role=role,  # type: ignore[arg-type]
-        content=content,
-        reasoning_content=item.str("reasoning_content"),
-        tool_calls=tool_calls,
-        tool_call_id=tool_call_id,
-        name=item.str("name"),
-        generated=role == "assistant" and not is_demo,
-        extra=extra or None,
-    )
+    # SWE-agent names a tool message's call in a list.
+    ids = item.list("tool_call_ids")
+    if role == "tool" and item.str("tool_call_id") is None and not ids:
+        raise fail(item.path, None, f"{item.prefix}.tool_call_ids", "missing: a tool message must name its call")
+    message = chat_message(item, role, diag, handled=frozenset({"is_demo"}), tool_call_id=ids[0] if ids else None)
+    if len(ids) > 1:
+        diag.warn(None, f"{item.prefix}.tool_call_ids: {len(ids)} ids on one message; paired with the first")
+    if "is_demo" in item.data:
+        message.extra = {**(message.extra or {}), "is_demo": item.data["is_demo"]}
+        # Demonstrations are someone else's text shown as context; older files wrote the flag as a string.
+        message.generated = message.generated and item.data["is_demo"] not in (True, "True", "true")
+    return message
 
 
 def _messages_from_steps(top: Fields, diag: Diagnostics) -> list[Message]:
