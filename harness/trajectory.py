@@ -10,7 +10,6 @@ reading and writing a file never drops a field.
 from __future__ import annotations
 
 import hashlib
-import json
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -172,8 +171,13 @@ class Trajectory(Record):
         return self
 
 
-def canonical_json(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+# What an episode is, for its id: serialised in field order, which the model fixes.
+ID_FIELDS: dict[str, Any] = {
+    "task_id": True,
+    "policy": True,
+    "attempt": True,
+    "messages": {"__all__": {"role", "content", "reasoning_content", "tool_calls", "tool_call_id"}},
+}
 
 
 def content_id(trajectory: Trajectory) -> str:
@@ -182,16 +186,8 @@ def content_id(trajectory: Trajectory) -> str:
     Independent of where the file lies and of fields that describe the import, so the
     same episode imported twice gets the same id.
     """
-    basis = {
-        "task_id": trajectory.task_id,
-        "policy": trajectory.policy.to_dict(),
-        "attempt": trajectory.attempt,
-        "messages": [
-            {k: v for k, v in m.to_dict().items() if k in ("role", "content", "reasoning_content", "tool_calls", "tool_call_id")}
-            for m in trajectory.messages
-        ],
-    }
-    digest = hashlib.sha256(canonical_json(basis).encode()).hexdigest()
+    basis = trajectory.model_dump_json(include=ID_FIELDS, exclude_none=True)
+    digest = hashlib.sha256(basis.encode()).hexdigest()
     return f"t-{digest[:24]}"
 
 
