@@ -31,3 +31,6 @@ def relearn_bin() -> str:
 def _no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", os.environ.get("TEST_COLUMNS", "200"))
+
+
+pytest_plugins = ["tests.conftest_docker"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import pool
+from relearn.cli import envs, pool
 
 app = typer.Typer(
     name="relearn",
@@ -22,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 pool.register(app)
+envs.register(app)
 
 
 def main() -> None:

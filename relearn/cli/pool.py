@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -24,12 +23,7 @@ from harness.exporters.hf_chat import to_chat_record
 from harness.import_run import ImportSummary, discover, import_files
 from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
 from harness.trajectory import Trajectory, tool_call_pairs
-
-EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
-SHOWN_PROBLEMS = 20
-
-out = Console()
-err = Console(stderr=True)
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 
 class ImportFormat(StrEnum):
@@ -53,16 +47,6 @@ def _progress() -> Progress:
         console=err,
         transient=True,
     )
-
-
-def _show_problems(title: str, problems: list[str]) -> None:
-    if not problems:
-        return
-    err.print(f"[bold]{title}[/bold] ({len(problems)}):")
-    for problem in problems[:SHOWN_PROBLEMS]:
-        err.print(f"  {problem}", markup=False, highlight=False)
-    if len(problems) > SHOWN_PROBLEMS:
-        err.print(f"  ... and {len(problems) - SHOWN_PROBLEMS} more")
 
 
 def _import_table(fmt: str, output: Path, summary: ImportSummary) -> Table:
@@ -110,8 +94,8 @@ def import_command(
         summary = import_files(
             fmt.value, files, output, salvage=salvage, overwrite=overwrite, on_file=lambda _p: progress.advance(task)
         )
-    _show_problems("warnings", summary.warnings)
-    _show_problems("rejected", [str(e) for e in summary.rejected])
+    show_problems("warnings", summary.warnings)
+    show_problems("rejected", [str(e) for e in summary.rejected])
     out.print(_import_table(fmt.value, output, summary))
     raise typer.Exit(EXIT_PARTIAL if summary.rejected else EXIT_OK)
 
@@ -139,7 +123,7 @@ def export_command(
                 document = json.dumps(to_atif(trajectory), ensure_ascii=False, indent=2)
                 write_text_atomic(output / f"{trajectory.id}.trajectory.json", document)
                 count += 1
-    _show_problems("rejected records", [str(e) for e in errors])
+    show_problems("rejected records", [str(e) for e in errors])
     out.print(f"exported {count} trajectories as {fmt.value} to {output}; {len(errors)} records rejected")
     raise typer.Exit(EXIT_PARTIAL if errors else EXIT_OK)
 
@@ -180,8 +164,8 @@ def validate_command(
             exits[trajectory.exit_status.value] += 1
             clean += not found
     problems.extend(f"id {i!r} appears {n} times" for i, n in ids.items() if n > 1)
-    _show_problems("unreadable records", [str(e) for e in errors])
-    _show_problems("problems", problems)
+    show_problems("unreadable records", [str(e) for e in errors])
+    show_problems("problems", problems)
     table = Table(title="relearn validate", show_header=False)
     table.add_row("trajectories", str(sum(ids.values())))
     table.add_row("unreadable records", str(len(errors)))

@@ -1,0 +1,76 @@
+"""Does a task's image give the answer away? The ROSS training set left out tasks whose
+repository exposed future commits or the fix itself through ``.git``; this finds them.
+
+Checks, inside a container from the image:
+- commits reachable from any ref or reflog that are not ancestors of the base commit
+  (upstream history copied in: the fix is one ``git log --all`` away);
+- unreachable commits still in the object store (``git fsck --unreachable``);
+- the fixed version of each file the gold patch touches, present as a blob in the
+  object store (found by hashing the patched file and asking ``git cat-file -e``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+import docker
+
+from envs.docker_backend import Container
+from envs.tasks import Task, patch_files
+
+
+@dataclass
+class AuditReport:
+    instance_id: str
+    image: str
+    future_commits: list[str] = field(default_factory=list)
+    unreachable_commits: list[str] = field(default_factory=list)
+    fix_blobs: list[str] = field(default_factory=list)  # files whose fixed content is in .git
+    error: str | None = None
+
+    @property
+    def flagged(self) -> bool:
+        return bool(self.future_commits or self.unreachable_commits or self.fix_blobs)
+
+    def reasons(self) -> list[str]:
+        out = []
+        if self.future_commits:
+            out.append(f"{len(self.future_commits)} commit(s) after the base reachable from refs or reflogs")
+        if self.unreachable_commits:
+            out.append(f"{len(self.unreachable_commits)} unreachable commit(s) in the object store")
+        if self.fix_blobs:
+            out.append(f"the fixed content of {', '.join(self.fix_blobs)} is in .git")
+        return out
+
+
+def audit(client: docker.DockerClient, task: Task, image: str) -> AuditReport:
+    report = AuditReport(task.instance_id, image)
+    with Container.start(client, image, workdir=task.workdir) as container:
+        probe = container.exec("git rev-parse --git-dir", timeout_s=60)
+        if not probe.ok:
+            report.error = "no git repository in the work directory"
+            return report
+        base = task.base_commit or container.sh("git rev-parse HEAD", timeout_s=60).stdout.strip()
+        quoted = shlex.quote(base)
+        future = container.exec(f"git rev-list --all --reflog --not {quoted}", timeout_s=120)
+        report.future_commits = future.stdout.split()
+        dangling = container.exec("git fsck --unreachable --no-reflogs 2>/dev/null | awk '$2 == \"commit\" {print $3}'", timeout_s=300)
+        report.unreachable_commits = dangling.stdout.split()
+        if task.patch.strip():
+            report.fix_blobs = _fix_blobs(container, task, quoted)
+    return report
+
+
+def _fix_blobs(container: Container, task: Task, base: str) -> list[str]:
+    container.put_file("/tmp/relearn/gold.patch", task.patch if task.patch.endswith("\n") else task.patch + "\n")
+    script = (
+        "set -e; tmp=$(mktemp -d); "
+        f"git archive {base} | tar -x -C $tmp; "
+        "cd $tmp && git apply /tmp/relearn/gold.patch && cd - >/dev/null; "
+    )
+    for path in patch_files(task.patch):
+        q = shlex.quote(path)
+        script += f'if [ -f $tmp/{q} ]; then h=$(git hash-object $tmp/{q}); git cat-file -e $h 2>/dev/null && echo {q}; fi; '
+    result = container.exec(script + "true", timeout_s=300)
+    return [line for line in result.stdout.splitlines() if line.strip()]

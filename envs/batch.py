@@ -1,0 +1,150 @@
+"""Verifying many patches: predictions in, verdicts appended, resumable.
+
+Predictions use SWE-bench's format (``instance_id``, ``model_name_or_path``,
+``model_patch``) as JSON Lines, a JSON list, or a ``{instance_id: prediction}`` map
+(mini-swe-agent's ``preds.json``). A verdict is keyed by (instance_id, patch hash):
+a rerun skips every pair already in the output, so no container runs twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from envs.docker_backend import DEFAULT_LIMITS, Limits
+from envs.images import task_image
+from envs.tasks import Task
+from envs.verify import Verdict, patch_hash, verify
+from harness.jsonl import JsonlWriter, RecordError, iter_lines, parse_json_line
+
+
+@dataclass
+class Prediction:
+    instance_id: str
+    patch: str | None
+    model_name_or_path: str | None = None
+
+
+def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
+    errors: list[RecordError] = []
+    rows: list[tuple[int | None, Any]] = []
+    if path.suffix == ".json":
+        try:
+            document = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            return [], [RecordError(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}")]
+        if isinstance(document, dict):
+            document = [dict(value, instance_id=value.get("instance_id", key)) for key, value in document.items() if isinstance(value, dict)]
+        rows = [(index, row) for index, row in enumerate(document, start=1)] if isinstance(document, list) else []
+    else:
+        try:
+            for number, text in iter_lines(path):
+                try:
+                    rows.append((number, parse_json_line(path, number, text)))
+                except RecordError as exc:
+                    errors.append(exc)
+        except RecordError as exc:
+            errors.append(exc)
+    predictions = []
+    for line, row in rows:
+        if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
+            errors.append(RecordError(str(path), line, "instance_id", "missing or not a string"))
+            continue
+        patch = row.get("model_patch")
+        if patch is not None and not isinstance(patch, str):
+            errors.append(RecordError(str(path), line, "model_patch", f"expected string, got {type(patch).__name__}"))
+            continue
+        predictions.append(Prediction(row["instance_id"], patch, row.get("model_name_or_path")))
+    return predictions, errors
+
+
+def done_pairs(path: Path) -> set[tuple[str, str]]:
+    pairs: set[tuple[str, str]] = set()
+    if not path.exists():
+        return pairs
+    for _number, text in iter_lines(path):
+        try:
+            row = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and "instance_id" in row and "patch_hash" in row:
+            pairs.add((row["instance_id"], row["patch_hash"]))
+    return pairs
+
+
+@dataclass
+class BatchSummary:
+    verdicts: list[Verdict] = field(default_factory=list)
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def verify_batch(
+    client: docker.DockerClient,
+    tasks: dict[str, Task],
+    predictions: list[Prediction],
+    output: Path,
+    *,
+    workers: int = 1,
+    timeout_s: float = 1800.0,
+    log_dir: Path | None = None,
+    limits: Limits = DEFAULT_LIMITS,
+    base_image: str | None = None,
+    on_done: Callable[[Verdict | None], None] | None = None,
+) -> BatchSummary:
+    summary = BatchSummary()
+    finished = done_pairs(output)
+    todo = []
+    for prediction in predictions:
+        if prediction.instance_id not in tasks:
+            summary.errors.append(f"{prediction.instance_id}: no such task")
+            continue
+        if (prediction.instance_id, patch_hash(prediction.patch)) in finished:
+            summary.skipped += 1
+            continue
+        todo.append(prediction)
+
+    # Images first, one at a time: builds share layers and Docker serialises them anyway.
+    images: dict[str, str] = {}
+    for instance_id in dict.fromkeys(p.instance_id for p in todo):
+        try:
+            images[instance_id] = task_image(client, tasks[instance_id], base_image)
+        except (RuntimeError, ValueError) as exc:
+            summary.errors.append(f"{instance_id}: {exc}")
+
+    with JsonlWriter(output, fsync=True) as writer, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {
+            pool.submit(
+                verify,
+                client,
+                tasks[p.instance_id],
+                p.patch,
+                images[p.instance_id],
+                log_dir=log_dir,
+                timeout_s=timeout_s,
+                limits=limits,
+                model_name_or_path=p.model_name_or_path,
+            ): p
+            for p in todo
+            if p.instance_id in images
+        }
+        for future in as_completed(futures):
+            prediction = futures[future]
+            try:
+                verdict = future.result()
+            except Exception as exc:  # one broken run must not stop the batch
+                summary.errors.append(f"{prediction.instance_id}: {type(exc).__name__}: {exc}")
+                if on_done:
+                    on_done(None)
+                continue
+            writer.write(verdict.model_dump(mode="json"))
+            summary.verdicts.append(verdict)
+            if on_done:
+                on_done(verdict)
+    return summary

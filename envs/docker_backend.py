@@ -1,0 +1,369 @@
+"""Containers on a real Docker engine, for running untrusted commands.
+
+Every container: network off unless asked, CPU/memory/pids limits, all capabilities
+dropped but the few a root shell needs to edit a repository, no new privileges, and
+labels naming its owner so that ``gc`` finds orphans. Every exec has a timeout that
+kills its whole process tree, and its output is capped with a visible marker.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import select
+import shlex
+import signal
+import socket
+import struct
+import tarfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+from docker.models.containers import Container as DockerContainer
+
+LABEL_OWNER = "relearn.owner"
+LABEL_RUN = "relearn.run"
+LABEL_PID = "relearn.pid"
+LABEL_HOST = "relearn.host"
+OWNER = "relearn"
+# A root shell editing a repository needs these; everything else is dropped.
+CAPABILITIES = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID"]
+DEFAULT_OUTPUT_CAP = 1 << 20
+TRUNCATION_MARKER = "\n[... relearn: {skipped} bytes of output omitted ...]\n"
+# After a timeout, how long to wait for the stream to close once everything was killed.
+KILL_GRACE_S = 5.0
+MAIN_PID_FILE = "/run/relearn-main.pid"
+# Every process but init, the container's main process and this shell.
+KILL_ALL = (
+    f'main=$(cat {MAIN_PID_FILE} 2>/dev/null); for d in /proc/[0-9]*; do p=${{d#/proc/}}; '
+    '[ "$p" = 1 ] || [ "$p" = "$$" ] || [ "$p" = "$main" ] || kill -KILL "$p" 2>/dev/null; done; true'
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpus: float = 1.0
+    memory_mb: int = 2048
+    pids: int = 512
+    network: bool = False
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass
+class CappedBuffer:
+    """Keeps the head and the tail of a stream, counting what it skips in between."""
+
+    cap: int
+    head: bytearray = field(default_factory=bytearray)
+    tail: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        half = self.cap // 2
+        room = half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.cap - half:
+                del self.tail[: len(self.tail) - (self.cap - half)]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
+        skipped = self.total - len(self.head) - len(self.tail)
+        marker = TRUNCATION_MARKER.format(skipped=skipped)
+        return bytes(self.head).decode("utf-8", errors="replace") + marker + bytes(self.tail).decode("utf-8", errors="replace")
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None  # None when the command was killed on timeout
+    stdout: str
+    stderr: str
+    output: str  # stdout and stderr interleaved as they arrived
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class ExecTimeout(Exception):
+    pass
+
+
+def client_from_env() -> docker.DockerClient:
+    try:
+        client = docker.from_env(timeout=300)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        raise RuntimeError(f"no Docker engine answers ({exc}); run `bash scripts/ensure-docker.sh`") from None
+    return client
+
+
+class Container:
+    """One running container; use as a context manager so it is always removed."""
+
+    def __init__(self, client: docker.DockerClient, handle: DockerContainer, workdir: str) -> None:
+        self.client = client
+        self.handle = handle
+        self.workdir = workdir
+        self.id = handle.id
+
+    @classmethod
+    def start(
+        cls,
+        client: docker.DockerClient,
+        image: str,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        workdir: str = "/testbed",
+        run_label: str = "",
+        env: dict[str, str] | None = None,
+    ) -> Container:
+        labels = {
+            LABEL_OWNER: OWNER,
+            LABEL_RUN: run_label or uuid.uuid4().hex[:12],
+            LABEL_PID: str(os.getpid()),
+            LABEL_HOST: socket.gethostname(),
+        }
+        handle = client.containers.run(
+            image,
+            # The main process records its pid so that kill_all can spare it.
+            command=["sh", "-c", f"echo $$ > {MAIN_PID_FILE}; exec sleep infinity"],
+            detach=True,
+            name=f"relearn-{uuid.uuid4().hex[:12]}",
+            labels=labels,
+            working_dir=workdir,
+            environment=env or {},
+            network_mode="bridge" if limits.network else "none",
+            nano_cpus=int(limits.cpus * 1e9),
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
+            pids_limit=limits.pids,
+            cap_drop=["ALL"],
+            cap_add=CAPABILITIES,
+            security_opt=["no-new-privileges"],
+            privileged=False,
+            init=True,  # reaps zombies and forwards signals
+            stop_signal="SIGKILL",
+        )
+        return cls(client, handle, workdir)
+
+    def __enter__(self) -> Container:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        try:
+            self.handle.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+
+    def exec(
+        self,
+        command: str | list[str],
+        *,
+        timeout_s: float = 60.0,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        output_cap: int = DEFAULT_OUTPUT_CAP,
+        stdin: bytes | None = None,
+        keep_background: bool = False,
+    ) -> ExecResult:
+        """Run ``command`` (a shell string, or an argv list) with a hard timeout.
+
+        The command runs under ``timeout`` in its own process group, and that group is
+        killed when the command ends (``keep_background`` spares background jobs, e.g. a
+        server the next command talks to). If the stream has not ended by the deadline,
+        every process the execs started is killed, also those that left the group.
+        """
+        argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
+        wrapped = ["timeout", "--kill-after=1", "--signal=KILL", f"{max(timeout_s, 0.1):.3f}", *argv]
+        api = self.client.api
+        exec_id = api.exec_create(
+            self.id,
+            wrapped,
+            stdout=True,
+            stderr=True,
+            stdin=stdin is not None,
+            workdir=workdir or self.workdir,
+            environment=env or {},
+        )["Id"]
+        started = time.monotonic()
+        sock = api.exec_start(exec_id, socket=True)
+        raw = sock._sock if hasattr(sock, "_sock") else sock
+        if stdin is not None:
+            raw.sendall(stdin)
+            raw.shutdown(socket.SHUT_WR)
+        stdout, stderr, combined = CappedBuffer(output_cap), CappedBuffer(output_cap), CappedBuffer(output_cap)
+        timed_out = False
+        try:
+            timed_out = not _drain(raw, started + timeout_s + 2.0, stdout, stderr, combined)
+            if timed_out:
+                self.kill_all()
+                _drain(raw, time.monotonic() + KILL_GRACE_S, stdout, stderr, combined)
+        finally:
+            raw.close()
+            inspect = api.exec_inspect(exec_id)
+            if not keep_background:
+                self._kill_group(inspect.get("Pid"))
+        duration = time.monotonic() - started
+        exit_code = inspect.get("ExitCode")
+        # timeout(1) exits 137 when it had to KILL the command.
+        if exit_code in (124, 137) and duration >= timeout_s:
+            timed_out = True
+        if timed_out:
+            exit_code = None
+            combined.add(f"\n[relearn: command timed out after {timeout_s:g} s and was killed]\n".encode())
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=stdout.text(),
+            stderr=stderr.text(),
+            output=combined.text(),
+            timed_out=timed_out,
+            truncated=stdout.truncated or stderr.truncated,
+            duration_s=duration,
+        )
+
+    def _kill_group(self, host_pid: int | None) -> None:
+        """Kill the process group ``timeout`` led (its pgid is its pid on the host).
+        Only possible when the engine runs on this host; elsewhere the group is left
+        to the next timeout's kill_all or the container's removal."""
+        if not host_pid or not self.client.api.base_url.startswith("http+docker://localhost"):
+            return
+        for _ in range(2):  # a fork bomb may fork between the two
+            try:
+                os.killpg(host_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                return
+
+    def kill_all(self) -> None:
+        """Kill every process the execs started, wherever they went (setsid, nohup)."""
+        api = self.client.api
+        exec_id = api.exec_create(self.id, ["sh", "-c", KILL_ALL], user="root")["Id"]
+        api.exec_start(exec_id)
+
+    def sh(self, command: str, *, timeout_s: float = 60.0, check: bool = True, **kwargs: Any) -> ExecResult:
+        result = self.exec(command, timeout_s=timeout_s, **kwargs)
+        if check and not result.ok:
+            raise RuntimeError(f"`{command}` failed in {self.handle.name} (exit {result.exit_code}):\n{result.output[-2000:]}")
+        return result
+
+    def put_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        payload = data.encode() if isinstance(data, str) else data
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            info = tarfile.TarInfo(name=os.path.basename(path))
+            info.size = len(payload)
+            info.mode = mode
+            info.mtime = int(time.time())
+            archive.addfile(info, io.BytesIO(payload))
+        directory = os.path.dirname(path) or "/"
+        self.sh(f"mkdir -p {shlex.quote(directory)}")
+        self.handle.put_archive(directory, buffer.getvalue())
+
+    def put_dir(self, local: str, remote: str) -> None:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            archive.add(local, arcname=".")
+        self.sh(f"mkdir -p {shlex.quote(remote)}")
+        self.handle.put_archive(remote, buffer.getvalue())
+
+    def get_file(self, path: str) -> bytes:
+        try:
+            stream, _stat = self.handle.get_archive(path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(path) from None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.next()
+            if member is None or not member.isfile():
+                raise IsADirectoryError(path)
+            extracted = archive.extractfile(member)
+            assert extracted is not None
+            return extracted.read()
+
+    def diff(self, base_commit: str = "HEAD", *, repo: str | None = None) -> str:
+        """The repository's changes since ``base_commit``, new, deleted and binary files
+        included, without touching the repository's own index."""
+        script = (
+            "set -e; idx=$(mktemp); trap 'rm -f $idx' EXIT; export GIT_INDEX_FILE=$idx; "
+            f"git read-tree {shlex.quote(base_commit)}; git add -A; "
+            f"git -c core.quotepath=false diff --cached --binary --no-color --no-ext-diff {shlex.quote(base_commit)}"
+        )
+        result = self.sh(script, workdir=repo or self.workdir, output_cap=64 << 20)
+        return result.stdout
+
+    def image_digest(self) -> str:
+        return self.handle.image.id
+
+
+def _drain(raw: socket.socket, deadline: float, *buffers: CappedBuffer) -> bool:
+    """Read docker's multiplexed exec stream until it ends (True) or the deadline passes
+    (False). Frames are an 8-byte header (stream, 0, 0, 0, length) then the payload."""
+    stdout, stderr, combined = buffers
+    pending = b""
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        ready, _, _ = select.select([raw], [], [], min(remaining, 1.0))
+        if not ready:
+            continue
+        chunk = raw.recv(1 << 16)
+        if not chunk:
+            return True
+        pending += chunk
+        while len(pending) >= 8:
+            stream, length = pending[0], struct.unpack(">I", pending[4:8])[0]
+            if len(pending) < 8 + length:
+                break
+            payload = pending[8 : 8 + length]
+            pending = pending[8 + length :]
+            (stderr if stream == 2 else stdout).add(payload)
+            combined.add(payload)
+
+
+def gc(client: docker.DockerClient, *, everything: bool = False) -> list[str]:
+    """Remove relearn's orphaned containers: those whose creating process on this host
+    is gone (or all of relearn's containers with ``everything``)."""
+    removed = []
+    host = socket.gethostname()
+    for container in client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={OWNER}"}):
+        labels = container.labels
+        alive = labels.get(LABEL_HOST) == host and _pid_alive(labels.get(LABEL_PID, ""))
+        if everything or not alive:
+            container.remove(force=True)
+            removed.append(container.name)
+    return removed
+
+
+def _pid_alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def owned_containers(client: docker.DockerClient, run_label: str | None = None) -> list[DockerContainer]:
+    filters = [f"{LABEL_OWNER}={OWNER}"] + ([f"{LABEL_RUN}={run_label}"] if run_label else [])
+    return client.containers.list(all=True, filters={"label": filters})

@@ -1,0 +1,194 @@
+"""Environment verbs: ``relearn envs build-base|build|audit|gc`` and ``relearn verify``."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from envs import docker_backend
+from envs.audit import audit
+from envs.batch import load_predictions, verify_batch
+from envs.docker_backend import Limits
+from envs.images import build_base, task_image
+from envs.tasks import Task, load_tasks
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+
+MINI_SUITE = Path(__file__).resolve().parents[2] / "envs" / "mini_tasks"
+
+envs_app = typer.Typer(help="Task images and containers: build the offline base and task images, audit them, sweep orphans.", no_args_is_help=True)
+
+
+def _tasks_path(value: str) -> Path:
+    return MINI_SUITE if value == "mini" else Path(value)
+
+
+def _load(tasks_arg: str, ids: list[str] | None) -> list[Task]:
+    tasks, errors = load_tasks(_tasks_path(tasks_arg))
+    show_problems("unreadable tasks", [str(e) for e in errors])
+    if ids:
+        missing = sorted(set(ids) - {t.instance_id for t in tasks})
+        if missing:
+            err.print(f"[red]error:[/red] no such task: {', '.join(missing)}")
+            raise typer.Exit(EXIT_USAGE)
+        tasks = [t for t in tasks if t.instance_id in ids]
+    if not tasks:
+        err.print(f"[red]error:[/red] no tasks in {tasks_arg}")
+        raise typer.Exit(EXIT_USAGE)
+    return tasks
+
+
+def _client():  # noqa: ANN202
+    try:
+        return docker_backend.client_from_env()
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def _terminate_cleanly() -> None:
+    """SIGTERM unwinds like Ctrl-C, so every `with Container` removes its container."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+@envs_app.command("build-base")
+def build_base_command(force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = False) -> None:
+    """Build the offline base image: debootstrap (minbase + python3, pytest, git, patch) and docker import.
+
+    Cached by tag: the tag names the Debian suite and package list.
+    """
+    tag = build_base(_client(), force=force, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    out.print(f"base image: {tag}")
+
+
+TasksArg = Annotated[str, typer.Option("--tasks", "-t", help="Task file (.jsonl/.json/.parquet), task folder(s), or `mini` for the bundled suite.")]
+IdsArg = Annotated[list[str] | None, typer.Option("--id", help="Only these instance ids (repeatable).")]
+
+
+@envs_app.command("build")
+def build_command(
+    tasks: TasksArg = "mini",
+    ids: IdsArg = None,
+    leaky: Annotated[bool, typer.Option(help="Mini suite: also commit the fix into .git history (to exercise `envs audit`).")] = False,
+) -> None:
+    """Build the task images (the base image first, if needed)."""
+    client = _client()
+    chosen = _load(tasks, ids)
+    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    table = Table(title="task images")
+    table.add_column("task")
+    table.add_column("image")
+    failures = []
+    for task in chosen:
+        try:
+            image = task_image(client, task, base, leaky=leaky)
+            table.add_row(task.instance_id, image)
+        except (RuntimeError, ValueError) as exc:
+            failures.append(f"{task.instance_id}: {exc}")
+    show_problems("failed", failures)
+    out.print(table)
+    raise typer.Exit(EXIT_PARTIAL if failures else EXIT_OK)
+
+
+@envs_app.command("audit")
+def audit_command(
+    tasks: TasksArg = "mini",
+    ids: IdsArg = None,
+    leaky: Annotated[bool, typer.Option(help="Mini suite: audit the deliberately leaky builds.")] = False,
+) -> None:
+    """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged."""
+    client = _client()
+    _terminate_cleanly()
+    chosen = _load(tasks, ids)
+    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    table = Table(title="relearn envs audit")
+    for column in ("task", "verdict", "why"):
+        table.add_column(column)
+    flagged = 0
+    for task in chosen:
+        image = task_image(client, task, base, leaky=leaky)
+        report = audit(client, task, image)
+        flagged += report.flagged
+        verdict = "[red]EXPOSED[/red]" if report.flagged else ("[yellow]error[/yellow]" if report.error else "[green]clean[/green]")
+        table.add_row(task.instance_id, verdict, "; ".join(report.reasons()) or (report.error or ""))
+    out.print(table)
+    out.print(f"{flagged} of {len(chosen)} task images expose their fix")
+    raise typer.Exit(EXIT_PARTIAL if flagged else EXIT_OK)
+
+
+@envs_app.command("gc")
+def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False) -> None:
+    """Remove relearn's orphaned containers (found by label), e.g. after a crash."""
+    removed = docker_backend.gc(_client(), everything=everything)
+    out.print(f"removed {len(removed)} container(s)" + (f": {', '.join(removed)}" if removed else ""))
+
+
+def verify_command(
+    patches: Annotated[Path, typer.Option("--patches", "-p", help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format).")],
+    tasks: TasksArg = "mini",
+    output: Annotated[Path, typer.Option("-o", "--output", help="Verdicts JSONL (appended; finished pairs are skipped).")] = Path("verdicts.jsonl"),
+    workers: Annotated[int, typer.Option(help="Containers at once.")] = 1,
+    timeout: Annotated[float, typer.Option(help="Seconds for one test run.")] = 1800.0,
+    log_dir: Annotated[Path | None, typer.Option(help="Keep each full test log here.")] = None,
+) -> None:
+    """Grade patches in fresh containers with the tasks' tests (SWE-bench grading, Harbor reward files).
+
+    Resumable: a (task, patch) pair already in the output is not run again.
+    """
+    client = _client()
+    _terminate_cleanly()
+    task_list = _load(tasks, None)
+    predictions, errors = load_predictions(patches)
+    show_problems("unreadable predictions", [str(e) for e in errors])
+    if not predictions:
+        err.print(f"[red]error:[/red] no predictions in {patches}")
+        raise typer.Exit(EXIT_USAGE)
+    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    progress = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
+    with progress:
+        bar = progress.add_task("verify", total=len(predictions))
+        summary = verify_batch(
+            client,
+            {t.instance_id: t for t in task_list},
+            predictions,
+            output,
+            workers=workers,
+            timeout_s=timeout,
+            log_dir=log_dir,
+            limits=Limits(),
+            base_image=base,
+            on_done=lambda _v: progress.advance(bar),
+        )
+    show_problems("errors", summary.errors)
+    table = Table(title=f"relearn verify -> {output}")
+    for column in ("task", "patch", "resolved", "F2P ok", "P2P ok", "reverted test edits", "seconds"):
+        table.add_column(column)
+    for v in sorted(summary.verdicts, key=lambda v: v.instance_id):
+        tests = v.tests or {}
+        f2p, p2p = tests.get("FAIL_TO_PASS", {}), tests.get("PASS_TO_PASS", {})
+        table.add_row(
+            v.instance_id,
+            v.patch_hash[:8] + ("" if v.patch_exists else " (empty)"),
+            "[green]yes[/green]" if v.resolved else "[red]no[/red]" + (f" ({v.error})" if v.error else ""),
+            f"{len(f2p.get('success', []))}/{len(f2p.get('success', [])) + len(f2p.get('failure', []))}",
+            f"{len(p2p.get('success', []))}/{len(p2p.get('success', [])) + len(p2p.get('failure', []))}",
+            ", ".join(v.test_files_reverted),
+            f"{v.durations_s.get('total', 0):.1f}",
+        )
+    out.print(table)
+    resolved = sum(v.resolved for v in summary.verdicts)
+    out.print(f"{len(summary.verdicts)} verified, {resolved} resolved, {summary.skipped} already verified (skipped), {len(summary.errors)} errors")
+    raise typer.Exit(EXIT_PARTIAL if summary.errors or errors else EXIT_OK)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(envs_app, name="envs")
+    app.command("verify")(verify_command)
