@@ -1,0 +1,4 @@
+from .evaluator import evaluate
+from .tokenizer import CalcError, Token, tokenize
+
+__all__ = ["evaluate", "tokenize", "Token", "CalcError"]

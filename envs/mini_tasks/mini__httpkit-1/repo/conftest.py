@@ -1,0 +1,1 @@
+# Lets pytest import the package from the repository root.

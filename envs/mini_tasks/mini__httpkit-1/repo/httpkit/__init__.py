@@ -1,0 +1,3 @@
+from .request import USER_AGENT, Request, build_request
+
+__all__ = ["USER_AGENT", "Request", "build_request"]

@@ -1,0 +1,4 @@
+from .preview import truncate_words
+from .slug import slugify
+
+__all__ = ["slugify", "truncate_words"]
