@@ -132,7 +132,10 @@ def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove ev
 
 
 def verify_command(
-    patches: Annotated[Path, typer.Option("--patches", "-p", help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format).")],
+    patches: Annotated[
+        Path,
+        typer.Option("--patches", "-p", exists=True, dir_okay=False, help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format)."),
+    ],
     tasks: TasksArg = "mini",
     output: Annotated[Path, typer.Option("-o", "--output", help="Verdicts JSONL (appended; finished pairs are skipped).")] = Path("verdicts.jsonl"),
     workers: Annotated[int, typer.Option(help="Containers at once.")] = 1,
@@ -168,16 +171,18 @@ def verify_command(
             on_done=lambda _v: progress.advance(bar),
         )
     show_problems("errors", summary.errors)
+    show_problems("not gradable", [f"{v.instance_id} {v.patch_hash[:8]}: {v.error}" for v in summary.verdicts if v.error])
     table = Table(title=f"relearn verify -> {output}")
-    for column in ("task", "patch", "resolved", "F2P ok", "P2P ok", "reverted test edits", "seconds"):
+    table.add_column("task", no_wrap=True)
+    for column in ("patch", "resolved", "F2P", "P2P", "reverted", "s"):
         table.add_column(column)
     for v in sorted(summary.verdicts, key=lambda v: v.instance_id):
         tests = v.tests or {}
         f2p, p2p = tests.get("FAIL_TO_PASS", {}), tests.get("PASS_TO_PASS", {})
         table.add_row(
             v.instance_id,
-            v.patch_hash[:8] + ("" if v.patch_exists else " (empty)"),
-            "[green]yes[/green]" if v.resolved else "[red]no[/red]" + (f" ({v.error})" if v.error else ""),
+            v.patch_hash[:8] if v.patch_exists else "empty",
+            "[green]yes[/green]" if v.resolved else "[red]no[/red]",
             f"{len(f2p.get('success', []))}/{len(f2p.get('success', [])) + len(f2p.get('failure', []))}",
             f"{len(p2p.get('success', []))}/{len(p2p.get('success', [])) + len(p2p.get('failure', []))}",
             ", ".join(v.test_files_reverted),
