@@ -102,10 +102,6 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out
 
 
-class ExecTimeout(Exception):
-    pass
-
-
 def client_from_env() -> docker.DockerClient:
     try:
         client = docker.from_env(timeout=300)
@@ -309,9 +305,6 @@ class Container:
         )
         result = self.sh(script, workdir=repo or self.workdir, output_cap=64 << 20)
         return result.stdout
-
-    def image_digest(self) -> str:
-        return self.handle.image.id
 
 
 def _drain(raw: socket.socket, deadline: float, *buffers: CappedBuffer) -> bool:

@@ -229,11 +229,3 @@ def load_tasks(path: Path) -> tuple[list[Task], list[RecordError]]:
         (errors if isinstance(item, RecordError) else tasks).append(item)  # type: ignore[arg-type]
     return tasks, errors
 
-
-def select(tasks: list[Task], ids: list[str] | None = None, repos: list[str] | None = None) -> list[Task]:
-    chosen = [t for t in tasks if (not ids or t.instance_id in ids) and (not repos or t.repo in repos)]
-    if ids:
-        missing = sorted(set(ids) - {t.instance_id for t in chosen})
-        if missing:
-            raise KeyError(f"no such task: {', '.join(missing)}")
-    return chosen

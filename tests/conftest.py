@@ -4,12 +4,16 @@ import os
 import sys
 from pathlib import Path
 
+import docker
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "samples"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from envs.docker_backend import client_from_env  # noqa: E402
+from envs.images import build_base  # noqa: E402
 
 
 @pytest.fixture
@@ -33,4 +37,13 @@ def _no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", os.environ.get("TEST_COLUMNS", "200"))
 
 
-pytest_plugins = ["tests.conftest_docker"]
+@pytest.fixture(scope="session")
+def docker_client() -> docker.DockerClient:
+    # No skip: these tests are how the container stages are proven; without an engine
+    # the suite must fail and say why (`make test` starts one).
+    return client_from_env()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_client: docker.DockerClient) -> str:
+    return build_base(docker_client, log=lambda _m: None)
