@@ -31,6 +31,8 @@ test: setup
 
 bench: setup
 	$(VENV)/bin/python bench/bench_import.py
+	bash scripts/ensure-docker.sh
+	$(VENV)/bin/python bench/bench_envs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs
