@@ -34,17 +34,26 @@ def chat_message(message: Message, role: str | None = None) -> dict[str, Any]:
 def to_chat_messages(trajectory: Trajectory) -> list[dict[str, Any]]:
     """The messages of ``trajectory`` as template input, one output per input message
     except the merged leading instructions."""
-    messages = trajectory.messages
+    return chat_messages_with_sources(trajectory.messages)[0]
+
+
+def chat_messages_with_sources(messages: list[Message]) -> tuple[list[dict[str, Any]], list[int]]:
+    """Chat messages, and for each the index of the trajectory message it came from
+    (the merged leading system message points at the first of them)."""
     lead = 0
     while lead < len(messages) and messages[lead].role in INSTRUCTION_ROLES:
         lead += 1
     out: list[dict[str, Any]] = []
+    sources: list[int] = []
     if lead:
         out.append({"role": "system", "content": "\n\n".join(m.content or "" for m in messages[:lead])})
-    for message in messages[lead:]:
+        sources.append(0)
+    for index in range(lead, len(messages)):
+        message = messages[index]
         role = "user" if message.role in INSTRUCTION_ROLES else message.role
         out.append(chat_message(message, role))
-    return out
+        sources.append(index)
+    return out, sources
 
 
 def to_chat_record(trajectory: Trajectory) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import envs, pool
+from relearn.cli import envs, masks, pool
 
 app = typer.Typer(
     name="relearn",
@@ -23,6 +23,7 @@ app = typer.Typer(
 )
 pool.register(app)
 envs.register(app)
+masks.register(app)
 
 
 def main() -> None:

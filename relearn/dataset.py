@@ -1,0 +1,235 @@
+"""Dataset shards: the pool compiled into Parquet token data plus statistics.
+
+Shard ``k`` holds the samples of input records ``[k*S, (k+1)*S)`` of the pool, in pool
+order, so a shard's content depends only on its inputs and the options: a rerun skips
+every shard already written with the same options (resumable), and the same inputs give
+the same bytes (deterministic). Each shard is written beside its final name and renamed
+into place, then its statistics; a shard without statistics is redone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from harness.jsonl import RecordError, read_trajectories_lenient, write_text_atomic
+from harness.trajectory import Trajectory
+from relearn.masks import MaskOptions, Rejected, Sample, compile_trajectory
+from review.records import Review, iter_reviews
+
+SCHEMA = pa.schema(
+    [
+        ("sample_id", pa.string()),
+        ("trajectory_id", pa.string()),
+        ("input_ids", pa.list_(pa.int32())),
+        ("loss_mask", pa.list_(pa.uint8())),
+        ("n_tokens", pa.int32()),
+        ("eligible", pa.int32()),
+        ("excluded", pa.int32()),
+        ("supervised", pa.int32()),
+        ("ter", pa.float64()),
+        ("mode", pa.string()),
+    ]
+)
+SHOWN_REJECTIONS = 200
+
+
+@dataclass
+class ShardStats:
+    options_hash: str
+    inputs: int = 0
+    samples: int = 0
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    rejections: list[dict[str, str]] = field(default_factory=list)
+    tokens: int = 0
+    eligible: int = 0
+    excluded: int = 0
+    supervised: int = 0
+    excluded_by_category: Counter[str] = field(default_factory=Counter)
+    per_sample: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, sample: Sample) -> None:
+        self.samples += 1
+        self.tokens += len(sample.input_ids)
+        self.eligible += sample.eligible
+        self.excluded += sample.excluded
+        self.supervised += sample.supervised
+        self.excluded_by_category.update(sample.excluded_by_category)
+        self.per_sample.append(
+            {"sample_id": sample.sample_id, "tokens": len(sample.input_ids), "eligible": sample.eligible, "excluded": sample.excluded, "ter": sample.ter}
+        )
+
+    def reject(self, trajectory_id: str, reason: str, detail: str) -> None:
+        self.rejected[reason] += 1
+        self.rejections.append({"trajectory_id": trajectory_id, "reason": reason, "detail": detail})
+
+
+def options_hash(options: MaskOptions, tokenizer_name: str, template: str) -> str:
+    basis = json.dumps({"options": asdict(options), "tokenizer": tokenizer_name, "template": template}, sort_keys=True)
+    return hashlib.sha256(basis.encode()).hexdigest()[:16]
+
+
+def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review]:
+    reviews: dict[str, Review] = {}
+    if path is None:
+        return reviews
+    for item in iter_reviews(path):
+        if isinstance(item, RecordError):
+            errors.append(str(item))
+        else:
+            reviews[item.trajectory_id] = item  # a later review of the same trajectory wins
+    return reviews
+
+
+def _chunks(items: Iterator[Trajectory | RecordError], size: int) -> Iterator[list[Trajectory | RecordError]]:
+    chunk: list[Trajectory | RecordError] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _pool_items(pool: Path) -> Iterator[Trajectory | RecordError]:
+    errors: list[RecordError] = []
+    for trajectory in read_trajectories_lenient(pool, errors):
+        while errors:
+            yield errors.pop(0)
+        yield trajectory
+    yield from errors
+
+
+def _write_shard(path: Path, samples: list[Sample], mode: str) -> None:
+    table = pa.table(
+        {
+            "sample_id": [s.sample_id for s in samples],
+            "trajectory_id": [s.trajectory_id for s in samples],
+            "input_ids": [s.input_ids for s in samples],
+            "loss_mask": [s.loss_mask for s in samples],
+            "n_tokens": [len(s.input_ids) for s in samples],
+            "eligible": [s.eligible for s in samples],
+            "excluded": [s.excluded for s in samples],
+            "supervised": [s.supervised for s in samples],
+            "ter": [s.ter for s in samples],
+            "mode": [mode] * len(samples),
+        },
+        schema=SCHEMA,
+    )
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(path)
+
+
+def build_dataset(
+    pool: Path,
+    reviews: dict[str, Review],
+    tokenizer: Any,
+    tokenizer_name: str,
+    options: MaskOptions,
+    output: Path,
+    *,
+    shard_size: int = 256,
+    on_trajectory: Callable[[], None] | None = None,
+) -> tuple[dict[str, Any], int]:
+    """Compile ``pool`` into ``output``; returns the statistics and how many shards
+    were already there and reused."""
+    output.mkdir(parents=True, exist_ok=True)
+    digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
+    shard_stats: list[ShardStats] = []
+    reused = 0
+    for number, chunk in enumerate(_chunks(_pool_items(pool), shard_size)):
+        shard = output / f"shard-{number:05d}.parquet"
+        stats_path = output / f"shard-{number:05d}.stats.json"
+        if shard.exists() and stats_path.exists():
+            saved = json.loads(stats_path.read_text())
+            if saved.get("options_hash") == digest and saved.get("inputs") == len(chunk):
+                shard_stats.append(_stats_from_json(saved))
+                reused += 1
+                for _ in chunk:
+                    if on_trajectory:
+                        on_trajectory()
+                continue
+        stats = ShardStats(options_hash=digest)
+        samples: list[Sample] = []
+        for item in chunk:
+            stats.inputs += 1
+            if isinstance(item, RecordError):
+                stats.reject("", "unreadable record", str(item))
+            else:
+                try:
+                    produced = compile_trajectory(item, reviews.get(item.id), tokenizer, options)
+                except Rejected as exc:
+                    stats.reject(item.id, exc.reason, exc.detail)
+                else:
+                    stats.accepted += 1
+                    for sample in produced:
+                        stats.add(sample)
+                        samples.append(sample)
+            if on_trajectory:
+                on_trajectory()
+        _write_shard(shard, samples, options.mode)
+        write_text_atomic(stats_path, json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
+        shard_stats.append(stats)
+    summary = summarise(shard_stats, options, tokenizer_name, pool)
+    write_text_atomic(output / "stats.json", json.dumps(summary, indent=1, sort_keys=True))
+    return summary, reused
+
+
+def _stats_to_json(stats: ShardStats) -> dict[str, Any]:
+    data = asdict(stats)
+    data["rejected"] = dict(stats.rejected)
+    data["excluded_by_category"] = dict(stats.excluded_by_category)
+    return data
+
+
+def _stats_from_json(data: dict[str, Any]) -> ShardStats:
+    stats = ShardStats(**{k: v for k, v in data.items() if k in ShardStats.__dataclass_fields__})
+    stats.rejected = Counter(data.get("rejected", {}))
+    stats.excluded_by_category = Counter(data.get("excluded_by_category", {}))
+    return stats
+
+
+def summarise(shards: list[ShardStats], options: MaskOptions, tokenizer_name: str, pool: Path) -> dict[str, Any]:
+    rejected: Counter[str] = Counter()
+    categories: Counter[str] = Counter()
+    rejections: list[dict[str, str]] = []
+    per_sample: list[dict[str, Any]] = []
+    for shard in shards:
+        rejected.update(shard.rejected)
+        categories.update(shard.excluded_by_category)
+        rejections.extend(shard.rejections)
+        per_sample.extend(shard.per_sample)
+    eligible = sum(s.eligible for s in shards)
+    excluded = sum(s.excluded for s in shards)
+    ters = [s["ter"] for s in per_sample]
+    return {
+        "pool": str(pool),
+        "mode": options.mode,
+        "ctx": options.ctx,
+        "tokenizer": tokenizer_name,
+        "per_turn": options.per_turn,
+        "prefix_check": options.prefix_check,
+        "template_kwargs": options.template_kwargs,
+        "shards": len(shards),
+        "trajectories_in": sum(s.inputs for s in shards),
+        "trajectories_out": sum(s.accepted for s in shards),
+        "samples": sum(s.samples for s in shards),
+        "rejected": dict(sorted(rejected.items())),
+        "rejections": rejections[:SHOWN_REJECTIONS],
+        "tokens": {"total": sum(s.tokens for s in shards), "eligible": eligible, "excluded": excluded, "supervised": sum(s.supervised for s in shards)},
+        "ter_token_weighted": excluded / eligible if eligible else 0.0,
+        "ter_mean": sum(ters) / len(ters) if ters else 0.0,
+        "excluded_by_category": dict(sorted(categories.items())),
+        "per_sample": per_sample,
+    }

@@ -1,0 +1,220 @@
+"""Mask compilation: m = A \\ E over the rendered trajectory, and VALIDATE.
+
+A: tokens lying wholly inside a generated assistant turn (after the generation prompt,
+through the end-of-turn token). A token that straddles the turn's edge is not eligible.
+E: tokens overlapping any character of a grounded defect (a token half inside a defect
+is excluded: excluding correct text costs little, imitating an error costs a lot).
+
+Modes (DESIGN.md): ``ross`` = A \\ E on accepted trajectories; ``positive`` = A on every
+verifier-positive trajectory (Positive-Rollout SFT); ``ross-nomask`` = A on the accepted
+subset (filtering without masking).
+
+VALIDATE fails closed, per trajectory, with a reason: the rendered text re-tokenizes to
+the same ids; every defect's quote is at its offsets, in its field and in the render;
+every supervised token is in A; no supervised token touches a defect character; the
+template is prefix-stable at each generated turn (or per-turn rendering was chosen);
+recorded generation token ids, where present, match.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.trajectory import Trajectory
+from relearn.render import Rendered, RenderError, nfc, nfc_offset, per_turn_renders, render
+from review.records import FIELD, Defect, Review, field_text
+
+MODES = ("ross", "positive", "ross-nomask")
+
+
+class Rejected(Exception):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Sample:
+    """One training sequence (a whole trajectory, or one turn in per-turn mode)."""
+
+    sample_id: str
+    trajectory_id: str
+    input_ids: np.ndarray  # int32
+    loss_mask: np.ndarray  # uint8
+    eligible: int
+    excluded: int
+    supervised: int
+    excluded_by_category: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def ter(self) -> float:
+        return self.excluded / self.eligible if self.eligible else 0.0
+
+
+@dataclass
+class MaskOptions:
+    mode: str = "ross"
+    ctx: int = 65536
+    template_kwargs: dict[str, Any] = field(default_factory=lambda: {"preserve_thinking": True})
+    prefix_check: str = "header"
+    per_turn: bool = False
+
+
+def is_positive(trajectory: Trajectory) -> bool:
+    outcome = trajectory.outcome
+    if outcome is None:
+        return False
+    if outcome.resolved is not None:
+        return bool(outcome.resolved)
+    return (outcome.reward or 0.0) > 0.0
+
+
+def select(trajectory: Trajectory, review: Review | None, mode: str) -> list[Defect]:
+    """Whether a trajectory enters the dataset in ``mode``, and the defects to exclude."""
+    if not is_positive(trajectory):
+        raise Rejected("not verified positive", "no outcome with resolved or reward > 0")
+    if mode == "positive":
+        return []
+    if review is None:
+        raise Rejected("no review")
+    if review.decision != "accept":
+        raise Rejected("review rejected", review.reason or "")
+    return list(review.defects) if mode == "ross" else []
+
+
+def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect) -> tuple[int, int] | None:
+    """Map a defect to rendered characters; None when it covers only text the template
+    does not render (trimmed whitespace, JSON punctuation). Raises Rejected when the
+    quote is not where the defect says."""
+    where = f"defect in message {defect.message_index} {defect.field} [{defect.start}, {defect.end})"
+    if not 0 <= defect.message_index < len(trajectory.messages):
+        raise Rejected("defect outside the trajectory", where)
+    raw_message = trajectory.messages[defect.message_index]
+    raw_text = field_text(raw_message, defect.field)
+    if raw_text is None or defect.end > len(raw_text):
+        raise Rejected("defect outside its field", where)
+    if raw_text[defect.start : defect.end] != defect.quote:
+        raise Rejected("quote not at its offsets", f"{where}: field has {raw_text[defect.start:defect.end]!r}, quote is {defect.quote!r}")
+    turn = next((t for t in rendered.turns if t.message_index == defect.message_index), None)
+    if turn is None:
+        raise Rejected("defect in a message that is not a generated turn", where)
+    start, end = nfc_offset(raw_text, defect.start), nfc_offset(raw_text, defect.end)
+    quote = nfc(defect.quote)
+    text = rendered.text
+    match = FIELD.match(defect.field)
+    assert match is not None
+    if match.group(2) is None:  # content or reasoning_content
+        span = turn.fields.get(defect.field)
+        if span is None:
+            return None  # the field renders as nothing (empty after trim)
+        lo, hi = max(start, span.lead), min(end, span.lead + span.kept)
+        if lo >= hi:
+            return None
+        at = span.start + lo - span.lead
+        expected = quote[lo - start : hi - start]
+        if text[at : at + hi - lo] != expected:
+            raise Rejected("quote not in the render", where)
+        return at, at + hi - lo
+    call = turn.calls[int(match.group(2))]
+    key = match.group(3)
+    if key is not None:
+        span = call.values[key]
+        if text[span.start + start : span.start + end] != quote:
+            raise Rejected("quote not in the render", where)
+        return (span.start + start, span.start + end) if end > start else None
+    positions = [call.json_to_render[j] for j in range(start, end) if j in call.json_to_render]
+    if not positions:
+        return None
+    return min(positions), max(positions) + 1
+
+
+def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect], tokenizer: Any, sample_id: str) -> Sample:
+    text = rendered.text
+    encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+    ids = np.asarray(encoding["input_ids"], dtype=np.int32)
+    offsets = np.asarray(encoding["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    # VALIDATE: the render re-tokenizes to the same ids.
+    decoded = tokenizer.decode(ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+    if decoded != text or tokenizer(decoded, add_special_tokens=False)["input_ids"] != ids.tolist():
+        raise Rejected("render does not round-trip through the tokenizer")
+
+    eligible_chars = np.zeros(len(text) + 1, dtype=np.int64)
+    for turn in rendered.turns:
+        eligible_chars[turn.start] += 1
+        eligible_chars[turn.end] -= 1
+    inside = np.cumsum(eligible_chars)[:-1] > 0
+    defect_chars = np.zeros(len(text), dtype=bool)
+    spans_by_category: list[tuple[int, int, str]] = []
+    for defect in defects:
+        span = _defect_render_span(rendered, trajectory, defect)
+        if span is not None:
+            defect_chars[span[0] : span[1]] = True
+            spans_by_category.append((span[0], span[1], defect.category))
+
+    starts, ends = offsets[:, 0], offsets[:, 1]
+    inside_sum = np.concatenate([[0], np.cumsum(inside)])
+    defect_sum = np.concatenate([[0], np.cumsum(defect_chars)])
+    width = ends - starts
+    eligible = (width > 0) & (inside_sum[ends] - inside_sum[starts] == width)
+    touches = (defect_sum[ends] - defect_sum[starts]) > 0
+    supervised = eligible & ~touches
+
+    # VALIDATE: by construction, and checked, because a wrong mask costs a training run.
+    if np.any(supervised & ~eligible) or np.any(supervised & touches):
+        raise Rejected("internal: supervised token outside A or on a defect")
+
+    for turn in rendered.turns:
+        recorded = rendered.messages[turn.message_index].token_ids
+        if recorded is None:
+            continue
+        in_turn = (starts >= turn.start) & (ends <= turn.end) & (width > 0)
+        actual = ids[in_turn].tolist()
+        if recorded != actual and recorded != actual[:-1]:
+            first = next((i for i, (a, b) in enumerate(zip(recorded, actual, strict=False)) if a != b), min(len(recorded), len(actual)))
+            raise Rejected(
+                "recorded token ids disagree",
+                f"message {turn.message_index}: {len(recorded)} recorded vs {len(actual)} re-tokenized, first difference at {first}",
+            )
+
+    by_category: Counter[str] = Counter()
+    excluded_tokens = eligible & touches
+    for lo, hi, category in spans_by_category:
+        by_category[category] += int(np.sum(excluded_tokens & (starts < hi) & (ends > lo)))
+    return Sample(
+        sample_id=sample_id,
+        trajectory_id=trajectory.id,
+        input_ids=ids,
+        loss_mask=supervised.astype(np.uint8),
+        eligible=int(eligible.sum()),
+        excluded=int(excluded_tokens.sum()),
+        supervised=int(supervised.sum()),
+        excluded_by_category=by_category,
+    )
+
+
+def compile_trajectory(trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions) -> list[Sample]:
+    """The samples one trajectory contributes, or Rejected with the reason."""
+    defects = select(trajectory, review, options.mode)
+    try:
+        if options.per_turn:
+            renders = per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs)
+        else:
+            renders = [render(trajectory, tokenizer, template_kwargs=options.template_kwargs, prefix_check=options.prefix_check)]
+    except RenderError as exc:
+        raise Rejected(f"render: {exc.reason}", exc.detail) from None
+    if not any(r.turns for r in renders):
+        raise Rejected("no generated assistant turn")
+    samples = []
+    for rendered in renders:
+        own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if options.per_turn else defects
+        suffix = f"#m{rendered.turns[0].message_index}" if options.per_turn else ""
+        sample = compile_one(rendered, trajectory, own, tokenizer, trajectory.id + suffix)
+        if len(sample.input_ids) > options.ctx:
+            raise Rejected("longer than ctx", f"{len(sample.input_ids)} tokens > {options.ctx}")
+        samples.append(sample)
+    return samples

@@ -1,0 +1,284 @@
+"""Render a trajectory once with the target chat template, and find in the rendered text
+what each generated assistant message produced.
+
+A turn's eligible text starts where the template's generation prompt ends (what the
+model was given) and runs through the end-of-turn token. Inside it, each field is
+located as the template writes it: reasoning and content ``|trim``-ed, tool-call
+arguments as XML parameters (``<parameter=KEY>\\nVALUE\\n</parameter>``, string values
+raw, others as JSON), which is how Qwen3.5/3.6/3.8 and Nemotron 3 templates render them.
+Anything that cannot be located is a ``RenderError``: the trajectory is refused, never
+masked by guesswork.
+
+All text is NFC-normalised before rendering, as the Qwen tokenizer's normaliser would
+do, so that token offsets index the rendered text exactly; defect offsets are carried
+through the same normalisation.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.exporters.hf_chat import chat_messages_with_sources
+from harness.trajectory import Message, Trajectory
+
+PREFIX_CHECKS = ("every", "header", "off")
+
+
+class RenderError(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass
+class Span:
+    """Where a field's text lies in the rendered text.
+
+    ``lead`` characters were trimmed from the front of the field and ``kept`` remain,
+    so field offset ``i`` (lead <= i < lead + kept) is rendered at ``start + i - lead``.
+    """
+
+    start: int
+    lead: int
+    kept: int
+
+
+@dataclass
+class ArgumentSpans:
+    """One tool call's arguments: each key's value span, and a map from positions in
+    ``json.dumps(arguments, ensure_ascii=False)`` to rendered positions."""
+
+    values: dict[str, Span]
+    json_to_render: dict[int, int]
+
+
+@dataclass
+class Turn:
+    message_index: int  # in the trajectory
+    start: int  # first generated character (after the generation prompt)
+    end: int  # end of the end-of-turn token
+    fields: dict[str, Span] = field(default_factory=dict)
+    calls: list[ArgumentSpans] = field(default_factory=list)
+
+
+@dataclass
+class Rendered:
+    text: str
+    turns: list[Turn]
+    messages: list[Message]  # the NFC-normalised messages the offsets refer to
+
+
+def nfc(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if unicodedata.is_normalized("NFC", value) else unicodedata.normalize("NFC", value)
+    if isinstance(value, list):
+        return [nfc(v) for v in value]
+    if isinstance(value, dict):
+        return {k: nfc(v) for k, v in value.items()}
+    return value
+
+
+def nfc_offset(text: str, offset: int) -> int:
+    """Where raw offset ``offset`` lands in NFC(text)."""
+    if unicodedata.is_normalized("NFC", text):
+        return offset
+    return len(unicodedata.normalize("NFC", text[:offset]))
+
+
+@dataclass(frozen=True)
+class TemplateShape:
+    """What the template writes around an assistant turn, found by probing it."""
+
+    generation_prompt: str
+    end_of_turn: str
+
+    @property
+    def role_header(self) -> str:
+        """The generation prompt's first line (``<|im_start|>assistant\n``): every
+        assistant turn opens with it, whatever the template does after."""
+        head, newline, _rest = self.generation_prompt.partition("\n")
+        return head + newline
+
+
+def probe(tokenizer: Any, template_kwargs: dict[str, Any]) -> TemplateShape:
+    query = [{"role": "user", "content": "q"}]
+    bare = tokenizer.apply_chat_template(query, tokenize=False, **template_kwargs)
+    prompted = tokenizer.apply_chat_template(query, tokenize=False, add_generation_prompt=True, **template_kwargs)
+    if not prompted.startswith(bare) or prompted == bare:
+        raise RenderError("template", "the generation prompt is not appended to the conversation")
+    end = tokenizer.eos_token or "<|im_end|>"
+    return TemplateShape(prompted[len(bare) :], end)
+
+
+def _render(tokenizer: Any, chat: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], prompt: bool = False) -> str:
+    try:
+        return tokenizer.apply_chat_template(chat, tools=tools, tokenize=False, add_generation_prompt=prompt, **kwargs)
+    except Exception as exc:  # jinja raises template errors as several types
+        raise RenderError("template", f"{type(exc).__name__}: {exc}") from None
+
+
+def _find(text: str, needle: str, start: int, end: int, what: str, index: int) -> int:
+    position = text.find(needle, start, end)
+    if position < 0:
+        raise RenderError("locate", f"message {index}: {what} not found in its rendered turn")
+    return position
+
+
+def _field_span(text: str, raw: str | None, cursor: int, end: int, what: str, index: int) -> tuple[Span | None, int]:
+    if raw is None:
+        return None, cursor
+    kept = raw.strip()
+    if not kept:
+        return None, cursor
+    position = _find(text, kept, cursor, end, what, index)
+    return Span(position, len(raw) - len(raw.lstrip()), len(kept)), position + len(kept)
+
+
+def _argument_spans(text: str, arguments: dict[str, Any], cursor: int, end: int, index: int) -> tuple[ArgumentSpans, int]:
+    values: dict[str, Span] = {}
+    json_map: dict[int, int] = {}
+    json_pos = 1  # after "{"
+    for number, (key, value) in enumerate(arguments.items()):
+        if number:
+            json_pos += 2  # ", "
+        tag = f"<parameter={key}>\n"
+        tag_at = _find(text, tag, cursor, end, f"argument {key!r}", index)
+        rendered = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        start = tag_at + len(tag)
+        if not text.startswith(rendered + "\n</parameter>", start):
+            raise RenderError("locate", f"message {index}: argument {key!r} is not rendered verbatim")
+        values[key] = Span(start, 0, len(rendered))
+        # The key's characters in the JSON text map onto the key inside the tag.
+        key_json = json.dumps(key, ensure_ascii=False)
+        key_at = tag_at + len("<parameter=")
+        if key_json == f'"{key}"':
+            for i in range(len(key)):
+                json_map[json_pos + 1 + i] = key_at + i
+        json_pos += len(key_json) + 2  # ": "
+        if isinstance(value, str):
+            json_pos += 1  # opening quote
+            for i, char in enumerate(value):
+                width = len(json.dumps(char, ensure_ascii=False)) - 2
+                for j in range(width):
+                    json_map[json_pos + j] = start + i
+                json_pos += width
+            json_pos += 1  # closing quote
+        else:
+            for i in range(len(rendered)):
+                json_map[json_pos + i] = start + i
+            json_pos += len(rendered)
+        cursor = start + len(rendered)
+    return ArgumentSpans(values, json_map), cursor
+
+
+def _locate_fields(text: str, turn: Turn, message: Message) -> None:
+    index = turn.message_index
+    cursor = turn.start
+    reasoning, cursor = _field_span(text, message.reasoning_content, cursor, turn.end, "reasoning", index)
+    content, cursor = _field_span(text, message.content, cursor, turn.end, "content", index)
+    if reasoning is not None:
+        turn.fields["reasoning_content"] = reasoning
+    if content is not None:
+        turn.fields["content"] = content
+    for number, call in enumerate(message.tool_calls or []):
+        cursor = _find(text, f"<function={call.function.name}>", cursor, turn.end, f"tool call {number}", index)
+        spans, cursor = _argument_spans(text, call.function.arguments, cursor, turn.end, index)
+        turn.calls.append(spans)
+
+
+def normalised_messages(trajectory: Trajectory) -> list[Message]:
+    out = []
+    for message in trajectory.messages:
+        data = message.model_dump()
+        for key in ("content", "reasoning_content"):
+            data[key] = nfc(data[key])
+        for call in data.get("tool_calls") or []:
+            call["function"]["arguments"] = nfc(call["function"]["arguments"])
+        out.append(Message.model_validate(data))
+    return out
+
+
+def render(
+    trajectory: Trajectory,
+    tokenizer: Any,
+    *,
+    template_kwargs: dict[str, Any] | None = None,
+    prefix_check: str = "header",
+) -> Rendered:
+    """Render the whole trajectory once and locate every generated assistant turn.
+
+    ``prefix_check``: ``header`` (default) requires each generated turn to open with the
+    template's generation prompt, which catches templates that rewrite past turns
+    (dropped reasoning) at no extra cost; ``every`` also renders the conversation up to
+    each generated turn and requires it to be an exact prefix of the whole render;
+    ``off`` trusts the template.
+    """
+    kwargs = dict(template_kwargs or {})
+    shape = probe(tokenizer, kwargs)
+    messages = normalised_messages(trajectory)
+    chat, sources = chat_messages_with_sources(messages)
+    tools = nfc(trajectory.tools) or None
+    text = _render(tokenizer, chat, tools, kwargs)
+    turns: list[Turn] = []
+    cursor = 0
+    for chat_index, source in enumerate(sources):
+        message = messages[source]
+        if chat[chat_index]["role"] != "assistant":
+            continue
+        # Every assistant turn, generated or not, opens with the role header.
+        opening = text.find(shape.role_header, cursor)
+        if opening < 0:
+            raise RenderError("locate", f"message {source}: no {shape.role_header!r} for this assistant turn")
+        if not message.generated:
+            end_at = text.find(shape.end_of_turn, opening)
+            cursor = opening + len(shape.role_header) if end_at < 0 else end_at + len(shape.end_of_turn)
+            continue
+        if prefix_check == "every":
+            prefix = _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True)
+            if not text.startswith(prefix):
+                raise RenderError("prefix", f"message {source}: the template renders the history before this turn differently from what the model was given")
+            start = len(prefix)
+        else:
+            if prefix_check == "header" and not text.startswith(shape.generation_prompt, opening):
+                raise RenderError("prefix", f"message {source}: its turn does not open with the generation prompt {shape.generation_prompt!r} (the template rewrote it)")
+            start = opening + len(shape.generation_prompt)
+        end_at = text.find(shape.end_of_turn, start)
+        if end_at < 0:
+            raise RenderError("locate", f"message {source}: no end-of-turn token {shape.end_of_turn!r}")
+        turn = Turn(source, start, end_at + len(shape.end_of_turn))
+        _locate_fields(text, turn, message)
+        turns.append(turn)
+        cursor = turn.end
+    return Rendered(text, turns, messages)
+
+
+def per_turn_renders(
+    trajectory: Trajectory, tokenizer: Any, *, template_kwargs: dict[str, Any] | None = None
+) -> list[Rendered]:
+    """For templates that rewrite earlier turns: one render per generated assistant turn,
+    the conversation up to it (as the model was given it) plus that turn."""
+    kwargs = dict(template_kwargs or {})
+    shape = probe(tokenizer, kwargs)
+    messages = normalised_messages(trajectory)
+    chat, sources = chat_messages_with_sources(messages)
+    tools = nfc(trajectory.tools) or None
+    out = []
+    for chat_index, source in enumerate(sources):
+        if chat[chat_index]["role"] != "assistant" or not messages[source].generated:
+            continue
+        prefix = _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True)
+        full = _render(tokenizer, chat[: chat_index + 1], tools, kwargs)
+        if not full.startswith(prefix):
+            raise RenderError("prefix", f"message {source}: the turn does not continue its own prompt")
+        end_at = full.find(shape.end_of_turn, len(prefix))
+        if end_at < 0:
+            raise RenderError("locate", f"message {source}: no end-of-turn token")
+        text = full[: end_at + len(shape.end_of_turn)]
+        turn = Turn(source, len(prefix), len(text))
+        _locate_fields(text, turn, messages[source])
+        out.append(Rendered(text, [turn], messages))
+    return out

@@ -1,0 +1,101 @@
+"""The Review record: what the judges concluded about one trajectory.
+
+``defects`` are the grounded spans the mask compiler excludes (E): a character range
+``[start, end)`` of one field of one message, with the quote that was found there.
+``field`` is ``content``, ``reasoning_content``, ``tool_calls[i].arguments`` (offsets
+into ``json.dumps(arguments, ensure_ascii=False)``, the text a judge reads) or
+``tool_calls[i].arguments.KEY`` (offsets into that argument's string value).
+Omissions have no source tokens and are never masked.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from harness.jsonl import RecordError, iter_lines, parse_json_line, validation_error
+from harness.trajectory import Message
+
+SCHEMA_VERSION = "1.0"
+CATEGORIES = (
+    "corrected_mistake",
+    "wrong_hypothesis",
+    "redundant_exploration",
+    "abandoned_attempt",
+    "hallucination",
+    "unsafe_action",
+    "reward_hacking",
+    "other",
+)
+FIELD = re.compile(r"^(content|reasoning_content|tool_calls\[(\d+)\]\.arguments(?:\.(.+))?)$")
+
+
+class Defect(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    message_index: int
+    field: str
+    start: int
+    end: int
+    quote: str
+    category: str = "other"
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> Defect:
+        if not FIELD.match(self.field):
+            raise ValueError(f"field {self.field!r} is not content, reasoning_content, tool_calls[i].arguments[.KEY]")
+        if not 0 <= self.start <= self.end:
+            raise ValueError(f"span [{self.start}, {self.end}) is not a range")
+        return self
+
+
+class Review(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: str = SCHEMA_VERSION
+    trajectory_id: str
+    decision: Literal["accept", "reject"]
+    reason: str | None = None
+    errors: list[dict[str, Any]] = []
+    omissions: list[dict[str, Any]] = []
+    defects: list[Defect] = []
+
+
+def field_text(message: Message, field: str) -> str | None:
+    """The text a defect's offsets index into, or None if the message has no such field."""
+    match = FIELD.match(field)
+    if match is None:
+        return None
+    if field == "content":
+        return message.content
+    if field == "reasoning_content":
+        return message.reasoning_content
+    index, key = int(match.group(2)), match.group(3)
+    calls = message.tool_calls or []
+    if index >= len(calls):
+        return None
+    arguments = calls[index].function.arguments
+    if key is None:
+        return json.dumps(arguments, ensure_ascii=False)
+    value = arguments.get(key)
+    return value if isinstance(value, str) else None
+
+
+def iter_reviews(path: Path) -> Iterator[Review | RecordError]:
+    try:
+        for number, text in iter_lines(path):
+            try:
+                data = parse_json_line(path, number, text)
+                yield Review.model_validate(data)
+            except RecordError as exc:
+                yield exc
+            except ValidationError as exc:
+                yield validation_error(path, number, exc)
+    except RecordError as exc:
+        yield exc

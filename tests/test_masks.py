@@ -1,0 +1,367 @@
+"""Mask compilation A \\ E with the real Qwen3.6 tokenizer and chat template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, event, given, reject, settings
+from hypothesis import strategies as st
+
+from harness.trajectory import Trajectory
+from relearn.masks import MaskOptions, Rejected, _defect_render_span, compile_trajectory
+from relearn.render import render
+from review.records import Defect, Review
+
+SPECIAL = ("<|", "|>", "<think", "</think", "<tool", "</tool", "<function", "</function", "<parameter", "</parameter")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tokenizers")
+
+
+@pytest.fixture(scope="session")
+def tok(tokenizer_cache: Path):  # noqa: ANN201
+    from relearn.tokenizers import load_tokenizer
+
+    return load_tokenizer("qwen3.6", cache_dir=tokenizer_cache)
+
+
+def trajectory(messages: list[dict], **extra: object) -> Trajectory:
+    return Trajectory.model_validate({"messages": messages, "outcome": {"resolved": True, "reward": 1.0}, **extra})
+
+
+def call(call_id: str, name: str, **arguments: object) -> dict:
+    return {"id": call_id, "function": {"name": name, "arguments": arguments}}
+
+
+BASE = [
+    {"role": "system", "content": "You are a coding agent."},
+    {"role": "user", "content": "Fix add() in calc.py."},
+    {
+        "role": "assistant",
+        "generated": True,
+        "reasoning_content": "The bug is probably in parse().",
+        "content": "  Let me look at the file.  ",
+        "tool_calls": [call("c1", "shell", command=["bash", "-lc", "cat calc.py"], workdir="/repo")],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "def add(a, b):\n    return a - b\n"},
+    {
+        "role": "assistant",
+        "generated": True,
+        "reasoning_content": "It subtracts.",
+        "tool_calls": [call("c2", "apply_patch", input="*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n")],
+    },
+    {"role": "tool", "tool_call_id": "c2", "content": "Success."},
+    {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
+]
+
+
+def defect(t: Trajectory, index: int, field: str, quote: str, occurrence: int = 0, category: str = "other") -> Defect:
+    from review.records import field_text
+
+    text = field_text(t.messages[index], field)
+    assert text is not None
+    start = -1
+    for _ in range(occurrence + 1):
+        start = text.index(quote, start + 1)
+    return Defect(message_index=index, field=field, start=start, end=start + len(quote), quote=quote, category=category)
+
+
+def supervised_text(tok, sample) -> str:  # noqa: ANN001
+    ids = sample.input_ids.tolist()
+    return tok.decode([i for i, m in zip(ids, sample.loss_mask.tolist(), strict=True) if m])
+
+
+def compile_ross(t: Trajectory, defects: list[Defect], tok, **options: object):  # noqa: ANN001, ANN201
+    review = Review(trajectory_id=t.id, decision="accept", defects=defects)
+    (sample,) = compile_trajectory(t, review, tok, MaskOptions(**options))
+    return sample
+
+
+def test_a_covers_generated_turns_only(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    sample = compile_ross(t, [], tok)
+    text = supervised_text(tok, sample)
+    assert "The bug is probably in parse()." in text and "Let me look at the file." in text
+    assert "<parameter=command>" in text and "Fixed: add() returns a + b.<|im_end|>" in text
+    assert "You are a coding agent" not in text and "Fix add() in calc.py." not in text
+    assert "return a - b\n" not in text.replace("-    return a - b", "")  # the tool output is context
+    assert "<|im_start|>" not in text  # headers are never eligible
+    assert sample.excluded == 0 and sample.supervised == sample.eligible
+
+
+def test_defect_in_tool_call_arguments(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    as_json = defect(t, 2, "tool_calls[0].arguments", "cat calc.py")
+    as_key = defect(t, 4, "tool_calls[0].arguments.input", "+    return a + b")
+    sample = compile_ross(t, [as_json, as_key], tok)
+    text = supervised_text(tok, sample)
+    assert "cat calc.py" not in text and "return a + b" not in text
+    assert '"bash", "-lc", "' in text  # the rest of the same argument stays supervised
+    assert "*** Begin Patch" in text and "*** End Patch" in text
+    assert 0 < sample.excluded < 20
+
+
+def test_defects_at_the_edges_of_a_message(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    content = t.messages[2].content
+    first = Defect(message_index=2, field="content", start=0, end=content.index("Let") + 3, quote=content[: content.index("Let") + 3])
+    last = Defect(message_index=6, field="content", start=len("Fixed: add() returns a + b") - 1, end=len("Fixed: add() returns a + b."), quote="b.")
+    sample = compile_ross(t, [first, last], tok)
+    text = supervised_text(tok, sample)
+    assert " me look at the file." in text and "Let me" not in text
+    assert "Fixed: add() returns a +" in text and "a + b." not in text
+    assert text.endswith("<|im_end|>")  # the end-of-turn token is its own token, untouched
+
+
+def test_adjacent_and_overlapping_defects(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    reasoning = t.messages[2].reasoning_content
+    a = Defect(message_index=2, field="reasoning_content", start=4, end=7, quote=reasoning[4:7])
+    b = Defect(message_index=2, field="reasoning_content", start=7, end=10, quote=reasoning[7:10])
+    c = Defect(message_index=2, field="reasoning_content", start=5, end=15, quote=reasoning[5:15], category="wrong_hypothesis")
+    both = compile_ross(t, [a, b, c], tok)
+    only_c = compile_ross(t, [c], tok)
+    assert both.excluded >= only_c.excluded > 0
+    assert "bug is" not in supervised_text(tok, both)
+    assert both.excluded_by_category["wrong_hypothesis"] == only_c.excluded
+
+
+def test_defect_in_reasoning(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    sample = compile_ross(t, [defect(t, 2, "reasoning_content", "probably in parse()", category="wrong_hypothesis")], tok)
+    text = supervised_text(tok, sample)
+    assert "The bug is" in text and "parse()" not in text
+    assert sample.excluded_by_category == {"wrong_hypothesis": sample.excluded}
+    assert sample.ter == pytest.approx(sample.excluded / sample.eligible)
+
+
+def test_a_wrong_quote_rejects_the_trajectory(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    bad = Defect(message_index=2, field="reasoning_content", start=0, end=3, quote="XYZ")
+    with pytest.raises(Rejected, match="quote not at its offsets"):
+        compile_ross(t, [bad], tok)
+    outside = Defect(message_index=3, field="content", start=0, end=3, quote="def")
+    with pytest.raises(Rejected, match="not a generated turn"):
+        compile_ross(t, [outside], tok)
+
+
+def test_recorded_token_ids_are_checked(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
+    last = rendered.turns[-1]
+    encoding = tok(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
+    actual = [i for i, (s, e) in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True) if s >= last.start and e <= last.end and e > s]
+    messages = [dict(m) for m in BASE]
+    messages[6] = dict(messages[6], token_ids=actual)
+    compile_ross(trajectory(messages), [], tok)  # what the engine emitted: accepted
+    messages[6] = dict(messages[6], token_ids=actual[:-1])
+    compile_ross(trajectory(messages), [], tok)  # without the stop token: accepted
+    messages[6] = dict(messages[6], token_ids=[actual[0] + 1, *actual[1:]])
+    with pytest.raises(Rejected, match="recorded token ids disagree.*message 6.*first difference at 0"):
+        compile_ross(trajectory(messages), [], tok)
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused(tok) -> None:  # noqa: ANN001
+    messages = [*BASE, {"role": "user", "content": "Now add a test."}, {"role": "assistant", "generated": True, "reasoning_content": "Write it.", "content": "Added."}]
+    t = trajectory(messages)
+    # Without preserve_thinking, Qwen3.6 drops reasoning from turns before the last query.
+    with pytest.raises(Rejected, match="render: prefix.*message 2"):
+        compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False})
+    with pytest.raises(Rejected, match="render: prefix.*message 2"):
+        compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False}, prefix_check="every")
+    # Per-turn mode: one sample per generated turn, each with the history the model was given.
+    review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 2, "reasoning_content", "probably")])
+    samples = compile_trajectory(t, review, tok, MaskOptions(template_kwargs={"preserve_thinking": False}, per_turn=True))
+    assert [s.sample_id.split("#")[1] for s in samples] == ["m2", "m4", "m6", "m8"]
+    assert samples[0].excluded > 0 and all(s.excluded == 0 for s in samples[1:])
+    # With preserve_thinking (the default) the whole trajectory is one prefix-stable render.
+    assert compile_ross(t, [], tok, prefix_check="every").supervised > 0
+
+
+def test_modes_and_selection(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    d = defect(t, 2, "reasoning_content", "probably")
+    accepted = Review(trajectory_id=t.id, decision="accept", defects=[d])
+    rejected = Review(trajectory_id=t.id, decision="reject", reason="reward hacking")
+    (ross,) = compile_trajectory(t, accepted, tok, MaskOptions(mode="ross"))
+    (nomask,) = compile_trajectory(t, accepted, tok, MaskOptions(mode="ross-nomask"))
+    (positive,) = compile_trajectory(t, rejected, tok, MaskOptions(mode="positive"))
+    assert ross.excluded > 0 and nomask.excluded == 0 and positive.excluded == 0
+    assert np.array_equal(nomask.loss_mask, positive.loss_mask) and np.array_equal(ross.input_ids, positive.input_ids)
+    with pytest.raises(Rejected, match="review rejected"):
+        compile_trajectory(t, rejected, tok, MaskOptions(mode="ross"))
+    with pytest.raises(Rejected, match="no review"):
+        compile_trajectory(t, None, tok, MaskOptions(mode="ross-nomask"))
+    unverified = Trajectory.model_validate({"messages": BASE})
+    with pytest.raises(Rejected, match="not verified positive"):
+        compile_trajectory(unverified, None, tok, MaskOptions(mode="positive"))
+    with pytest.raises(Rejected, match="longer than ctx"):
+        compile_trajectory(t, accepted, tok, MaskOptions(ctx=50))
+
+
+# ---- properties over generated trajectories ---------------------------------------------
+
+WORDS = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Co", "Cn")),
+    min_size=0,
+    max_size=40,
+).filter(lambda s: not any(marker in s for marker in SPECIAL))
+EDGY = st.builds(lambda pre, body, post: pre + body + post, st.sampled_from(["", " ", "\n", "  \n\t"]), WORDS, st.sampled_from(["", " ", "\n\n", "\t "]))
+ARG_VALUE = st.one_of(EDGY, st.integers(-5, 10**6), st.lists(WORDS, max_size=3), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9), max_size=2), st.booleans())
+ARGUMENTS = st.dictionaries(st.sampled_from(["command", "path", "input", "flag", "n"]), ARG_VALUE, min_size=1, max_size=3)
+
+
+@st.composite
+def trajectories(draw: st.DrawFn) -> Trajectory:
+    messages: list[dict] = [{"role": "system", "content": draw(EDGY)}, {"role": "user", "content": draw(WORDS.filter(lambda s: s.strip()))}]
+    for round_ in range(draw(st.integers(1, 3))):
+        message: dict = {"role": "assistant", "generated": True}
+        if draw(st.booleans()):
+            message["reasoning_content"] = draw(EDGY)
+        message["content"] = draw(EDGY)
+        calls = [call(f"c{round_}_{i}", draw(st.sampled_from(["shell", "edit"])), **draw(ARGUMENTS)) for i in range(draw(st.integers(0, 2)))]
+        if calls:
+            message["tool_calls"] = calls
+        messages.append(message)
+        for c in calls:
+            messages.append({"role": "tool", "tool_call_id": c["id"], "content": draw(EDGY)})
+    messages.append({"role": "assistant", "generated": True, "content": draw(EDGY)})
+    return trajectory(messages)
+
+
+@st.composite
+def with_defects(draw: st.DrawFn) -> tuple[Trajectory, list[Defect]]:
+    from review.records import field_text
+
+    t = draw(trajectories())
+    candidates = []
+    for index, message in enumerate(t.messages):
+        if message.role != "assistant":
+            continue
+        fields = ["content", "reasoning_content"] + [f"tool_calls[{i}].arguments" for i in range(len(message.tool_calls or []))]
+        for name in fields:
+            text = field_text(message, name)
+            if text:
+                candidates.append((index, name, text))
+    defects = []
+    for _ in range(draw(st.integers(0, 4)) if candidates else 0):
+        index, name, text = draw(st.sampled_from(candidates))
+        start = draw(st.integers(0, len(text)))
+        end = draw(st.integers(start, len(text)))
+        defects.append(Defect(message_index=index, field=name, start=start, end=end, quote=text[start:end]))
+    return t, defects
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(case=with_defects())
+def test_mask_properties(tok, case: tuple[Trajectory, list[Defect]]) -> None:  # noqa: ANN001
+    t, defects = case
+    try:
+        sample = compile_ross(t, defects, tok)
+    except Rejected as exc:
+        # The only refusal a well-formed trajectory may get: a template error the model
+        # itself would have hit (e.g. no user query), never a mask failure.
+        if exc.reason == "render: template":
+            reject()
+        raise
+    event(f"tokens excluded: {'some' if sample.excluded else 'none'}")
+    rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
+    text = rendered.text
+    encoding = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    assert encoding["input_ids"] == sample.input_ids.tolist()  # the render re-tokenizes to input_ids
+    assert tok.decode(sample.input_ids.tolist()) == text
+    offsets = encoding["offset_mapping"]
+    defect_chars = np.zeros(len(text) + 1, dtype=bool)
+    for d in defects:
+        span = _defect_render_span(rendered, t, d)
+        if span:
+            defect_chars[span[0] : span[1]] = True
+    in_turn = np.zeros(len(text) + 1, dtype=bool)
+    for turn in rendered.turns:
+        in_turn[turn.start : turn.end] = True
+    mask = sample.loss_mask.tolist()
+    for (start, end), supervised in zip(offsets, mask, strict=True):
+        if supervised:
+            assert end > start and in_turn[start:end].all()  # every supervised token is eligible
+            assert not defect_chars[start:end].any()  # and touches no defect character
+    # Every turn character that no excluded token covers is supervised: masking removes
+    # the defects (and the tokens they touch), nothing else.
+    covered_by_excluded = np.zeros(len(text) + 1, dtype=bool)
+    supervised_chars = np.zeros(len(text) + 1, dtype=bool)
+    for (start, end), supervised in zip(offsets, mask, strict=True):
+        (supervised_chars if supervised else covered_by_excluded)[start:end] = True
+    for turn in rendered.turns:
+        for position in range(turn.start, turn.end):
+            if not covered_by_excluded[position]:
+                assert supervised_chars[position], (position, text[max(0, position - 10) : position + 10])
+    # Decoding each supervised run gives exactly that stretch of the render.
+    ids = sample.input_ids.tolist()
+    i = 0
+    while i < len(mask):
+        if not mask[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(mask) and mask[j]:
+            j += 1
+        piece = tok.decode(ids[i:j])
+        if "\ufffd" not in piece:  # a run may begin or end inside a multi-byte character
+            assert piece == text[offsets[i][0] : offsets[j - 1][1]]
+        i = j
+
+
+def _rows(stdout: str) -> dict[str, str]:
+    return {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
+
+
+def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Path, tok, tokenizer_cache: Path) -> None:  # noqa: ANN001
+    import os
+    import subprocess
+
+    import pyarrow.parquet as pq
+
+    from harness.jsonl import write_atomic
+
+    good = trajectory(BASE)
+    unverified = Trajectory.model_validate({"messages": BASE, "task_id": "other"})
+    rejected_one = trajectory(BASE, task_id="hacked")
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, [good, unverified, rejected_one])
+    reviews = tmp_path / "reviews.jsonl"
+    reviews.write_text(
+        json.dumps(Review(trajectory_id=good.id, decision="accept", defects=[defect(good, 2, "reasoning_content", "probably")]).model_dump())
+        + "\n"
+        + json.dumps({"trajectory_id": rejected_one.id, "decision": "reject", "reason": "reward hacking"})
+        + "\n"
+    )
+    def masks(out: Path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [relearn_bin, "masks", str(pool), "-r", str(reviews), "-o", str(out), "--shard-size", "2"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "RELEARN_CACHE": str(tokenizer_cache)},
+            timeout=600,
+        )
+
+    first = masks(tmp_path / "a")
+    assert first.returncode == 0, first.stderr
+    rows = _rows(first.stdout)
+    assert rows["trajectories out"] == "1" and rows["shards (reused)"] == "2 (0)"
+    assert rows["rejected: review rejected"] == "1" and int(rows["excluded (A ∩ E)"]) > 0
+    stats = json.loads((tmp_path / "a" / "stats.json").read_text())
+    assert stats["trajectories_in"] == 3 and stats["trajectories_out"] == 1
+    assert stats["rejected"] == {"not verified positive": 1, "review rejected": 1}
+    assert stats["tokens"]["excluded"] > 0 and stats["excluded_by_category"] == {"other": stats["tokens"]["excluded"]}
+    table = pq.read_table(tmp_path / "a" / "shard-00000.parquet")
+    assert table.column("input_ids").type.value_type == "int32" and table.num_rows == 1
+    second = masks(tmp_path / "b")
+    for name in ("shard-00000.parquet", "shard-00001.parquet", "stats.json"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
+    again = masks(tmp_path / "a")
+    assert again.returncode == 0 and second.returncode == 0
+    assert _rows(again.stdout)["shards (reused)"] == "2 (2)"
