@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import envs, masks, pool
+from relearn.cli import envs, harness, masks, pool
 
 app = typer.Typer(
     name="relearn",
@@ -24,6 +24,7 @@ app = typer.Typer(
 pool.register(app)
 envs.register(app)
 masks.register(app)
+harness.register(app)
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ def _tasks_path(value: str) -> Path:
     return MINI_SUITE if value == "mini" else Path(value)
 
 
-def _load(tasks_arg: str, ids: list[str] | None) -> list[Task]:
+def load_task_list(tasks_arg: str, ids: list[str] | None) -> list[Task]:
     tasks, errors = load_tasks(_tasks_path(tasks_arg))
     show_problems("unreadable tasks", [str(e) for e in errors])
     if ids:
@@ -42,7 +42,7 @@ def _load(tasks_arg: str, ids: list[str] | None) -> list[Task]:
     return tasks
 
 
-def _client():  # noqa: ANN202
+def docker_client():  # noqa: ANN202
     try:
         return docker_backend.client_from_env()
     except RuntimeError as exc:
@@ -50,7 +50,7 @@ def _client():  # noqa: ANN202
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def _terminate_cleanly() -> None:
+def terminate_cleanly() -> None:
     """SIGTERM unwinds like Ctrl-C, so every `with Container` removes its container."""
 
     def handler(_signum: int, _frame: object) -> None:
@@ -65,7 +65,7 @@ def build_base_command(force: Annotated[bool, typer.Option(help="Rebuild even if
 
     Cached by tag: the tag names the Debian suite and package list.
     """
-    tag = build_base(_client(), force=force, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    tag = build_base(docker_client(), force=force, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     out.print(f"base image: {tag}")
 
 
@@ -80,8 +80,8 @@ def build_command(
     leaky: Annotated[bool, typer.Option(help="Mini suite: also commit the fix into .git history (to exercise `envs audit`).")] = False,
 ) -> None:
     """Build the task images (the base image first, if needed)."""
-    client = _client()
-    chosen = _load(tasks, ids)
+    client = docker_client()
+    chosen = load_task_list(tasks, ids)
     base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     table = Table(title="task images")
     table.add_column("task")
@@ -105,9 +105,9 @@ def audit_command(
     leaky: Annotated[bool, typer.Option(help="Mini suite: audit the deliberately leaky builds.")] = False,
 ) -> None:
     """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged."""
-    client = _client()
-    _terminate_cleanly()
-    chosen = _load(tasks, ids)
+    client = docker_client()
+    terminate_cleanly()
+    chosen = load_task_list(tasks, ids)
     base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     table = Table(title="relearn envs audit")
     for column in ("task", "verdict", "why"):
@@ -127,7 +127,7 @@ def audit_command(
 @envs_app.command("gc")
 def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False) -> None:
     """Remove relearn's orphaned containers (found by label), e.g. after a crash."""
-    removed = docker_backend.gc(_client(), everything=everything)
+    removed = docker_backend.gc(docker_client(), everything=everything)
     out.print(f"removed {len(removed)} container(s)" + (f": {', '.join(removed)}" if removed else ""))
 
 
@@ -146,9 +146,9 @@ def verify_command(
 
     Resumable: a (task, patch) pair already in the output is not run again.
     """
-    client = _client()
-    _terminate_cleanly()
-    task_list = _load(tasks, None)
+    client = docker_client()
+    terminate_cleanly()
+    task_list = load_task_list(tasks, None)
     predictions, errors = load_predictions(patches)
     show_problems("unreadable predictions", [str(e) for e in errors])
     if not predictions:

@@ -1,0 +1,1 @@
+"""Codex-style tools the agent loop offers: shell, apply_patch, update_plan."""
