@@ -33,6 +33,8 @@ bench: setup
 	$(VENV)/bin/python bench/bench_import.py
 	bash scripts/ensure-docker.sh
 	$(VENV)/bin/python bench/bench_envs.py
+	$(VENV)/bin/python bench/bench_masks.py
+	$(VENV)/bin/python bench/bench_harness.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs

@@ -28,6 +28,7 @@ from harness.budget import Budget  # noqa: E402
 from harness.collect import collect  # noqa: E402
 from harness.policies import PolicySpec, make_policy  # noqa: E402
 from harness.recorder import EpisodeRecorder  # noqa: E402
+from harness.tools.output import default_encoding  # noqa: E402
 from harness.trajectory import Source, Trajectory  # noqa: E402
 from tests.model_servers import ModelServer, ScriptedTurn  # noqa: E402
 
@@ -56,6 +57,9 @@ def main() -> None:
     task = tasks[0]
     image = task_image(client, task, base)
 
+    started = time.perf_counter()
+    default_encoding()  # once per process; not a per-step cost
+    print(f"token counter (tiktoken over the Qwen3.6 ranks) loaded once in {time.perf_counter() - started:.2f} s")
     with ModelServer("chat", steps_script(args.steps)) as server, tempfile.TemporaryDirectory() as tmp:
         spec = PolicySpec(kind="chat", model="scripted", base_url=server.base_url)
         header = Trajectory(id="bench", task_id=task.instance_id, messages=[], source=Source(format="relearn"))
