@@ -177,6 +177,16 @@ def _apply(container: Container, patch: str, verdict: Verdict) -> list[str]:
     return lines
 
 
+def _apply_candidate(container: Container, patch: str | None, verdict: Verdict) -> list[str]:
+    """Apply the candidate, if there is one; sets ``verdict.error`` when it does not apply."""
+    if not verdict.patch_exists or patch is None:
+        return []
+    log_lines = _apply(container, patch, verdict)
+    if not verdict.patch_applied:
+        verdict.error = "the patch does not apply"
+    return log_lines
+
+
 def _revert_test_edits(container: Container, task: Task, patch: str, base_commit: str, verdict: Verdict) -> None:
     protected = _protected(task, patch_files(patch))
     for path in protected:
@@ -193,13 +203,10 @@ def _base_commit(container: Container, task: Task) -> str:
 
 def _run_eval_script(container: Container, task: Task, patch: str | None, verdict: Verdict, timeout_s: float) -> str:
     base_commit = _base_commit(container, task)
-    log_lines: list[str] = []
-    if verdict.patch_exists:
-        assert patch is not None
-        log_lines += _apply(container, patch, verdict)
-        if not verdict.patch_applied:
-            verdict.error = "the patch does not apply"
-            return "\n".join(log_lines)
+    log_lines = _apply_candidate(container, patch, verdict)
+    if verdict.error:
+        return "\n".join(log_lines)
+    if patch and verdict.patch_applied:
         _revert_test_edits(container, task, patch, base_commit, verdict)
     spec = _test_spec(task, base_commit)
     container.put_file(EVAL_PATH, spec.eval_script, mode=0o755)
@@ -238,13 +245,9 @@ def _grade_swebench(spec: Any, task: Task, log: str, verdict: Verdict) -> None:
 def _run_harbor(container: Container, task: Task, patch: str | None, verdict: Verdict, timeout_s: float) -> str:
     """Harbor's protocol: upload tests/ to /tests, run test.sh, read the reward file."""
     assert task.task_dir is not None
-    log_lines: list[str] = []
-    if verdict.patch_exists:
-        assert patch is not None
-        log_lines += _apply(container, patch, verdict)
-        if not verdict.patch_applied:
-            verdict.error = "the patch does not apply"
-            return "\n".join(log_lines)
+    log_lines = _apply_candidate(container, patch, verdict)
+    if verdict.error:
+        return "\n".join(log_lines)
     container.put_dir(str(Path(task.task_dir) / "tests"), "/tests")
     container.sh("mkdir -p /logs/verifier /logs/agent /logs/artifacts")
     budget = min(timeout_s, task.verifier_timeout_s or timeout_s)
