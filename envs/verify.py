@@ -96,7 +96,9 @@ def mini_eval_script(task: Task, base_commit: str) -> str:
     )
 
 
-def _test_spec(task: Task, base_commit: str) -> Any:
+def swebench_test_spec(task: Task, base_commit: str) -> Any:
+    """swebench's TestSpec for the task: its own eval script when it has one (SWE-bench
+    5.x rows), else the mini suite's generated one."""
     instance = task.model_dump()
     instance["eval_script"] = task.eval_script or mini_eval_script(task, base_commit)
     instance["log_parser"] = task.log_parser or "parse_log_pytest"
@@ -208,7 +210,7 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
         return "\n".join(log_lines)
     if patch and verdict.patch_applied:
         _revert_test_edits(container, task, patch, base_commit, verdict)
-    spec = _test_spec(task, base_commit)
+    spec = swebench_test_spec(task, base_commit)
     container.put_file(EVAL_PATH, spec.eval_script, mode=0o755)
     tests_started = time.monotonic()
     result = container.exec(f"bash {EVAL_PATH}", timeout_s=timeout_s, output_cap=LOG_CAP)

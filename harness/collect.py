@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from math import comb
 from pathlib import Path
@@ -28,7 +28,7 @@ from envs.images import task_image
 from envs.tasks import Task
 from envs.verify import verify
 from harness.agent import SCAFFOLD_VERSION, AgentConfig, now, run_episode
-from harness.jsonl import JsonlWriter, existing_ids
+from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
 from harness.policies import Policy, PolicySpec
 from harness.recorder import EpisodeRecorder
 from harness.trajectory import Outcome, Source, Trajectory
@@ -52,9 +52,11 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 @dataclass
 class CollectSummary:
     finished: list[Trajectory] = field(default_factory=list)
-    skipped: int = 0
-    restarted: int = 0
+    skipped: int = 0  # already in the pool
+    restarted: int = 0  # left unfinished by a killed run, run again
+    capped: int = 0  # not started: the spend cap was reached
     errors: list[str] = field(default_factory=list)
+    infra_errors: list[dict[str, object]] = field(default_factory=list)
 
 
 @dataclass
@@ -134,12 +136,21 @@ def collect(
     config: AgentConfig | None = None,
     limits: Limits = DEFAULT_LIMITS,
     base_image: str | None = None,
+    spend_cap_usd: float | None = None,
+    infra_retries: int = 1,
     on_done: Callable[[Trajectory | None], None] | None = None,
 ) -> CollectSummary:
+    """Run every (task, attempt) not yet in ``out``. Infrastructure failures (image
+    missing, container or engine errors) are retried ``infra_retries`` times, then
+    recorded in ``infra_errors.jsonl``, apart from model failures. With a spend cap, no
+    new episode starts once the run (this session and earlier ones) has spent it."""
     config = config or AgentConfig()
     out.mkdir(parents=True, exist_ok=True)
     pool_path = out / "trajectories.jsonl"
-    done = existing_ids(pool_path)
+    errors: list[RecordError] = []
+    previous = list(read_trajectories_lenient(pool_path, errors)) if pool_path.exists() else []
+    done = {t.id for t in previous}
+    spent = sum((t.usage.cost_usd or 0.0) for t in previous if t.usage)
     summary = CollectSummary()
     jobs: list[Job] = []
     for task in tasks:
@@ -150,30 +161,57 @@ def collect(
             else:
                 summary.restarted += (out / "episodes" / f"{job.id}.jsonl").exists()
                 jobs.append(job)
-    images: dict[str, str] = {}
-    for task in {job.task.instance_id: job.task for job in jobs}.values():
-        try:
-            images[task.instance_id] = task_image(client, task, base_image)
-        except (RuntimeError, ValueError) as exc:
-            summary.errors.append(f"{task.instance_id}: {exc}")
-    runnable = [job for job in jobs if job.task.instance_id in images]
-    for job in runnable:
-        job.image = images[job.task.instance_id]
-    with JsonlWriter(pool_path, fsync=True) as pool, ThreadPoolExecutor(max_workers=max(1, workers)) as executor:
-        futures = {executor.submit(run_job, client, job, policy, spec, config, out, limits=limits): job for job in runnable}
-        for future in as_completed(futures):
-            job = futures[future]
-            try:
-                trajectory = future.result()
-            except Exception as exc:  # one broken episode must not stop the collection
-                summary.errors.append(f"{job.id}: {type(exc).__name__}: {exc}")
-                if on_done:
-                    on_done(None)
-                continue
-            pool.write(trajectory)
-            summary.finished.append(trajectory)
+    with JsonlWriter(out / "infra_errors.jsonl", fsync=True) as infra_log:
+
+        def infra_failure(job: Job, error: str, tries: int) -> None:
+            record = {"id": job.id, "task_id": job.task.instance_id, "attempt": job.attempt, "error": error, "tries": tries}
+            infra_log.write(record)
+            summary.infra_errors.append(record)
+            summary.errors.append(f"{job.id}: {error}")
             if on_done:
-                on_done(trajectory)
+                on_done(None)
+
+        images: dict[str, str] = {}
+        for task in {job.task.instance_id: job.task for job in jobs}.values():
+            try:
+                images[task.instance_id] = task_image(client, task, base_image)
+            except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
+                for job in (j for j in jobs if j.task.instance_id == task.instance_id):
+                    infra_failure(job, f"image: {exc}", 0)
+        queue = [job for job in jobs if job.task.instance_id in images]
+        for job in queue:
+            job.image = images[job.task.instance_id]
+        tries: dict[str, int] = {}
+        with JsonlWriter(pool_path, fsync=True) as pool, ThreadPoolExecutor(max_workers=max(1, workers)) as executor:
+            running: dict[Future[Trajectory], Job] = {}
+            while queue or running:
+                # Start episodes only while there is budget: the cap is checked before each start.
+                while queue and len(running) < max(1, workers):
+                    if spend_cap_usd is not None and spent >= spend_cap_usd:
+                        summary.capped += len(queue)
+                        queue.clear()
+                        break
+                    job = queue.pop(0)
+                    tries[job.id] = tries.get(job.id, 0) + 1
+                    running[executor.submit(run_job, client, job, policy, spec, config, out, limits=limits)] = job
+                if not running:
+                    break
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    job = running.pop(future)
+                    try:
+                        trajectory = future.result()
+                    except Exception as exc:  # an infrastructure failure: retry, then record it apart
+                        if tries[job.id] <= infra_retries:
+                            queue.append(job)
+                        else:
+                            infra_failure(job, f"{type(exc).__name__}: {exc}", tries[job.id])
+                        continue
+                    spent += (trajectory.usage.cost_usd or 0.0) if trajectory.usage else 0.0
+                    pool.write(trajectory)
+                    summary.finished.append(trajectory)
+                    if on_done:
+                        on_done(trajectory)
     return summary
 
 

@@ -23,7 +23,7 @@ def samples() -> Path:
     return SAMPLES
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def relearn_bin() -> str:
     """The installed console script, next to the interpreter running the tests."""
     path = Path(sys.executable).parent / "relearn"

@@ -26,37 +26,11 @@ from harness.replay import replay
 from harness.tools.toolbox import Toolbox
 from harness.trajectory import ExitStatus, FunctionCall, Source, ToolCall, Trajectory
 from tests.model_servers import ModelServer, ScriptedTurn
+from tests.scripted import solving_script
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
 TASK = TASKS["mini__calc-1"]
-
-
-def to_apply_patch(unified: str) -> str:
-    """A git unified diff of updated files as Codex's apply_patch format (same hunk lines)."""
-    out = ["*** Begin Patch"]
-    for line in unified.splitlines():
-        if line.startswith("diff --git "):
-            out.append(f"*** Update File: {line.split(' b/', 1)[1]}")
-        elif line.startswith(("index ", "--- ", "+++ ")):
-            continue
-        elif line.startswith("@@"):
-            out.append("@@")
-        else:
-            out.append(line)
-    out.append("*** End Patch")
-    return "\n".join(out) + "\n"
-
-
-def solving_script(task: Task) -> list[ScriptedTurn]:
-    """Read, patch, test, answer: what a competent policy does on a mini task."""
-    test_file = task.test_files[0]
-    return [
-        ScriptedTurn(reasoning="Look at the code first.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R . | head -50"], "workdir": task.workdir})]),
-        ScriptedTurn(content="Fixing it.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})]),
-        ScriptedTurn(tool_calls=[("shell", {"command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file], "timeout_ms": 60000})]),
-        ScriptedTurn(content="The fix is in place and the tests pass."),
-    ]
 
 
 def header(task: Task, spec: PolicySpec, attempt: int = 0) -> Trajectory:

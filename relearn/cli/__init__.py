@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import envs, harness, masks, pool
+from relearn.cli import envs, evaluate, harness, masks, pool
 
 app = typer.Typer(
     name="relearn",
@@ -25,6 +25,7 @@ pool.register(app)
 envs.register(app)
 masks.register(app)
 harness.register(app)
+evaluate.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,171 @@
+"""An evaluation run: one policy endpoint × instances × a fixed budget × sampling × seed.
+
+A run folder holds ``manifest.json`` (everything needed to reproduce and to compare
+runs), the harness's collection layout (``trajectories.jsonl``, ``episodes/``,
+``verify-logs/``, ``infra_errors.jsonl``), ``predictions.jsonl`` in SWE-bench format and
+``reports/<instance>.json``. Rerunning into the same folder resumes it; a different
+run (other model, budget, instances...) is refused there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import docker
+
+from envs.tasks import Task
+from eval.dataset import Selection, dataset_digest, load_dataset_tasks
+from harness.agent import SCAFFOLD_VERSION, AgentConfig
+from harness.budget import Budget
+from harness.collect import CollectSummary, collect
+from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
+from harness.policies import PolicySpec, make_policy
+from harness.tools.toolbox import SCHEMAS
+from harness.trajectory import Trajectory
+
+# Fields of the manifest that make two runs the same run (resume) or comparable.
+IDENTITY = ("scaffold", "budget", "dataset", "policy", "sampling", "seed")
+
+
+class ManifestMismatch(ValueError):
+    pass
+
+
+@dataclass
+class RunConfig:
+    dataset: str
+    spec: PolicySpec
+    budget: Budget = field(default_factory=Budget)
+    selection: Selection = field(default_factory=Selection)
+    seed: int | None = None
+    workers: int = 1
+    spend_cap_usd: float | None = None
+    infra_retries: int = 1
+
+
+def tools_digest() -> str:
+    return hashlib.sha256(json.dumps(SCHEMAS, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def make_manifest(config: RunConfig, tasks: list[Task]) -> dict[str, Any]:
+    spec = config.spec
+    return {
+        "scaffold": {"version": SCAFFOLD_VERSION, "tools_digest": tools_digest(), "tools": [t["function"]["name"] for t in SCHEMAS]},
+        "budget": config.budget.to_dict(),
+        "dataset": {
+            "source": config.dataset,
+            "digest": dataset_digest(tasks),
+            "instances": len(tasks),
+            "selection": {"ids": list(config.selection.ids), "repos": list(config.selection.repos), "difficulties": list(config.selection.difficulties), "slice": config.selection.slice},
+        },
+        "policy": {"kind": spec.kind, "model": spec.model, "base_url": spec.base_url, "checkpoint": spec.checkpoint, "step": spec.step},
+        "sampling": spec.sampling,
+        "seed": config.seed,
+        "spend_cap_usd": config.spend_cap_usd,
+        "instances": {t.instance_id: {"repo": t.repo, "difficulty": t.difficulty} for t in tasks},
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def differences(a: dict[str, Any], b: dict[str, Any], keys: tuple[str, ...] = IDENTITY) -> list[str]:
+    """Dotted names of the fields where two manifests differ, with both values."""
+    out: list[str] = []
+
+    def walk(x: Any, y: Any, name: str) -> None:
+        if isinstance(x, dict) and isinstance(y, dict):
+            for key in sorted(set(x) | set(y)):
+                walk(x.get(key), y.get(key), f"{name}.{key}")
+        elif x != y:
+            out.append(f"{name}: {x!r} vs {y!r}")
+
+    for key in keys:
+        walk(a.get(key), b.get(key), key)
+    return out
+
+
+def load_manifest(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run folder (no manifest.json)")
+    return json.loads(path.read_text())
+
+
+def latest_trajectories(run_dir: Path, errors: list[RecordError]) -> dict[str, Trajectory]:
+    """Each instance's trajectory (attempt 0 of this run's policy)."""
+    by_task: dict[str, Trajectory] = {}
+    pool = run_dir / "trajectories.jsonl"
+    if pool.exists():
+        for trajectory in read_trajectories_lenient(pool, errors):
+            by_task[trajectory.task_id or trajectory.id] = trajectory
+    return by_task
+
+
+def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_image: str | None = None, on_done: Callable[[Trajectory | None], None] | None = None) -> tuple[CollectSummary, int]:
+    """Run (or resume) the evaluation; returns the collection summary and the number of
+    selected instances."""
+    all_tasks, load_errors = load_dataset_tasks(config.dataset)
+    if load_errors and not all_tasks:
+        raise ValueError(f"no readable instances in {config.dataset}: {load_errors[0]}")
+    tasks = config.selection.apply(all_tasks)
+    spec = config.spec
+    if config.seed is not None:
+        spec.sampling = {**spec.sampling, "seed": config.seed}
+    manifest = make_manifest(config, tasks)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / "manifest.json").exists():
+        existing = load_manifest(out)
+        changed = differences(existing, manifest)
+        if changed:
+            raise ManifestMismatch(f"{out} holds another run; it differs in: " + "; ".join(changed))
+        manifest["created"] = existing["created"]
+    write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))
+    summary = collect(
+        client,
+        tasks,
+        make_policy(spec),
+        spec,
+        out,
+        attempts=1,
+        workers=config.workers,
+        config=AgentConfig(budget=config.budget),
+        base_image=base_image,
+        spend_cap_usd=config.spend_cap_usd,
+        infra_retries=config.infra_retries,
+        on_done=on_done,
+    )
+    finalize(out, manifest)
+    return summary, len(tasks)
+
+
+def finalize(out: Path, manifest: dict[str, Any]) -> None:
+    """predictions.jsonl, per-instance reports and image digests from what the run holds."""
+    errors: list[RecordError] = []
+    trajectories = latest_trajectories(out, errors)
+    model = manifest["policy"]["model"]
+    write_atomic(
+        out / "predictions.jsonl",
+        ({"instance_id": iid, "model_name_or_path": model, "model_patch": t.final_patch or ""} for iid, t in sorted(trajectories.items())),
+    )
+    digests: dict[str, str] = {}
+    for iid, trajectory in trajectories.items():
+        verdict = (trajectory.outcome.verdict if trajectory.outcome else None) or {}
+        if verdict.get("image_digest"):
+            digests[iid] = verdict["image_digest"]
+        report = {
+            "instance_id": iid,
+            "resolved": bool(trajectory.outcome and trajectory.outcome.resolved),
+            "exit_status": trajectory.exit_status.value,
+            "tests": verdict.get("tests"),
+            "patch_applied": verdict.get("patch_applied"),
+            "error": verdict.get("error"),
+            "log": trajectory.outcome.verdict_ref if trajectory.outcome else None,
+        }
+        write_text_atomic(out / "reports" / f"{iid}.json", json.dumps(report, indent=1, sort_keys=True))
+    manifest["image_digests"] = dict(sorted(digests.items()))
+    write_text_atomic(out / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True))

@@ -1,0 +1,134 @@
+"""``relearn eval run|report|compare``: SWE-bench-style evaluation under a fixed budget."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from envs import docker_backend
+from envs.images import build_base
+from eval.dataset import Selection
+from eval.report import NotComparable, compare, compare_chart, compare_markdown, write_report
+from eval.run import ManifestMismatch, RunConfig, run_eval
+from harness.budget import Budget
+from harness.policies import PolicySpec
+from harness.trajectory import Trajectory
+from relearn.cli.envs import docker_client, terminate_cleanly
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+
+eval_app = typer.Typer(help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True)
+
+
+@eval_app.command("run")
+def run_command(
+    out_dir: Annotated[Path, typer.Option("--out", help="Run folder (created, or resumed when it holds the same run).")],
+    model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
+    dataset: Annotated[str, typer.Option(help="`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name.")] = "mini",
+    policy: Annotated[str, typer.Option(help="chat | responses | anthropic.")] = "chat",
+    base_url: Annotated[str | None, typer.Option(help="Endpoint URL.")] = None,
+    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
+    checkpoint: Annotated[str | None, typer.Option(help="Checkpoint served (recorded in the manifest).")] = None,
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Only these instances (repeatable).")] = None,
+    repos: Annotated[list[str] | None, typer.Option("--repo", help="Only these repositories (repeatable).")] = None,
+    difficulties: Annotated[list[str] | None, typer.Option("--difficulty", help="Only these difficulty labels (repeatable).")] = None,
+    slice_: Annotated[str | None, typer.Option("--slice", help="start:stop over the selected instances.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
+    max_output_tokens: Annotated[int | None, typer.Option(help="Per-call output token limit.")] = None,
+    seed: Annotated[int | None, typer.Option(help="Sampling seed, sent to the endpoint and recorded.")] = None,
+    workers: Annotated[int, typer.Option(help="Instances at once.")] = 1,
+    max_turns: Annotated[int | None, typer.Option(help="Budget: model calls per instance.")] = 50,
+    max_tokens: Annotated[int | None, typer.Option(help="Budget: tokens per instance.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Budget: seconds per instance.")] = None,
+    max_cost: Annotated[float | None, typer.Option(help="Budget: USD per instance.")] = None,
+    spend_cap: Annotated[float | None, typer.Option(help="Stop starting instances once the run has spent this many USD.")] = None,
+    price_in: Annotated[float, typer.Option(help="USD per million input tokens.")] = 0.0,
+    price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = 0.0,
+) -> None:
+    """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
+
+    Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance
+    reports and report.md/json. Resumable: rerun the same command to finish a killed run.
+    """
+    client = docker_client()
+    terminate_cleanly()
+    docker_backend.gc(client)
+    sampling = {k: v for k, v in (("temperature", temperature), ("max_tokens", max_output_tokens)) if v is not None}
+    spec = PolicySpec(kind=policy, model=model, base_url=base_url, api_key_env=api_key_env, sampling=sampling, price_in_per_mtok=price_in, price_out_per_mtok=price_out, checkpoint=checkpoint)  # type: ignore[arg-type]
+    config = RunConfig(
+        dataset=dataset,
+        spec=spec,
+        budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost),
+        selection=Selection(tuple(ids or ()), tuple(repos or ()), tuple(difficulties or ()), slice_),
+        seed=seed,
+        workers=workers,
+        spend_cap_usd=spend_cap,
+    )
+    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    resolved = 0
+    progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), console=err, transient=True)
+    try:
+        with progress:
+            bar = progress.add_task("eval", total=None, resolved=0)
+
+            def done(trajectory: Trajectory | None) -> None:
+                nonlocal resolved
+                resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
+                progress.update(bar, advance=1, resolved=resolved)
+
+            summary, selected = run_eval(client, config, out_dir, base_image=base, on_done=done)
+    except (ManifestMismatch, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    show_problems("infrastructure failures (kept apart from model failures)", summary.errors)
+    report = write_report(out_dir)
+    low, high = report["resolved_rate_ci95"]
+    out.print(
+        f"{selected} instances: {summary.skipped} already done, {len(summary.finished)} run now, {summary.capped} not started (spend cap), "
+        f"{len(report['infra_errors'])} infrastructure failures"
+    )
+    out.print(f"resolved {report['resolved']}/{report['graded']} = {report['resolved_rate']:.1%} (95% CI {low:.1%}–{high:.1%}); report: {out_dir / 'report.md'}")
+    raise typer.Exit(EXIT_PARTIAL if summary.errors else EXIT_OK)
+
+
+@eval_app.command("report")
+def report_command(run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder.")]) -> None:
+    """Write report.json and report.md for a run and print the summary."""
+    try:
+        report = write_report(run_dir)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    out.print((run_dir / "report.md").read_text(), markup=False, highlight=False)
+    raise typer.Exit(EXIT_PARTIAL if report["unreadable_records"] else EXIT_OK)
+
+
+@eval_app.command("compare")
+def compare_command(
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run folders; the first is the baseline.")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Folder for compare.md, compare.json and compare.png.")] = Path("compare"),
+    names: Annotated[list[str] | None, typer.Option("--name", help="Display names, one per run (e.g. Upstream, Positive SFT, ROSS).")] = None,
+) -> None:
+    """Put runs side by side with paired statistics; refuses runs whose scaffold, budget or instances differ."""
+    labels = names or [path.name for path in runs]
+    if len(labels) != len(runs):
+        err.print("[red]error:[/red] give one --name per run")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        result = compare(list(zip(labels, runs, strict=True)))
+    except (NotComparable, FileNotFoundError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+    output.mkdir(parents=True, exist_ok=True)
+    (output / "compare.json").write_text(json.dumps(result, indent=1))
+    (output / "compare.md").write_text(compare_markdown(result))
+    compare_chart(result, output / "compare.png")
+    out.print(compare_markdown(result), markup=False, highlight=False)
+    out.print(f"written: {output / 'compare.md'}, {output / 'compare.json'}, {output / 'compare.png'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(eval_app, name="eval")

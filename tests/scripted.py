@@ -1,0 +1,60 @@
+"""Scripted policies for tests and benchmarks: what the fake model servers answer."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from envs.tasks import Task
+from tests.model_servers import ScriptedTurn
+
+
+def to_apply_patch(unified: str) -> str:
+    """A git unified diff of updated files as Codex's apply_patch format (same hunk lines)."""
+    out = ["*** Begin Patch"]
+    for line in unified.splitlines():
+        if line.startswith("diff --git "):
+            out.append(f"*** Update File: {line.split(' b/', 1)[1]}")
+        elif line.startswith(("index ", "--- ", "+++ ")):
+            continue
+        elif line.startswith("@@"):
+            out.append("@@")
+        else:
+            out.append(line)
+    out.append("*** End Patch")
+    return "\n".join(out) + "\n"
+
+
+def solving_script(task: Task) -> list[ScriptedTurn]:
+    """Read, patch, test, answer: what a competent policy does on a mini task."""
+    test_file = task.test_files[0]
+    return [
+        ScriptedTurn(reasoning="Look at the code first.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R . | head -50"], "workdir": task.workdir})]),
+        ScriptedTurn(content="Fixing it.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})]),
+        ScriptedTurn(tool_calls=[("shell", {"command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file], "timeout_ms": 60000})]),
+        ScriptedTurn(content="The fix is in place and the tests pass."),
+    ]
+
+
+def task_of(request: dict, tasks: dict[str, Task]) -> Task:
+    """Which task a chat request is about: its first user message quotes the problem statement."""
+    user = next(m for m in request["messages"] if m["role"] == "user")
+    text = user["content"] if isinstance(user["content"], str) else " ".join(p.get("text", "") for p in user["content"])
+    return next(t for t in tasks.values() if t.problem_statement.strip() in text)
+
+
+def solver(tasks: dict[str, Task], solves: set[str]) -> Callable[[dict], ScriptedTurn]:
+    """Applies the gold fix on the tasks in ``solves``; gives up at once on the others."""
+
+    def answer(request: dict) -> ScriptedTurn:
+        task = task_of(request, tasks)
+        answered = sum(1 for m in request["messages"] if m["role"] == "tool")
+        if task.instance_id in solves and answered == 0:
+            return ScriptedTurn(content="Applying the fix.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})])
+        return ScriptedTurn(content="Done." if task.instance_id in solves else "I could not find the bug.")
+
+    return answer
+
+
+def flailer(request: dict) -> ScriptedTurn:
+    """Looks around forever: only a budget stops it."""
+    return ScriptedTurn(content="Let me look around more.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls"]})], input_tokens=1000, output_tokens=100)
