@@ -208,19 +208,3 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
-
-
-def existing_ids(path: str | Path) -> set[str]:
-    """Ids already in a JSONL file, for resuming: a rerun skips what is there."""
-    path = Path(path)
-    if not path.exists() or path.stat().st_size == 0:
-        return set()
-    ids: set[str] = set()
-    for _number, text in iter_lines(path):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
-            continue  # a torn line holds no finished record
-        if isinstance(data, dict) and isinstance(data.get("id"), str):
-            ids.add(data["id"])
-    return ids

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.import_run import pool_index
 from harness.jsonl import (
     JsonlWriter,
     RecordError,
-    existing_ids,
     iter_lines,
     read_trajectories,
     read_trajectories_lenient,
@@ -39,7 +39,7 @@ def test_append_then_read_back(tmp_path: Path, suffix: str) -> None:
             writer.write(t)
     back = list(read_trajectories(path))
     assert [t.id for t in back] == [t.id for t in items]
-    assert existing_ids(path) == {t.id for t in items}
+    assert set(pool_index(path)) == {t.id for t in items}
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.zst"])
@@ -66,7 +66,7 @@ def test_partial_last_line_is_isolated_on_append(tmp_path: Path) -> None:
     write_atomic(path, _make(2))
     with open(path, "ab") as handle:
         handle.write(b'{"schema_version": "1.0", "id": "cut')  # killed mid-line
-    assert len(existing_ids(path)) == 2  # the torn line is not an id, and not fatal
+    assert len(pool_index(path)) == 2  # the torn line is not an id, and not fatal
     with JsonlWriter(path) as writer:
         writer.write(_make(3)[2])
     errors: list[RecordError] = []

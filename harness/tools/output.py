@@ -34,10 +34,6 @@ def default_encoding() -> tiktoken.Encoding:
     )
 
 
-def count_tokens(text: str) -> int:
-    return len(default_encoding().encode(text, disallowed_special=()))
-
-
 def truncate_middle(text: str, max_tokens: int) -> tuple[str, int]:
     """``text`` cut to about ``max_tokens`` tokens, keeping head and tail; returns the
     text and how many tokens were removed."""
