@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import envs, evaluate, harness, masks, pool
+from relearn.cli import envs, evaluate, harness, masks, pool, review
 
 app = typer.Typer(
     name="relearn",
@@ -26,6 +26,7 @@ envs.register(app)
 masks.register(app)
 harness.register(app)
 evaluate.register(app)
+review.register(app)
 
 
 def main() -> None:

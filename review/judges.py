@@ -1,0 +1,303 @@
+"""The two judges: judge 1 confirms errors, judge 2 localizes each to verbatim quotes, and
+deterministic grounding turns quotes into defect spans.
+
+Judges are called through the harness's policy clients (Anthropic Messages, OpenAI Chat
+Completions or Responses, any OpenAI-compatible server), asking for JSON in the
+provider's structured-output form. Prompts are the versioned files in
+``review/prompts/``; their hash is recorded in every Review. Every paid call is cached
+by its exact request, appended and flushed, so a crash loses nothing already paid for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from harness.jsonl import JsonlWriter, iter_lines
+from harness.policies import PolicyError, PolicySpec, make_policy
+from harness.trajectory import Message, Trajectory
+from review.grounding import ground
+from review.prefilters import prefilter
+from review.records import CATEGORIES, Defect, Review
+
+PROMPTS = Path(__file__).parent / "prompts"
+OBSERVATION_CHARS = 2000
+DIFF_CHARS = 6000
+
+
+def prompt(name: str) -> str:
+    return (PROMPTS / f"{name}.md").read_text()
+
+
+def prompts_hash() -> str:
+    digest = hashlib.sha256()
+    for name in ("judge1", "judge2"):
+        digest.update(prompt(name).encode())
+    return digest.hexdigest()[:16]
+
+
+# ---- structured outputs ---------------------------------------------------------------
+
+
+class ConfirmedError(BaseModel):
+    step: int
+    category: Literal[*CATEGORIES]  # type: ignore[valid-type]
+    description: str
+    evidence: str = ""
+
+
+class Omission(BaseModel):
+    description: str
+
+
+class Judge1Output(BaseModel):
+    decision: Literal["accept", "reject"]
+    reason: str = ""
+    errors: list[ConfirmedError] = []
+    omissions: list[Omission] = []
+
+
+class Span(BaseModel):
+    error: int
+    field: str
+    quote: str
+    context_before: str = ""
+    context_after: str = ""
+
+
+class Judge2Output(BaseModel):
+    spans: list[Span] = []
+
+
+def structured_output(kind: str, name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The sampling parameters that ask each provider for JSON matching ``schema``."""
+    if kind == "anthropic":
+        return {"output_config": {"format": {"type": "json_schema", "schema": schema}}}
+    if kind == "responses":
+        return {"text": {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": False}}}
+    return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}}
+
+
+# ---- rendering a trajectory for reading -------------------------------------------------
+
+
+def elide(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters elided ...]\n{text[-half:]}"
+
+
+def steps(trajectory: Trajectory) -> dict[int, int]:
+    """Step number (1-based, assistant messages only) -> message index."""
+    numbered = [i for i, m in enumerate(trajectory.messages) if m.role == "assistant" and m.generated]
+    return {n + 1: index for n, index in enumerate(numbered)}
+
+
+def render_for_reading(trajectory: Trajectory, hints: list[str]) -> str:
+    by_message = {index: step for step, index in steps(trajectory).items()}
+    lines: list[str] = []
+    for index, message in enumerate(trajectory.messages):
+        if message.role == "assistant" and index in by_message:
+            lines.append(f"### Step {by_message[index]} (assistant)")
+            if message.reasoning_content:
+                lines.append(f"[reasoning]\n{message.reasoning_content}")
+            if message.content:
+                lines.append(f"[text]\n{message.content}")
+            for number, call in enumerate(message.tool_calls or []):
+                lines.append(f"[tool call {number}: {call.function.name}]\n{json.dumps(call.function.arguments, ensure_ascii=False, indent=1)}")
+        elif message.role == "tool":
+            lines.append(f"[observation]\n{elide(message.content or '', OBSERVATION_CHARS)}")
+        elif message.role in ("user", "system", "developer"):
+            lines.append(f"### {message.role}\n{elide(message.content or '', OBSERVATION_CHARS)}")
+    verdict = (trajectory.outcome.verdict if trajectory.outcome else None) or {}
+    lines.append(f"### Verifier\nresolved: {bool(trajectory.outcome and trajectory.outcome.resolved)}; tests: {json.dumps(verdict.get('tests'))}")
+    lines.append(f"### Final diff\n{elide(trajectory.final_patch or '(none)', DIFF_CHARS)}")
+    if hints:
+        lines.append("### Automatic checks flagged these steps (hints, not verdicts)\n" + "\n".join(hints))
+    return "\n\n".join(lines)
+
+
+def render_step(message: Message, errors: list[ConfirmedError]) -> str:
+    parts = []
+    if message.reasoning_content:
+        parts.append(f'field "reasoning_content":\n{message.reasoning_content}')
+    if message.content:
+        parts.append(f'field "content":\n{message.content}')
+    for number, call in enumerate(message.tool_calls or []):
+        for key, value in call.function.arguments.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            parts.append(f'field "tool_calls[{number}].arguments.{key}" ({call.function.name}):\n{shown}')
+    listed = "\n".join(f"{i}. [{e.category}] {e.description}" for i, e in enumerate(errors))
+    return "## The step\n\n" + "\n\n".join(parts) + f"\n\n## Confirmed errors in this step\n{listed}"
+
+
+# ---- calls, cache, spend ----------------------------------------------------------------
+
+
+class SpendCapReached(Exception):
+    pass
+
+
+@dataclass
+class Ledger:
+    """Spend across a review run, shared by its workers; enforces the hard cap."""
+
+    cap_usd: float | None = None
+    spent_usd: float = 0.0
+    calls: int = 0
+    cached: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def before_call(self) -> None:
+        with self.lock:
+            if self.cap_usd is not None and self.spent_usd >= self.cap_usd:
+                raise SpendCapReached(f"spend cap ${self.cap_usd:.2f} reached (${self.spent_usd:.4f} spent)")
+
+    def charge(self, cost: float) -> None:
+        with self.lock:
+            self.spent_usd += cost
+            self.calls += 1
+
+
+class CallCache:
+    """Judge answers keyed by the exact request; appended and flushed per call."""
+
+    def __init__(self, path: Path) -> None:
+        self.entries: dict[str, dict[str, Any]] = {}
+        if path.exists():
+            for _number, text in iter_lines(path):
+                try:
+                    entry = json.loads(text)
+                except json.JSONDecodeError:
+                    continue
+                self.entries[entry["key"]] = entry
+        self._writer = JsonlWriter(path, fsync=True)
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.entries.get(key)
+
+    def put(self, key: str, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self.entries[key] = {"key": key, **entry}
+            self._writer.write(self.entries[key])
+
+    def close(self) -> None:
+        self._writer.close()
+
+
+@dataclass
+class Judge:
+    spec: PolicySpec
+    role: str  # "judge1" or "judge2"
+
+    def ask(self, system: str, user: str, schema: type[BaseModel], cache: CallCache, ledger: Ledger) -> tuple[BaseModel | None, str | None, float]:
+        """The parsed answer, or None and why it is unusable; and what it cost."""
+        spec = replace(self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())})
+        identity = json.dumps([self.role, spec.kind, spec.model, spec.base_url, spec.sampling, system, user], sort_keys=True, default=str)
+        key = hashlib.sha256(identity.encode()).hexdigest()
+        entry = cache.get(key)
+        cost = 0.0
+        if entry is None:
+            ledger.before_call()
+            turn = make_policy(spec).complete([Message(role="system", content=system), Message(role="user", content=user)], [])
+            cost = (turn.message.usage.cost_usd or 0.0) if turn.message.usage else 0.0
+            ledger.charge(cost)
+            entry = {"text": turn.message.content or "", "cost_usd": cost, "model": spec.model}
+            cache.put(key, entry)
+        else:
+            ledger.cached += 1
+        text = _strip_fences(entry["text"])
+        try:
+            return schema.model_validate_json(text), None, cost
+        except ValidationError as exc:
+            kind = "not JSON" if any(e["type"] == "json_invalid" for e in exc.errors()) else "schema violation"
+            return None, f"{self.role} answer is {kind}: {exc.errors()[0]['msg']}", cost
+
+
+def _strip_fences(text: str) -> str:
+    stripped = text.strip()
+    if stripped.startswith("```"):
+        stripped = stripped.split("\n", 1)[1] if "\n" in stripped else ""
+        stripped = stripped.rsplit("```", 1)[0]
+    return stripped.strip()
+
+
+# ---- one trajectory ---------------------------------------------------------------------
+
+
+@dataclass
+class GroundingStats:
+    grounded: int = 0
+    rejected: int = 0
+    methods: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cache: CallCache, ledger: Ledger) -> Review:
+    """Judge 1, then judge 2 per erroneous step, then grounding. Fails closed."""
+    base: dict[str, Any] = {
+        "trajectory_id": trajectory.id,
+        "judges": {"judge1": judge1.spec.model, "judge2": judge2.spec.model},
+        "prompts_hash": prompts_hash(),
+    }
+    cost = 0.0
+    hints = [f"step {step}: {signal.kind}: {signal.detail}" for signal in prefilter(trajectory) for step, index in steps(trajectory).items() if index == signal.message_index]
+    answer, problem, spent = judge1.ask(prompt("judge1"), render_for_reading(trajectory, hints), Judge1Output, cache, ledger)
+    cost += spent
+    if answer is None:
+        return Review(**base, decision="reject", reason=f"judge_output_invalid: {problem}", cost_usd=cost)
+    assert isinstance(answer, Judge1Output)
+    numbered = steps(trajectory)
+    errors = [e for e in answer.errors if e.step in numbered]
+    dropped = len(answer.errors) - len(errors)
+    review_errors = [{"step": e.step, "message_index": numbered[e.step], "category": e.category, "description": e.description, "evidence": e.evidence} for e in errors]
+    omissions = [o.model_dump() for o in answer.omissions]
+    if answer.decision == "reject":
+        return Review(**base, decision="reject", reason=answer.reason or "judge 1 rejected", errors=review_errors, omissions=omissions, cost_usd=cost)
+    stats = GroundingStats()
+    defects: list[Defect] = []
+    unlocated: list[int] = []
+    by_step: dict[int, list[ConfirmedError]] = {}
+    for error in errors:
+        by_step.setdefault(error.step, []).append(error)
+    for step, step_errors in sorted(by_step.items()):
+        index = numbered[step]
+        located, problem, spent = judge2.ask(prompt("judge2"), render_step(trajectory.messages[index], step_errors), Judge2Output, cache, ledger)
+        cost += spent
+        if located is None:
+            return Review(**base, decision="reject", reason=f"judge_output_invalid: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)
+        assert isinstance(located, Judge2Output)
+        found: set[int] = set()
+        for span in located.spans:
+            if not 0 <= span.error < len(step_errors):
+                stats.rejected += 1
+                stats.reasons["no such error"] = stats.reasons.get("no such error", 0) + 1
+                continue
+            error = step_errors[span.error]
+            result = ground(trajectory, index, span.field, span.quote, context_before=span.context_before, context_after=span.context_after, category=error.category, description=error.description)
+            stats.methods[result.method] = stats.methods.get(result.method, 0) + 1
+            if result.defect is None:
+                stats.rejected += 1
+                reason = result.reason or "rejected"
+                stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
+                continue
+            stats.grounded += 1
+            defects.append(result.defect)
+            found.add(span.error)
+        unlocated += [step for i in range(len(step_errors)) if i not in found]
+    grounding = {"grounded": stats.grounded, "rejected": stats.rejected, "methods": stats.methods, "reasons": stats.reasons, "errors_outside_assistant_steps": dropped}
+    if unlocated:
+        # A confirmed error that cannot be excluded would be imitated: drop the trajectory.
+        return Review(**base, decision="reject", reason=f"no_valid_target: errors at steps {sorted(set(unlocated))} could not be grounded", errors=review_errors, omissions=omissions, grounding=grounding, cost_usd=cost)
+    return Review(**base, decision="accept", reason=answer.reason, errors=review_errors, omissions=omissions, defects=defects, grounding=grounding, cost_usd=cost)
+
+
+__all__ = ["CallCache", "Judge", "Ledger", "PolicyError", "SpendCapReached", "prompts_hash", "review_trajectory"]
