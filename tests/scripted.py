@@ -58,3 +58,27 @@ def solver(tasks: dict[str, Task], solves: set[str]) -> Callable[[dict], Scripte
 def flailer(request: dict) -> ScriptedTurn:
     """Looks around forever: only a budget stops it."""
     return ScriptedTurn(content="Let me look around more.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls"]})], input_tokens=1000, output_tokens=100)
+
+
+def historical(tasks: dict[str, Task]) -> Callable[[dict], ScriptedTurn]:
+    """A stand-in for an earlier checkpoint: it solves the task, but on the way it reads a
+    file that does not exist, repeats a listing, runs the failing tests twice, and only then
+    applies the fix: the mistakes and redundancy a reviewer should exclude."""
+
+    def answer(request: dict) -> ScriptedTurn:
+        task = task_of(request, tasks)
+        step = sum(1 for m in request["messages"] if m["role"] == "assistant")
+        tests = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.test_files]
+        script = [
+            ScriptedTurn(reasoning="The bug is probably in setup.py.", content="Let me read setup.py.", tool_calls=[("shell", {"command": ["bash", "-lc", "cat setup.py"]})]),
+            ScriptedTurn(content="Listing the repository.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R"]})]),
+            ScriptedTurn(content="Listing it again.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R"]})]),
+            ScriptedTurn(reasoning="Run the tests to see what fails.", tool_calls=[("shell", {"command": tests})]),
+            ScriptedTurn(content="Running them once more.", tool_calls=[("shell", {"command": tests})]),
+            ScriptedTurn(reasoning="The failing test points at the real cause.", content="Applying the fix.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})]),
+            ScriptedTurn(tool_calls=[("shell", {"command": tests})]),
+            ScriptedTurn(content="The fix is in place and the tests pass."),
+        ]
+        return script[min(step, len(script) - 1)]
+
+    return answer
