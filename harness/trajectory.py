@@ -191,6 +191,17 @@ def content_id(trajectory: Trajectory) -> str:
     return f"t-{digest[:24]}"
 
 
+def is_verified_positive(trajectory: Trajectory) -> bool:
+    """The verifier said this episode succeeded: resolved, or a positive reward when the
+    verifier gives only a reward. What review and the mask compiler select on."""
+    outcome = trajectory.outcome
+    if outcome is None:
+        return False
+    if outcome.resolved is not None:
+        return bool(outcome.resolved)
+    return (outcome.reward or 0.0) > 0.0
+
+
 def tool_call_pairs(messages: list[Message]) -> tuple[dict[str, int], dict[str, int]]:
     """Map each tool-call id to the index of the assistant message that made it, and
     each tool result's id to its message index."""

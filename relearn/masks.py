@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from harness.trajectory import Trajectory
+from harness.trajectory import Trajectory, is_verified_positive
 from relearn.render import Rendered, RenderError, nfc, nfc_offset, per_turn_renders, render
 from review.records import FIELD, Defect, Review, field_text
 
@@ -65,18 +65,9 @@ class MaskOptions:
     per_turn: bool = False
 
 
-def is_positive(trajectory: Trajectory) -> bool:
-    outcome = trajectory.outcome
-    if outcome is None:
-        return False
-    if outcome.resolved is not None:
-        return bool(outcome.resolved)
-    return (outcome.reward or 0.0) > 0.0
-
-
 def select(trajectory: Trajectory, review: Review | None, mode: str) -> list[Defect]:
     """Whether a trajectory enters the dataset in ``mode``, and the defects to exclude."""
-    if not is_positive(trajectory):
+    if not is_verified_positive(trajectory):
         raise Rejected("not verified positive", "no outcome with resolved or reward > 0")
     if mode == "positive":
         return []

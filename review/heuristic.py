@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from harness.trajectory import Message, Trajectory
+from harness.trajectory import Message, Trajectory, is_verified_positive
 from review.grounding import ground
 from review.prefilters import Signal, command_key, is_inline_script, prefilter, shell_script
 from review.records import Defect, Review
@@ -58,7 +58,7 @@ def heuristic_review(trajectory: Trajectory) -> Review:
         "prompts_hash": PROMPTS_HASH,
         "cost_usd": 0,
     }
-    if not _positive(trajectory):
+    if not is_verified_positive(trajectory):
         return Review(**base, decision="reject", reason="not verified positive")
     if ungrounded:
         # A flagged action that cannot be excluded would be imitated: fail closed, as the judges do.
@@ -66,16 +66,6 @@ def heuristic_review(trajectory: Trajectory) -> Review:
     if not any(_has_target(messages[i], [d for d in defects if d.message_index == i]) for i in steps):
         return Review(**base, decision="reject", reason="no_valid_target")
     return Review(**base, decision="accept")
-
-
-def _positive(trajectory: Trajectory) -> bool:
-    # The same rule as the mask compiler's (relearn.masks.is_positive; review cannot import relearn).
-    outcome = trajectory.outcome
-    if outcome is None:
-        return False
-    if outcome.resolved is not None:
-        return bool(outcome.resolved)
-    return (outcome.reward or 0.0) > 0.0
 
 
 def _ground_action(trajectory: Trajectory, signal: Signal) -> tuple[Defect | None, str | None]:

@@ -16,8 +16,7 @@ from pathlib import Path
 
 from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
 from harness.policies import PolicyError
-from harness.trajectory import Trajectory
-from relearn.masks import is_positive
+from harness.trajectory import Trajectory, is_verified_positive
 from review.heuristic import heuristic_review
 from review.judges import CallCache, Judge, Ledger, SpendCapReached, review_trajectory
 from review.records import Review, iter_reviews
@@ -64,7 +63,7 @@ def review_pool(
     def one(trajectory: Trajectory) -> Review:
         if judges is None:
             return heuristic_review(trajectory)
-        if not is_positive(trajectory):
+        if not is_verified_positive(trajectory):
             return Review(trajectory_id=trajectory.id, decision="reject", reason="not verified positive", cost_usd=0.0)
         assert cache is not None
         return review_trajectory(trajectory, judges[0], judges[1], cache, ledger)
