@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import envs, evaluate, harness, masks, pool, review
+from relearn.cli import analyze, envs, evaluate, harness, masks, pool, review, stats, train, view
 
 app = typer.Typer(
     name="relearn",
@@ -27,6 +27,10 @@ masks.register(app)
 harness.register(app)
 evaluate.register(app)
 review.register(app)
+train.register(app)
+view.register(app)
+stats.register(app)
+analyze.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,273 @@
+"""Training data: Parquet shards -> validated samples -> per-epoch plans -> micro-batches.
+
+The shard schema is ``relearn.dataset.SCHEMA``; the trainer needs ``sample_id``,
+``trajectory_id``, ``input_ids`` (int32) and ``loss_mask`` (uint8, 1 = supervised target).
+
+Order of work in a run, and why it is all decided up front:
+  * an epoch's order is a permutation drawn from ``(seed, epoch)``, so every rank computes the
+    same plan without talking to the others, and a resumed run finds the same order again;
+  * the plan cuts that order into rows (one trajectory per row, or several packed up to
+    ``ctx`` tokens), then into optimizer steps of ``world x grad_accum x rows_per_micro`` rows;
+  * the last step of an epoch is filled by wrapping around to the start of the order (as
+    ``torch.utils.data.DistributedSampler`` pads), so every rank runs the same number of
+    micro-batches, which ZeRO-3 requires.
+Token ids stay as zero-copy numpy views into the Arrow buffers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+REQUIRED_COLUMNS = ("sample_id", "trajectory_id", "input_ids", "loss_mask")
+
+Row = tuple[int, ...]  # indices of the samples in one sequence (several when packed)
+
+
+class DataError(ValueError):
+    """The dataset cannot be used at all (missing files or columns)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    sample_id: str
+    trajectory_id: str
+    input_ids: np.ndarray  # int32 [n]
+    loss_mask: np.ndarray  # uint8 [n]
+    supervised: int  # scored targets: loss_mask[1:].sum() (the first token has no context)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+@dataclass
+class LoadReport:
+    files: list[Path] = field(default_factory=list)
+    rows: int = 0
+    problems: list[str] = field(default_factory=list)  # refused samples, each with file, row and reason
+    too_long: int = 0
+    unsupervised: int = 0  # samples with no supervised target: they carry no loss, so they are left out
+
+
+def shard_files(path: Path) -> list[Path]:
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise DataError(f"{path}: no such file or folder")
+    files = sorted(path.glob("shard-*.parquet")) or sorted(path.glob("*.parquet"))
+    if not files:
+        raise DataError(f"{path}: no Parquet shards (shard-*.parquet) in this folder")
+    return files
+
+
+def _numpy(values: pa.Array, dtype: type) -> np.ndarray:
+    array = values.to_numpy(zero_copy_only=False)
+    return array if array.dtype == dtype else array.astype(dtype)
+
+
+def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tuple[list[Sample], LoadReport]:
+    """Read and check every sample. A sample longer than ``ctx`` is refused and listed, never cut."""
+    report = LoadReport(files=shard_files(path))
+    samples: list[Sample] = []
+    for file in report.files:
+        table = pq.read_table(file, columns=None)
+        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
+        if missing:
+            raise DataError(f"{file}: missing column(s) {', '.join(missing)} (see relearn.dataset.SCHEMA)")
+        table = table.combine_chunks()
+        ids_col = table.column("input_ids").chunk(0) if table.num_rows else None
+        mask_col = table.column("loss_mask").chunk(0) if table.num_rows else None
+        sample_ids = table.column("sample_id").to_pylist()
+        trajectory_ids = table.column("trajectory_id").to_pylist()
+        for row in range(table.num_rows):
+            report.rows += 1
+            where = f"{file.name} row {row} ({sample_ids[row]})"
+            assert ids_col is not None and mask_col is not None
+            if not ids_col[row].is_valid or not mask_col[row].is_valid:
+                report.problems.append(f"{where}: input_ids or loss_mask is null")
+                continue
+            ids = _numpy(ids_col[row].values, np.int32)
+            mask = _numpy(mask_col[row].values, np.uint8)
+            if ids.shape != mask.shape:
+                report.problems.append(f"{where}: input_ids has {ids.shape[0]} tokens but loss_mask {mask.shape[0]}")
+                continue
+            if ids.shape[0] == 0:
+                report.problems.append(f"{where}: empty sample")
+                continue
+            if ids.shape[0] > ctx:
+                report.too_long += 1
+                report.problems.append(f"{where}: {ids.shape[0]} tokens is longer than --ctx {ctx}; refused (never cut)")
+                continue
+            if mask.max() > 1:
+                report.problems.append(f"{where}: loss_mask holds values other than 0 and 1")
+                continue
+            if ids.min() < 0 or (vocab_size is not None and ids.max() >= vocab_size):
+                report.problems.append(f"{where}: token id out of range [0, {vocab_size}) for this model")
+                continue
+            supervised = int(mask[1:].sum())
+            if supervised == 0:
+                report.unsupervised += 1
+                continue
+            samples.append(Sample(str(sample_ids[row]), str(trajectory_ids[row]), ids, mask, supervised))
+    return samples, report
+
+
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The shuffled sample order of one epoch; a pure function of (seed, epoch)."""
+    rng = np.random.default_rng([seed, epoch])
+    return [int(i) for i in rng.permutation(n)]
+
+
+def plan_rows(samples: list[Sample], order: list[int], *, pack: bool, ctx: int) -> list[Row]:
+    """Cut an order into rows: one sample each, or consecutive samples packed up to ``ctx`` tokens."""
+    if not pack:
+        return [(i,) for i in order]
+    rows: list[Row] = []
+    current: list[int] = []
+    length = 0
+    for i in order:
+        n = samples[i].n_tokens
+        if current and length + n > ctx:
+            rows.append(tuple(current))
+            current, length = [], 0
+        current.append(i)
+        length += n
+    if current:
+        rows.append(tuple(current))
+    return rows
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How the rows of one optimizer step are spread over ranks and micro-batches."""
+
+    world: int = 1
+    grad_accum: int = 1
+    rows_per_micro: int = 1
+
+    @property
+    def rows_per_step(self) -> int:
+        return self.world * self.grad_accum * self.rows_per_micro
+
+    def steps(self, n_rows: int) -> int:
+        return math.ceil(n_rows / self.rows_per_step) if n_rows else 0
+
+    def step_rows(self, rows: list[Row], step: int) -> list[Row]:
+        """Every row of one global step (all ranks), wrapping around at the end of the epoch."""
+        base = step * self.rows_per_step
+        return [rows[(base + k) % len(rows)] for k in range(self.rows_per_step)]
+
+    def micro_rows(self, rows: list[Row], step: int, rank: int) -> list[list[Row]]:
+        """This rank's micro-batches of one step: ``grad_accum`` lists of ``rows_per_micro`` rows."""
+        flat = self.step_rows(rows, step)
+        per_rank = self.grad_accum * self.rows_per_micro
+        mine = flat[rank * per_rank : (rank + 1) * per_rank]
+        return [mine[m * self.rows_per_micro : (m + 1) * self.rows_per_micro] for m in range(self.grad_accum)]
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # long [B, S]; also the targets (shifted inside the loss)
+    loss_mask: torch.Tensor  # uint8 [B, S]; 1 = the token at this position is a supervised target
+    segments: torch.Tensor  # long [B, S]; index of the trajectory in this micro-batch
+    n_segments: int
+    position_ids: torch.Tensor | None  # restarts at 0 for every packed trajectory
+    docs: torch.Tensor | None  # long [B, S]: trajectory per position, -1 for padding; None = plain causal
+    packed: bool
+    tokens: int  # real (unpadded) tokens
+    supervised: int
+    supervised_per_segment: list[int]
+    targets: torch.Tensor | None = None  # set with ``shifted``: the token predicted at each position
+    shifted: bool = False  # loss_mask/targets already aligned with positions (sequence-parallel shards)
+
+    def to(self, device: torch.device | str) -> Batch:
+        move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
+        return Batch(
+            move(self.input_ids), move(self.loss_mask), move(self.segments), self.n_segments, move(self.position_ids),
+            move(self.docs), self.packed, self.tokens, self.supervised, self.supervised_per_segment, move(self.targets), self.shifted,
+        )  # fmt: skip
+
+
+def collate(samples: list[Sample], rows: list[Row], pad_id: int = 0) -> Batch:
+    """Pad rows to the longest; in a packed row, positions restart per trajectory and the first
+    token of each trajectory is not a target (it would be predicted across the boundary)."""
+    lengths = [sum(samples[i].n_tokens for i in row) for row in rows]
+    width = max(lengths)
+    b = len(rows)
+    ids = np.full((b, width), pad_id, dtype=np.int64)
+    mask = np.zeros((b, width), dtype=np.uint8)
+    segments = np.zeros((b, width), dtype=np.int64)
+    positions = np.zeros((b, width), dtype=np.int64)
+    docs = np.full((b, width), -1, dtype=np.int64)
+    per_segment: list[int] = []
+    segment = 0
+    for r, row in enumerate(rows):
+        at = 0
+        for i in row:
+            s = samples[i]
+            n = s.n_tokens
+            ids[r, at : at + n] = s.input_ids
+            mask[r, at : at + n] = s.loss_mask
+            mask[r, at] = 0
+            segments[r, at : at + n] = segment
+            positions[r, at : at + n] = np.arange(n)
+            docs[r, at : at + n] = segment
+            per_segment.append(s.supervised)
+            segment += 1
+            at += n
+        positions[r, at:] = np.arange(width - at)  # padding: harmless positions, never attended by real tokens
+    packed = any(len(row) > 1 for row in rows)
+    padded = any(n < width for n in lengths)
+    return Batch(
+        input_ids=torch.from_numpy(ids),
+        loss_mask=torch.from_numpy(mask),
+        segments=torch.from_numpy(segments),
+        n_segments=segment,
+        position_ids=torch.from_numpy(positions) if packed or padded else None,
+        docs=torch.from_numpy(docs) if packed or padded else None,
+        packed=packed,
+        tokens=sum(lengths),
+        supervised=sum(per_segment),
+        supervised_per_segment=per_segment,
+    )
+
+
+def shard_sequence(batch: Batch, sp: int, sp_rank: int) -> Batch:
+    """This rank's contiguous ``1/sp`` of every row, for Ulysses sequence parallelism.
+
+    Targets are shifted *before* cutting (the target of a shard's last position is the next
+    shard's first token). Rows are right-padded to a multiple of ``sp``: padding is never a
+    target, and causal attention keeps real tokens from seeing it, so no mask is needed (Ulysses
+    discards masks). ``position_ids`` are the global positions; Ulysses gathers them back.
+    """
+    if batch.packed:
+        raise ValueError("packed rows cannot be sharded for sequence parallelism with SDPA (masks are discarded)")
+    b, s = batch.input_ids.shape
+    width = math.ceil(s / sp) * sp
+    pad = width - s
+    pad_right = lambda t, n: torch.nn.functional.pad(t, (0, n), value=0)  # noqa: E731
+    targets = pad_right(batch.input_ids[:, 1:], pad + 1)
+    mask = pad_right(batch.loss_mask[:, 1:], pad + 1)
+    per = width // sp
+    part = slice(sp_rank * per, (sp_rank + 1) * per)
+    return Batch(
+        input_ids=pad_right(batch.input_ids, pad)[:, part].contiguous(),
+        loss_mask=mask[:, part].contiguous(),
+        segments=pad_right(batch.segments, pad)[:, part].contiguous(),
+        n_segments=batch.n_segments,
+        position_ids=torch.arange(width, dtype=torch.long).expand(b, width)[:, part].contiguous(),
+        docs=None,
+        packed=False,
+        tokens=batch.tokens,
+        supervised=batch.supervised,
+        supervised_per_segment=batch.supervised_per_segment,
+        targets=targets[:, part].contiguous(),
+        shifted=True,
+    )

@@ -1,0 +1,150 @@
+"""The ROSS objective without materialising full logits.
+
+    L = - Σ_τ ( Σ_t m_t log π(z_t | z_<t) ) / Σ_t m_t        (``norm="trajectory"``)
+    L = - Σ_τ Σ_t m_t log π(z_t | z_<t) / Σ_τ Σ_t m_t        (``norm="token"``)
+
+``m_t`` (the shard's ``loss_mask``) marks *targets*: token ``t`` is supervised when ``m_t = 1``,
+and it is predicted from the hidden state at position ``t - 1``. Every token stays in the
+input as context whatever its mask; the mask only chooses which targets are scored, and the
+targets at unsupervised positions are never read.
+
+Memory: at 65,536 tokens and a 248,320-token vocabulary the full fp32 logits are 65 GB.
+So we gather the hidden states of the supervised positions only, and run the LM head plus
+cross-entropy over them in chunks, each under ``torch.utils.checkpoint``: the forward keeps
+one chunk's logits at a time and frees them, the backward recomputes them chunk by chunk.
+Peak loss memory is about ``3 x chunk x vocab x 4`` bytes whatever the sequence length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+LossNorm = Literal["trajectory", "token"]
+NORMS: tuple[str, ...] = ("trajectory", "token")
+
+
+def supervised_positions(loss_mask: torch.Tensor) -> torch.Tensor:
+    """Boolean ``[B, S-1]``: position ``p`` is scored when its *next* token is supervised.
+
+    The first token of a row has no context and is never a target."""
+    return loss_mask[:, 1:].bool()
+
+
+def select_supervised(
+    hidden: torch.Tensor, targets: torch.Tensor, loss_mask: torch.Tensor, segments: torch.Tensor, shifted: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hidden states ``[N, H]``, target ids ``[N]`` and trajectory index ``[N]`` of the N scored positions.
+
+    ``shifted``: ``targets``/``loss_mask`` are already aligned with the hidden states (entry ``p``
+    is the token predicted at ``p``), as they must be when the sequence is split across ranks
+    (sequence parallelism): the target of a shard's last position lives in the next shard."""
+    if shifted:
+        sel = loss_mask.bool()
+        return hidden[sel], targets[sel], segments[sel]
+    sel = supervised_positions(loss_mask)
+    return hidden[:, :-1][sel], targets[:, 1:][sel], segments[:, 1:][sel]
+
+
+def _chunk_nll(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    # fp32 for the softmax even when the head runs in bf16: log-probabilities over 248k classes
+    # lose too much in bf16.
+    logits = head(hidden).float()
+    return F.cross_entropy(logits, targets, reduction="none")
+
+
+def chunked_nll(
+    hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], chunk: int, min_chunks: int = 0
+) -> torch.Tensor:
+    """Negative log-likelihood ``[N]`` of ``targets`` under ``head(hidden)``, ``chunk`` rows at a time.
+
+    ``min_chunks`` pads with empty chunks: under ZeRO-3 every call of the head gathers its
+    weight with a collective, so all ranks must call it equally often or they deadlock.
+    """
+    if chunk < 1:
+        raise ValueError("chunk must be >= 1")
+    n = hidden.shape[0]
+    starts = list(range(0, n, chunk))
+    starts += [n] * max(0, min_chunks - len(starts))
+    pieces = [
+        checkpoint(_chunk_nll, head, hidden[start : start + chunk], targets[start : start + chunk], use_reentrant=False)
+        for start in starts
+    ]
+    if not pieces:
+        return hidden.new_zeros(0, dtype=torch.float32)
+    return torch.cat(pieces)
+
+
+def reduce_nll(
+    nll: torch.Tensor, segments: torch.Tensor, n_segments: int, norm: LossNorm, counts: torch.Tensor | None = None
+) -> tuple[torch.Tensor, int, int]:
+    """Sum of the loss contributions in this micro-batch, before the step's denominator.
+
+    Returns ``(contribution, supervised_tokens, trajectories_with_supervision)``. Under
+    ``trajectory`` each trajectory adds its mean NLL; one without a supervised token adds
+    nothing and is not counted (no 0/0 = NaN). Under ``token`` every supervised token adds its NLL.
+    ``counts`` are the trajectories' whole supervised counts, when this rank sees only a shard
+    of them (sequence parallelism); by default they are counted here.
+    """
+    if norm == "token":
+        return nll.sum(), int(nll.numel()), 0
+    if counts is None:
+        counts = torch.bincount(segments, minlength=n_segments)
+    sums = nll.new_zeros(n_segments).index_add(0, segments, nll)
+    present = counts > 0
+    contribution = (sums[present] / counts[present].to(sums.dtype)).sum()
+    return contribution, int(nll.numel()), int(present.sum())
+
+
+def masked_loss(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    loss_mask: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    *,
+    norm: LossNorm,
+    segments: torch.Tensor | None = None,
+    n_segments: int | None = None,
+    denominator: float | None = None,
+    chunk: int = 1024,
+    min_chunks: int = 0,
+    shifted: bool = False,
+    segment_counts: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The ROSS loss of a micro-batch from the model body's hidden states ``[B, S, H]``.
+
+    ``segments`` ``[B, S]`` numbers the trajectories of the micro-batch (a packed row holds
+    several); by default each row is one trajectory. ``denominator`` is the step's normaliser
+    (trajectories with supervision, or supervised tokens, over the whole optimizer step:
+    all micro-batches and all ranks), so that summing micro-batch losses gives exactly the
+    step's loss under gradient accumulation and data parallelism. By default it is this
+    micro-batch's own count. ``shifted`` and ``segment_counts``: see ``select_supervised`` and
+    ``reduce_nll`` (both for sequence-parallel shards).
+    """
+    if norm not in NORMS:
+        raise ValueError(f"norm must be one of {NORMS}, not {norm!r}")
+    if segments is None:
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        segments = rows[:, None].expand(loss_mask.shape)
+        n_segments = hidden.shape[0]
+    assert n_segments is not None
+    h, t, seg = select_supervised(hidden, targets, loss_mask, segments, shifted)
+    nll = chunked_nll(h, t, head, chunk, min_chunks)
+    contribution, tokens, trajectories = reduce_nll(nll, seg, n_segments, norm, segment_counts)
+    if denominator is None:
+        denominator = float(tokens if norm == "token" else trajectories)
+    # A micro-batch without any supervised token still returns a loss connected to the
+    # graph (zero-valued), so backward runs and data-parallel ranks stay in step.
+    zero = hidden.sum() * 0.0
+    return contribution / max(denominator, 1.0) + zero
+
+
+def step_denominator(supervised_counts: list[int], norm: LossNorm) -> int:
+    """The normaliser of an optimizer step from the supervised-target counts of its trajectories."""
+    if norm == "token":
+        return sum(supervised_counts)
+    return sum(1 for n in supervised_counts if n > 0)
