@@ -1,0 +1,315 @@
+"""``relearn analyze``: NLL of eligible tokens (compatibility) and pass@k (complementarity).
+
+NLL runs the real Qwen3.6 tokenizer and chat template and a tiny random Qwen3 with the real
+248,320-token vocabulary; the chunked, eligible-positions-only path is checked against full
+logits, and a pool copied from the model's own greedy output must score lower than random
+text. pass@k is checked against hand-computed values of the unbiased estimator.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from typer.testing import CliRunner
+
+from harness.jsonl import write_atomic
+from harness.trajectory import Trajectory
+from relearn.analyze.nll import Scorer, eligible_tokens, folder_fingerprint
+from relearn.analyze.passk import analyze, read_outcomes
+from relearn.analyze.pools import NamedPool
+from relearn.cli import app
+from relearn.render import render
+
+KW = {"preserve_thinking": True}
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tok():  # noqa: ANN201
+    from relearn.tokenizers import load_tokenizer
+
+    return load_tokenizer("qwen3.6")  # the shared on-disk cache: built once per machine
+
+
+@pytest.fixture(scope="module")
+def lm() -> torch.nn.Module:
+    from relearn.train.model import build_model
+
+    return build_model(tiny="qwen3", seed=0).eval()  # the weights `--tiny qwen3 --seed 0` builds
+
+
+def call(call_id: str, name: str, **arguments: object) -> dict:
+    return {"id": call_id, "function": {"name": name, "arguments": arguments}}
+
+
+def context(task: str) -> list[dict]:
+    return [{"role": "system", "content": "You are a coding agent."}, {"role": "user", "content": f"Fix {task}() in calc.py."}]
+
+
+AGENT = [
+    *context("add"),
+    # Copied from another run: context, never scored.
+    {"role": "assistant", "generated": False, "content": "A copied answer from elsewhere."},
+    {"role": "user", "content": "Go on."},
+    {
+        "role": "assistant",
+        "generated": True,
+        "reasoning_content": "The bug is probably in add().",
+        "content": "Let me look at the file.",
+        "tool_calls": [call("c1", "shell", command=["bash", "-lc", "cat calc.py"], workdir="/repo")],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "def add(a, b):\n    return a - b\n"},
+    {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
+]
+
+
+def trajectory(messages: list[dict], **extra: object) -> Trajectory:
+    return Trajectory.model_validate({"messages": messages, **extra})
+
+
+def run(*args: str) -> object:
+    result = CliRunner().invoke(app, list(args))
+    result.words = " ".join((result.stdout + result.stderr).split())  # rich wraps long lines; compare words
+    return result
+
+
+# ---------------------------------------------------------------- nll
+
+
+def test_nll_is_the_full_logits_masked_mean_over_eligible_tokens_only(tok, lm: torch.nn.Module) -> None:  # noqa: ANN001
+    t = trajectory(AGENT)
+    sample = eligible_tokens(t, tok, KW)
+    ours = Scorer(lm, chunk=7).token_nll(sample.input_ids, sample.loss_mask)  # 7 does not divide the count
+
+    ids = torch.tensor(sample.input_ids, dtype=torch.long)[None]
+    with torch.no_grad():
+        logits = lm(input_ids=ids).logits.float()[0]  # [S, V]: what the chunked path avoids
+    logp = F.log_softmax(logits[:-1], dim=-1).gather(-1, ids[0, 1:, None])[:, 0]
+    targets = torch.tensor(sample.loss_mask[1:], dtype=torch.bool)
+    reference = (-logp[targets]).double().numpy()
+    assert len(ours) == sample.eligible == int(targets.sum()) > 0
+    np.testing.assert_allclose(ours, reference, rtol=1e-5, atol=1e-5)
+    assert abs(ours.mean() - reference.mean()) < 1e-5
+
+    # The scored tokens are the generated turns (after the generation prompt, through the
+    # end-of-turn token; a whitespace token straddling the turn's start is not the turn's):
+    # not the copied assistant message, not tool output, not headers.
+    rendered = render(t, tok, template_kwargs=KW)
+    offsets = tok(rendered.text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    eligible = sample.loss_mask.astype(bool)
+    inside = 0
+    for turn in rendered.turns:
+        picked = [i for i, (a, b) in enumerate(offsets) if eligible[i] and a >= turn.start and b <= turn.end]
+        inside += len(picked)
+        covered = rendered.text[offsets[picked[0]][0] : offsets[picked[-1]][1]]
+        whole = rendered.text[turn.start : turn.end]
+        assert whole.endswith(covered) and whole[: len(whole) - len(covered)].strip() == ""
+    assert inside == sample.eligible and len(rendered.turns) == 2
+    scored = tok.decode(sample.input_ids[eligible].tolist())
+    assert "copied answer" not in scored and "return a - b" not in scored and "Go on" not in scored
+    copied_too = eligible_tokens(trajectory([{**m, "generated": True} if m.get("role") == "assistant" else m for m in AGENT]), tok, KW)
+    assert copied_too.eligible > sample.eligible
+    assert "copied answer" in tok.decode(copied_too.input_ids[copied_too.loss_mask.astype(bool)].tolist())
+
+
+def greedy_reasoning(tok, lm: torch.nn.Module, messages: list[dict], n: int) -> str:  # noqa: ANN001
+    prompt = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **KW)
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        out = lm.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)
+    return tok.decode(out[0, len(ids) :].tolist())
+
+
+def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    rng = np.random.default_rng(0)
+
+    def turn(task: str, reasoning: str) -> Trajectory:
+        messages = [*context(task), {"role": "assistant", "generated": True, "reasoning_content": reasoning, "content": "Done."}]
+        return trajectory(messages, task_id=task)
+
+    # What the model itself would write (its greedy reasoning) against random text of the same length.
+    policy = [turn(task, greedy_reasoning(tok, lm, context(task), 24)) for task in ("add", "sub")]
+    noise = [turn(task, tok.decode(rng.integers(0, 240_000, 24).tolist())) for task in ("add", "sub")]
+    pools = tmp_path / "pools"
+    write_atomic(pools / "policy.jsonl", policy)
+    write_atomic(pools / "random.jsonl", noise)
+    good = trajectory(AGENT, task_id="add")
+    bad_ids = trajectory([*AGENT[:-1], {**AGENT[-1], "token_ids": [1, 2, 3]}], task_id="add-ids")
+    too_long = trajectory([*AGENT[:5], {**AGENT[5], "content": "line of output\n" * 200}, AGENT[6]], task_id="long")
+    nothing_generated = trajectory(context("mul"), task_id="mul")
+    lines = [json.dumps(t.to_dict()) for t in (good, bad_ids, too_long, nothing_generated, good)]
+    lines.insert(1, '{"messages": [')  # line 2: torn JSON
+    broken = pools / "broken.jsonl"
+    broken.write_text("\n".join(lines) + "\n")
+
+    out = tmp_path / "out"
+    monkeypatch.setattr("relearn.tokenizers.load_tokenizer", lambda _name: tok)  # the same one; loading a folder's is tested below
+
+    def nll(ctx: int) -> object:
+        pools_args = ["--pool", f"policy={pools / 'policy.jsonl'}", "--pool", f"random={pools / 'random.jsonl'}", "--pool", str(broken)]
+        return run("analyze", "nll", *pools_args, "--tiny", "qwen3", "--ctx", str(ctx), "--bootstrap", "1000", "-o", str(out), "--no-progress")
+
+    first = nll(400)
+    assert first.exit_code == 1, first.words  # done, but broken.jsonl had bad records
+    for located in (f"{broken}:2: invalid JSON", f"{broken}:3: messages: {bad_ids.id}: recorded token ids disagree", f"{broken}:6: id: '{good.id}' repeats line 1"):
+        assert located in first.words
+    assert "written:" in first.words and "policy" in first.stdout and "random" in first.stdout
+
+    result = json.loads((out / "nll.json").read_text())
+    rows = {r["name"]: r for r in result["pools"]}
+    assert [r["name"] for r in result["pools"]] == ["policy", "random", "broken"]
+    assert rows["policy"]["scored"] == rows["random"]["scored"] == 2
+    assert rows["broken"]["records"] == 5 and rows["broken"]["scored"] == 1 and rows["broken"]["rejected"] == 3
+    assert rows["broken"]["skipped"] == {"longer than ctx": 1, "no generated assistant turn": 1}
+    # Compatibility: the model's own output is far likelier than random text, and the
+    # interval of the difference says so.
+    assert rows["policy"]["nll_per_token"] + 0.2 < rows["random"]["nll_per_token"]
+    assert rows["random"]["diff_vs_first_ci95"][0] > 0
+    assert rows["policy"]["p10"] <= rows["policy"]["median"] <= rows["policy"]["p90"]
+    lo, hi = rows["random"]["nll_per_token_ci95"]
+    assert lo <= rows["random"]["nll_per_token"] <= hi
+    # Each trajectory's figure is the scorer's over its eligible tokens.
+    (scored_good,) = result["trajectories"]["broken"]
+    sample = eligible_tokens(good, tok, KW)
+    assert scored_good["eligible"] == sample.eligible and scored_good["line"] == 1
+    assert abs(scored_good["nll_mean"] - Scorer(lm).token_nll(sample.input_ids, sample.loss_mask).mean()) < 1e-5
+    assert (out / "nll.png").read_bytes().startswith(PNG)
+    assert "| policy | 2 |" in (out / "nll.md").read_text()
+
+    # A rerun finds everything in the score cache: the same figures, and no model is loaded.
+    def no_model(**_kwargs: object) -> None:
+        raise AssertionError("the rerun loaded a model")
+
+    monkeypatch.setattr("relearn.train.model.build_model", no_model)
+    with open(out / "nll-scores.jsonl", "a") as scores:
+        scores.write('{"trajectory_id": "t-killed-mid-wr')  # a torn last line costs nothing
+    second = nll(400)
+    assert second.exit_code == 1, second.words
+    again = json.loads((out / "nll.json").read_text())
+    assert [r["nll_per_token"] for r in again["pools"][:2]] == [r["nll_per_token"] for r in result["pools"][:2]]
+    assert again["pools"][0]["reused"] == 2 and again["pools"][2]["rejected"] == 3
+
+    # A larger ctx makes the long trajectory fit: it alone needs the model.
+    wider = nll(4096)
+    assert isinstance(wider.exception, AssertionError) and "the rerun loaded a model" in str(wider.exception)
+
+
+def test_cli_nll_model_folder_and_usage_errors(tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from transformers import AutoModelForCausalLM
+
+    from relearn.train.model import tiny_config
+
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, [trajectory(AGENT, task_id="add")])
+    folder = tmp_path / "model"
+    lm.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    loaded = run("analyze", "nll", "--pool", f"p={pool}", "--model", str(folder), "-o", str(tmp_path / "a"), "--bootstrap", "100", "--no-progress")
+    assert loaded.exit_code == 0, loaded.words
+    sample = eligible_tokens(trajectory(AGENT), tok, KW)
+    row = json.loads((tmp_path / "a" / "nll.json").read_text())["pools"][0]
+    assert row["eligible_tokens"] == sample.eligible
+    assert abs(row["nll_per_token"] - Scorer(lm).token_nll(sample.input_ids, sample.loss_mask).mean()) < 1e-5
+    # Overwritten weights are another model: their scores are not the cached ones.
+    before = folder_fingerprint(str(folder))
+    (folder / "config.json").write_text((folder / "config.json").read_text() + "\n")
+    assert folder_fingerprint(str(folder)) != before and folder_fingerprint("qwen3.6") == folder_fingerprint()
+
+    small = tmp_path / "small"
+    AutoModelForCausalLM.from_config(tiny_config("qwen3", vocab_size=1000)).save_pretrained(small)
+    monkeypatch.setattr("relearn.tokenizers.load_tokenizer", lambda _name: tok)  # loading it is tested above; the pairing here
+    mismatch = run("analyze", "nll", "--pool", str(pool), "--model", str(small), "--tokenizer", "qwen3.6", "-o", str(tmp_path / "b"), "--no-progress")
+    assert mismatch.exit_code == 2 and "248,077 tokens but the model's vocabulary is 1,000" in mismatch.words
+
+    for args, message in (
+        (["--tiny", "qwen3", "--model", str(folder)], "exactly one of --model FOLDER or --tiny"),
+        (["--tiny", "qwen3", "--device", "tpu"], "--device must be cpu or cuda"),
+        (["--tiny", "qwen3", "--pool", f"p={tmp_path / 'missing.jsonl'}"], "no such file"),
+        (["--tiny", "qwen3", "--pool", f"p={pool}"], "two pools are named 'p'"),
+        (["--model", str(tmp_path / "nowhere")], "no such folder"),
+    ):
+        result = run("analyze", "nll", "--pool", f"p={pool}", "-o", str(tmp_path / "c"), *args)
+        assert result.exit_code == 2 and message in result.words, (args, result.words)
+
+
+# ---------------------------------------------------------------- passk
+
+
+def attempt(task: str | None, number: int, resolved: bool | None = None, reward: float | None = None, pool: str = "h") -> dict:
+    outcome = None if resolved is None and reward is None else {"resolved": resolved, "reward": reward}
+    return {"id": f"{pool}-{task}-{number}", "task_id": task, "messages": context(str(task)), "outcome": outcome}
+
+
+def pools_for_passk(tmp_path: Path) -> tuple[Path, Path]:
+    historical = [attempt("A", i, i < 3) for i in range(4)]  # 3/4
+    historical += [attempt("B", i, False) for i in range(4)]  # 0/4
+    historical += [attempt("C", i, i in (1, 3)) for i in range(4)]  # 2/4
+    historical += [attempt("D", i, reward=1.0 if i == 0 else 0.0) for i in range(4)]  # 1/4, reward-only verdicts
+    current = [attempt("A", i, True, pool="c") for i in range(4)]  # 4/4
+    current += [attempt("B", i, i == 2, pool="c") for i in range(4)]  # 1/4
+    current += [attempt("C", i, False, pool="c") for i in range(4)]  # 0/4
+    current += [attempt("D", i, False, pool="c") for i in range(4)]  # 0/4
+    current += [attempt("E", 0, True, pool="c")]  # only here, 1 attempt
+    h, c = tmp_path / "historical.jsonl", tmp_path / "current.jsonl"
+    h.write_text("".join(json.dumps(r) + "\n" for r in historical))
+    bad = [json.dumps(attempt(None, 9, True, pool="c")), json.dumps(attempt("A", 9, pool="c")), json.dumps(current[0]), "not json"]
+    c.write_text("".join(json.dumps(r) + "\n" for r in current) + "\n".join(bad) + "\n")
+    return h, c
+
+
+def test_passk_unbiased_values_and_problems_solved_by_one_pool_only(tmp_path: Path) -> None:
+    h, c = pools_for_passk(tmp_path)
+    historical, current = read_outcomes(NamedPool("historical", h)), read_outcomes(NamedPool("current", c))
+    assert [str(e) for e in current.rejected] == [
+        f"{c}:18: task_id: missing: attempts are grouped by problem",
+        f"{c}:19: outcome: no verifier result (resolved or reward); run `relearn verify` first",
+        f"{c}:20: id: 'c-A-0' repeats line 1",
+        f"{c}:21: invalid JSON at column 1: Expecting value",
+    ]
+    assert historical.table["D"]["resolved"] == 1  # a positive reward is a success without `resolved`
+    result = analyze([historical, current], max_k=4)
+    hist, cur = result["pools"]
+    # 1 - C(n-c, k) / C(n, k) by hand. historical, k = 1..4: A (c=3): 3/4, 1, 1, 1; B: 0;
+    # C (c=2): 1/2, 5/6, 1, 1; D (c=1): 1/4, 1/2, 3/4, 1.
+    expected = [(3 / 4 + 0 + 1 / 2 + 1 / 4) / 4, (1 + 0 + 5 / 6 + 1 / 2) / 4, (1 + 0 + 1 + 3 / 4) / 4, 3 / 4]
+    assert [p["pass"] for p in hist["curve"]] == pytest.approx(expected, abs=1e-12)
+    # current: A 1, B (c=1) 1/4, 1/2, 3/4, 1; C, D 0; E (1 attempt) only at k = 1.
+    assert [p["pass"] for p in cur["curve"]] == pytest.approx([(1 + 1 / 4 + 1) / 5, (1 + 1 / 2) / 4, (1 + 3 / 4) / 4, 2 / 4], abs=1e-12)
+    assert [p["problems"] for p in cur["curve"]] == [5, 4, 4, 4]
+    assert [len(analyze([current])["pools"][0]["curve"])] == [1]  # by default K = the fewest attempts
+    assert result["common_problems"] == 4 and result["solved_by_any_common"] == 4
+    (pair,) = result["pairs"]
+    assert (pair["problems"], pair["both"], pair["only_a"], pair["only_b"], pair["neither"]) == (4, 1, 2, 1, 0)
+    assert pair["only_a_tasks"] == ["C", "D"] and pair["only_b_tasks"] == ["B"]
+    assert (hist["solved_only_here"], cur["solved_only_here"], cur["solved"]) == (2, 1, 3)
+    assert result["problems"]["E"] == {"current": {"attempts": 1, "resolved": 1, "rate": 1.0}}
+
+
+def test_cli_passk_writes_table_json_png(tmp_path: Path) -> None:
+    h, c = pools_for_passk(tmp_path)
+    out = tmp_path / "out"
+    result = run("analyze", "passk", "--pool", f"historical={h}", "--pool", f"current={c}", "--max-k", "4", "-o", str(out))
+    assert result.exit_code == 1, result.words  # done, four records rejected
+    assert "rejected (4)" in result.words and f"{c}:19: outcome: no verifier result" in result.words
+    assert "historical" in result.stdout and "only A" in result.stdout
+    data = json.loads((out / "passk.json").read_text())
+    assert data["pairs"][0]["only_a"] == 2 and data["pools"][0]["curve"][1]["pass"] == pytest.approx(7 / 12)
+    assert "| historical | current | 4 | 1 | 2 | 1 | 0 |" in (out / "passk.md").read_text()
+    assert (out / "passk.png").read_bytes().startswith(PNG)
+    alone = run("analyze", "passk", "--pool", str(h), "-o", str(tmp_path / "alone"))  # one pool, named after its file
+    assert alone.exit_code == 0 and (tmp_path / "alone" / "passk.png").read_bytes().startswith(PNG)
+
+    unverified = tmp_path / "unverified.jsonl"
+    unverified.write_text(json.dumps(attempt("A", 0)) + "\n")
+    for args, message in (
+        ([], "give at least one --pool"),
+        (["--pool", f"x={tmp_path / 'missing.jsonl'}"], "no such file"),
+        (["--pool", f"x={unverified}"], "no verified trajectory with a task_id"),
+    ):
+        failed = run("analyze", "passk", "-o", str(tmp_path / "x"), *args)
+        assert failed.exit_code == 2 and message in failed.words, (args, failed.words)
