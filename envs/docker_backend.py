@@ -130,7 +130,11 @@ class Container:
         workdir: str = "/testbed",
         run_label: str = "",
         env: dict[str, str] | None = None,
+        network: str | None = None,
     ) -> Container:
+        """``network``: attach the container to this Docker network and to no other (an
+        internal network whose only other member is a relay, for agents that must reach
+        a model gateway and nothing else); overrides ``limits.network``."""
         labels = {
             LABEL_OWNER: OWNER,
             LABEL_RUN: run_label or uuid.uuid4().hex[:12],
@@ -146,7 +150,7 @@ class Container:
             labels=labels,
             working_dir=workdir,
             environment=env or {},
-            network_mode="bridge" if limits.network else "none",
+            network_mode=network or ("bridge" if limits.network else "none"),
             nano_cpus=int(limits.cpus * 1e9),
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",

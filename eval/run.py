@@ -5,6 +5,13 @@ runs), the harness's collection layout (``trajectories.jsonl``, ``episodes/``,
 ``verify-logs/``, ``infra_errors.jsonl``), ``predictions.jsonl`` in SWE-bench format and
 ``reports/<instance>.json``. Rerunning into the same folder resumes it; a different
 run (other model, budget, instances...) is refused there.
+
+The agent is part of the scaffold: our own loop (``scaffold.version`` = the loop's
+version), or the real Codex CLI (``scaffold.agent`` = ``codex-cli``, ``version`` = the
+binary's, the digests of its config, model catalog entry, instructions and the exact
+tool schemas it offers, learned by a probe run before any episode and written in full
+under ``codex``). Runs of different scaffolds are never resumed into each other or
+compared.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from envs.tasks import Task
 from eval.dataset import Selection, dataset_digest, load_dataset_tasks
 from harness.agent import SCAFFOLD_VERSION, AgentConfig
 from harness.budget import Budget
+from harness.codex_cli import backend as codex_backend
 from harness.collect import CollectSummary, collect
 from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
 from harness.policies import PolicySpec, make_policy
@@ -47,16 +55,25 @@ class RunConfig:
     workers: int = 1
     spend_cap_usd: float | None = None
     infra_retries: int = 1
+    # The real Codex CLI as the agent instead of our own loop.
+    codex: codex_backend.CodexCliConfig | None = None
 
 
 def tools_digest() -> str:
     return hashlib.sha256(json.dumps(SCHEMAS, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def make_manifest(config: RunConfig, tasks: list[Task]) -> dict[str, Any]:
+def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``probed``: what ``codex_backend.probe`` learned, for a codex-cli run."""
     spec = config.spec
-    return {
-        "scaffold": {"version": SCAFFOLD_VERSION, "tools_digest": tools_digest(), "tools": [t["function"]["name"] for t in SCHEMAS]},
+    if config.codex is not None:
+        if probed is None:
+            raise ValueError("a codex-cli run's manifest needs the probe of its tool schemas")
+        scaffold = codex_backend.scaffold(config.codex, spec.model, probed)
+    else:
+        scaffold = {"version": SCAFFOLD_VERSION, "tools_digest": tools_digest(), "tools": [t["function"]["name"] for t in SCHEMAS]}
+    manifest = {
+        "scaffold": scaffold,
         "budget": config.budget.to_dict(),
         "dataset": {
             "source": config.dataset,
@@ -71,6 +88,18 @@ def make_manifest(config: RunConfig, tasks: list[Task]) -> dict[str, Any]:
         "instances": {t.instance_id: {"repo": t.repo, "difficulty": t.difficulty} for t in tasks},
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    if config.codex is not None:
+        assert probed is not None
+        codex = config.codex
+        manifest["codex"] = {
+            "version": codex.install.version_string,
+            "package_integrity": codex.install.integrity,
+            "binary_sha256": codex.install.sha256.get("codex"),
+            "tool_schemas": probed["tools"],
+            "config_toml": codex_backend.toml(codex_backend.codex_config(codex, spec.model, "http://<relay>/v1", codex_backend.CODEX_HOME, spec.timeout_s)),
+            "catalog_entry_digest": scaffold["catalog_digest"],
+        }
+    return manifest
 
 
 def differences(a: dict[str, Any], b: dict[str, Any], keys: tuple[str, ...] = IDENTITY) -> list[str]:
@@ -116,7 +145,8 @@ def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_
     spec = config.spec
     if config.seed is not None:
         spec.sampling = {**spec.sampling, "seed": config.seed}
-    manifest = make_manifest(config, tasks)
+    probed = codex_backend.probe(config.codex, spec.model) if config.codex is not None else None
+    manifest = make_manifest(config, tasks, probed)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "manifest.json").exists():
         existing = load_manifest(out)
@@ -138,6 +168,7 @@ def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_
         spend_cap_usd=config.spend_cap_usd,
         infra_retries=config.infra_retries,
         on_done=on_done,
+        codex=config.codex,
     )
     finalize(out, manifest)
     return summary, len(tasks)

@@ -10,10 +10,16 @@ Layout of an output folder::
 
 Resumable by (task, policy, attempt): a rerun skips every id in trajectories.jsonl and
 restarts the episodes a killed run left unfinished.
+
+Two agents fill the same pool format: our own Codex-style loop (``harness.agent``, the
+default) and the real Codex CLI in the container (``codex=CodexCliConfig(...)``, see
+``harness.codex_cli``), whose episodes also keep ``episodes/<id>.codex/`` (the gateway's
+record of every model call, the Codex rollout, Codex's ``--json`` output).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -28,6 +34,9 @@ from envs.images import task_image
 from envs.tasks import Task
 from envs.verify import verify
 from harness.agent import SCAFFOLD_VERSION, AgentConfig, now, run_episode
+from harness.codex_cli.backend import AGENT as CODEX_AGENT
+from harness.codex_cli.backend import CodexCliConfig, run_codex_episode
+from harness.codex_cli.network import sweep_networks
 from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
 from harness.policies import Policy, PolicySpec
 from harness.recorder import EpisodeRecorder
@@ -35,8 +44,11 @@ from harness.trajectory import Outcome, Source, Trajectory
 from harness.trajectory import Policy as PolicyInfo
 
 
-def trajectory_id(task_id: str, spec: PolicySpec, attempt: int) -> str:
-    raw = f"{task_id}:{spec.model}:{spec.checkpoint or '-'}:{attempt}"
+def trajectory_id(task_id: str, spec: PolicySpec, attempt: int, agent: str = "builtin") -> str:
+    """Stable per (task, policy, attempt); episodes of another agent than our own loop
+    say which, so that both can share a pool."""
+    scaffold = "" if agent == "builtin" else f"{agent}:"
+    raw = f"{task_id}:{scaffold}{spec.model}:{spec.checkpoint or '-'}:{attempt}"
     return re.sub(r"[^A-Za-z0-9_.:@+-]", "_", raw)
 
 
@@ -67,7 +79,12 @@ class Job:
     image: str = ""
 
 
-def _header(job: Job, spec: PolicySpec, config: AgentConfig, image: str) -> Trajectory:
+def _header(job: Job, spec: PolicySpec, config: AgentConfig, image: str, codex: CodexCliConfig | None = None) -> Trajectory:
+    meta = {"image": image, "sampling": spec.sampling, "budget": config.budget.to_dict()}
+    if codex is not None:
+        source = Source(format="codex", format_version=codex.install.version, meta={**meta, "agent": CODEX_AGENT})
+    else:
+        source = Source(format="relearn", format_version=SCAFFOLD_VERSION, meta=meta)
     return Trajectory(
         id=job.id,
         task_id=job.task.instance_id,
@@ -75,18 +92,16 @@ def _header(job: Job, spec: PolicySpec, config: AgentConfig, image: str) -> Traj
         attempt=job.attempt,
         messages=[],
         started_at=now(),
-        source=Source(
-            format="relearn",
-            format_version=SCAFFOLD_VERSION,
-            meta={"image": image, "sampling": spec.sampling, "budget": config.budget.to_dict()},
-        ),
+        source=source,
     )
 
 
 def _keep_partial(path: Path) -> None:
     """A killed run's recording is kept beside, never overwritten."""
     number = 0
-    while (target := path.with_name(f"{path.stem}.partial-{number}.jsonl")).exists():
+    suffix = ".jsonl" if path.suffix == ".jsonl" else ""
+    stem = path.stem if suffix else path.name
+    while (target := path.with_name(f"{stem}.partial-{number}{suffix}")).exists():
         number += 1
     path.rename(target)
 
@@ -101,16 +116,23 @@ def run_job(
     *,
     limits: Limits = DEFAULT_LIMITS,
     verify_timeout_s: float = 1800.0,
+    codex: CodexCliConfig | None = None,
 ) -> Trajectory:
     episode_path = out / "episodes" / f"{job.id}.jsonl"
+    artifacts = out / "episodes" / f"{job.id}.codex"
     episode_path.parent.mkdir(parents=True, exist_ok=True)
     if episode_path.exists():
         _keep_partial(episode_path)
-    header = _header(job, spec, config, job.image)
+    if artifacts.exists():
+        _keep_partial(artifacts)
+    header = _header(job, spec, config, job.image, codex)
     recorder = EpisodeRecorder(episode_path, header)
     try:
-        with Container.start(client, job.image, limits=limits, workdir=job.task.workdir) as container:
-            trajectory = run_episode(job.task, policy, container, config, header, recorder)
+        if codex is not None:
+            trajectory = run_codex_episode(client, job.task, job.image, spec, config.budget, codex, header, recorder=recorder, artifacts=artifacts, limits=limits)
+        else:
+            with Container.start(client, job.image, limits=limits, workdir=job.task.workdir) as container:
+                trajectory = run_episode(job.task, policy, container, config, header, recorder)
         verdict = verify(client, job.task, trajectory.final_patch, job.image, log_dir=out / "verify-logs", timeout_s=verify_timeout_s)
         trajectory.outcome = Outcome(
             reward=verdict.reward,
@@ -139,12 +161,21 @@ def collect(
     spend_cap_usd: float | None = None,
     infra_retries: int = 1,
     on_done: Callable[[Trajectory | None], None] | None = None,
+    codex: CodexCliConfig | None = None,
 ) -> CollectSummary:
     """Run every (task, attempt) not yet in ``out``. Infrastructure failures (image
     missing, container or engine errors) are retried ``infra_retries`` times, then
     recorded in ``infra_errors.jsonl``, apart from model failures. With a spend cap, no
-    new episode starts once the run (this session and earlier ones) has spent it."""
+    new episode starts once the run (this session and earlier ones) has spent it.
+
+    ``codex``: run the real Codex CLI as the agent instead of our own loop (``policy``
+    is then unused: Codex talks to ``spec``'s Responses endpoint through the gateway)."""
     config = config or AgentConfig()
+    agent = CODEX_AGENT if codex is not None else "builtin"
+    if codex is not None:
+        sweep_networks(client)  # what a killed codex-cli run left
+        if codex.relay_image is None and base_image is not None:
+            codex = dataclasses.replace(codex, relay_image=base_image)
     out.mkdir(parents=True, exist_ok=True)
     pool_path = out / "trajectories.jsonl"
     errors: list[RecordError] = []
@@ -155,7 +186,7 @@ def collect(
     jobs: list[Job] = []
     for task in tasks:
         for attempt in range(attempts):
-            job = Job(task, attempt, trajectory_id(task.instance_id, spec, attempt))
+            job = Job(task, attempt, trajectory_id(task.instance_id, spec, attempt, agent))
             if job.id in done:
                 summary.skipped += 1
             else:
@@ -193,7 +224,7 @@ def collect(
                         break
                     job = queue.pop(0)
                     tries[job.id] = tries.get(job.id, 0) + 1
-                    running[executor.submit(run_job, client, job, policy, spec, config, out, limits=limits)] = job
+                    running[executor.submit(run_job, client, job, policy, spec, config, out, limits=limits, codex=codex)] = job
                 if not running:
                     break
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)

@@ -2,7 +2,9 @@
 
 One ``ModelServer`` speaks one protocol: OpenAI Chat Completions as vLLM serves it
 (``POST /v1/chat/completions``), OpenAI Responses (``POST /v1/responses``) or Anthropic
-Messages (``POST /v1/messages``); non-streaming only. Every request consumes the next
+Messages (``POST /v1/messages``). Responses requests with ``"stream": true`` (what the Codex
+CLI sends) are answered with server-sent events; everything else is answered whole. Every
+request consumes the next
 ``ScriptedTurn`` (error turns too, so "429 then success" is two turns) and is recorded in
 ``requests`` so a test can assert what the client sent. The real SDKs talk to it over
 real HTTP, so a test exercises the production path.
@@ -35,13 +37,17 @@ class ScriptedTurn:
     # (name, arguments): a dict is sent as JSON; a string is sent verbatim, to play a
     # model that wrote malformed JSON.
     tool_calls: Sequence[tuple[str, dict[str, Any] | str]] = ()
+    # responses only: freeform (custom) tool calls, (name, input text), after the function
+    # calls: how Codex's apply_patch is called by the models it offers it to as a grammar.
+    custom_tool_calls: Sequence[tuple[str, str]] = ()
     # Normalised ("stop", "tool_calls", "length", "content_filter"), translated into the
     # protocol's own value; default "tool_calls" if tool_calls else "stop".
     finish_reason: str | None = None
     input_tokens: int = 100  # the whole prompt, cached tokens included
     output_tokens: int = 20
     cached_input_tokens: int = 0
-    # chat only, returned when the request asked for them (return_token_ids / logprobs).
+    # Returned when the request asked for them: chat, vLLM's return_token_ids / logprobs;
+    # responses, vLLM's enable_response_messages (token ids only).
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     # Answer with this HTTP status instead; error_body replaces the protocol's usual error
@@ -159,7 +165,9 @@ class ModelServer:
         return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
     def _answer(self, turn: ScriptedTurn, index: int, body: dict[str, Any]) -> dict[str, Any]:
-        finish = turn.finish_reason or ("tool_calls" if turn.tool_calls else "stop")
+        finish = turn.finish_reason or ("tool_calls" if turn.tool_calls or turn.custom_tool_calls else "stop")
+        if turn.custom_tool_calls and self.protocol != "responses":
+            raise ValueError("ScriptedTurn.custom_tool_calls exist only in the responses protocol")
         if self.protocol == "chat":
             return self._chat(turn, index, body, finish)
         if self.protocol == "responses":
@@ -228,8 +236,15 @@ class ModelServer:
                     "status": "completed",
                 }
             )
+        for i, (name, text) in enumerate(turn.custom_tool_calls):
+            output.append({"type": "custom_tool_call", "id": f"ctc_{index}_{i}", "call_id": f"custom_{index}_{i}", "name": name, "input": text, "status": "completed"})
         incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(finish)
+        raw: dict[str, Any] = {}
+        if body.get("enable_response_messages") and turn.token_ids is not None:
+            # vLLM's raw generated message and its token ids, beside the parsed output.
+            raw = {"input_messages": [], "output_messages": [{"type": "raw_message_tokens", "message": turn.content, "tokens": turn.token_ids}]}
         return {
+            **raw,
             "id": f"resp_{index}",
             "object": "response",
             "created_at": int(time.time()),
@@ -286,6 +301,35 @@ def _arguments_text(arguments: dict[str, Any] | str) -> str:
     return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
 
+def sse_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A whole Responses API answer as the events the streaming API sends for it:
+    created, in_progress, per output item added / text deltas / done, then completed
+    (or incomplete) with the whole response and its usage."""
+    events: list[dict[str, Any]] = []
+    pending = {**response, "status": "in_progress", "output": [], "usage": None}
+    events.append({"type": "response.created", "response": pending})
+    events.append({"type": "response.in_progress", "response": pending})
+    for position, item in enumerate(response["output"]):
+        opened = {**item, "status": "in_progress"} if "status" in item else dict(item)
+        if item["type"] == "message":
+            opened["content"] = []
+        events.append({"type": "response.output_item.added", "output_index": position, "item": opened})
+        if item["type"] == "message":
+            for part_index, part in enumerate(item["content"]):
+                events.append({"type": "response.content_part.added", "item_id": item["id"], "output_index": position, "content_index": part_index, "part": {**part, "text": ""}})
+                events.append({"type": "response.output_text.delta", "item_id": item["id"], "output_index": position, "content_index": part_index, "delta": part["text"]})
+                events.append({"type": "response.output_text.done", "item_id": item["id"], "output_index": position, "content_index": part_index, "text": part["text"]})
+                events.append({"type": "response.content_part.done", "item_id": item["id"], "output_index": position, "content_index": part_index, "part": part})
+        elif item["type"] == "function_call":
+            events.append({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": position, "arguments": item["arguments"]})
+        events.append({"type": "response.output_item.done", "output_index": position, "item": item})
+    final = "response.incomplete" if response.get("status") == "incomplete" else "response.completed"
+    events.append({"type": final, "response": response})
+    for number, event in enumerate(events):
+        event["sequence_number"] = number
+    return events
+
+
 class _Handler(BaseHTTPRequestHandler):
     server_version = "ModelServer/1"
 
@@ -312,7 +356,11 @@ class _Handler(BaseHTTPRequestHandler):
             body_out = turn.error_body if turn.error_body is not None else model_server._error_body(turn.error, f"scripted error {turn.error}")
             self._send(turn.error, body_out, extra)
             return
-        self._send(200, model_server._answer(turn, index, body), turn.headers)
+        answer = model_server._answer(turn, index, body)
+        if model_server.protocol == "responses" and body.get("stream") is True:
+            self._send_events(sse_events(answer), turn.headers)
+            return
+        self._send(200, answer, turn.headers)
 
     def do_GET(self) -> None:  # noqa: N802
         self._send(404, {"error": {"message": "ModelServer answers POST only"}})
@@ -329,6 +377,19 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout under test)
+
+    def _send_events(self, events: list[dict[str, Any]], headers: dict[str, str] | None = None) -> None:
+        data = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # keep test output clean

@@ -7,9 +7,12 @@ How a rollout becomes chat messages:
 - the session's base instructions become the system message;
 - ``message`` items keep their role (developer/user/assistant);
 - the model output of one API call (reasoning, text, tool calls; bounded by the
-  ``token_count`` event that follows each call, or by the next input item) becomes one
+  ``token_usage_record`` line newer versions write right after each call, else by the
+  ``token_count`` event that follows it, or by the next input item) becomes one
   assistant message, split only where HF message order (reasoning, content,
-  tool_calls) could not hold it;
+  tool_calls) could not hold it; the call's usage and response id go on it;
+- ``exec_command_end`` events and (paginated history) ``item_completed`` events for a
+  ``CommandExecution`` give tool results their exit code and duration;
 - ``function_call_output``/``custom_tool_call_output`` become ``tool`` messages paired
   by ``call_id``;
 - a ``compacted`` line is a context reset: its replacement history follows as
@@ -104,6 +107,10 @@ class _RolloutReader:
         self.answered: set[str] = set()
         self.results: dict[str, int] = {}  # call_id -> index of its tool message
         self.exec_metadata: dict[str, dict[str, Any]] = {}
+        # Newer Codex writes a token_usage_record per call, before the call's tool runs;
+        # its token_count event comes only after the tool output, too late to say which
+        # message the usage belongs to.
+        self.usage_records = False
         self.resets: list[ContextReset] = []
         self.total_usage: Usage | None = None
         self.exit_status = ExitStatus.unknown
@@ -172,6 +179,9 @@ class _RolloutReader:
             self.event(number, fields, line)
         elif kind == "compacted":
             self.compacted(number, fields, timestamp)
+            self.keep(number, line)
+        elif kind == "token_usage_record":
+            self.usage_record(fields)
             self.keep(number, line)
         else:
             if kind == "turn_context":
@@ -320,6 +330,19 @@ class _RolloutReader:
             )
         )
 
+    def usage_record(self, fields: Fields) -> None:
+        """One model call's usage (``token_usage_record``): ends the call."""
+        self.usage_records = True
+        usage = fields.obj("usage")
+        response_id = fields.str("response_id")
+        if self.group:
+            if usage is not None:
+                self.group[-1].usage = _usage(usage)
+            if response_id:
+                for message in self.group:
+                    message.extra = {**(message.extra or {}), "response_id": response_id}
+        self.end_call()
+
     def event(self, number: int, fields: Fields, line: dict[str, Any]) -> None:
         kind = fields.str("type", required=True)
         if kind == "token_count":
@@ -327,7 +350,7 @@ class _RolloutReader:
             if info is not None:
                 last = info.obj("last_token_usage")
                 total = info.obj("total_token_usage")
-                if last is not None and self.group:
+                if last is not None and self.group and not self.usage_records:
                     self.group[-1].usage = _usage(last)
                 if total is not None:
                     self.total_usage = _usage(total)
@@ -335,13 +358,15 @@ class _RolloutReader:
             self.keep(number, line)
             return
         if kind == "exec_command_end":
-            call_id = fields.str("call_id")
-            metadata = {k: fields.data[k] for k in ("exit_code", "duration", "status") if k in fields.data}
-            target = self.tool_message(call_id)
-            if target is not None:
-                target.metadata = {**(target.metadata or {}), **metadata}
-            elif call_id:
-                self.exec_metadata[call_id] = metadata
+            self.exec_result(fields.str("call_id"), {k: fields.data[k] for k in ("exit_code", "duration", "status") if k in fields.data})
+        elif kind == "item_completed":
+            item = fields.obj("item")
+            if item is not None and item.data.get("type") == "CommandExecution":
+                metadata = {k: item.data[k] for k in ("exit_code", "status") if k in item.data}
+                duration = item.data.get("duration")
+                if isinstance(duration, dict) and isinstance(duration.get("secs"), int):
+                    metadata["duration_seconds"] = duration["secs"] + (duration.get("nanos") or 0) / 1e9
+                self.exec_result(item.str("id"), metadata)
         elif kind in ("task_complete", "turn_complete"):
             self.exit_status = ExitStatus.submitted
         elif kind == "turn_aborted":
@@ -350,6 +375,14 @@ class _RolloutReader:
             self.exit_status = ExitStatus.unknown  # a new turn: its end decides
         if kind not in MIRROR_EVENTS:
             self.keep(number, line)
+
+    def exec_result(self, call_id: str | None, metadata: dict[str, Any]) -> None:
+        """A command's exit code and duration, for its tool message (which may come later)."""
+        target = self.tool_message(call_id)
+        if target is not None:
+            target.metadata = {**(target.metadata or {}), **metadata}
+        elif call_id:
+            self.exec_metadata[call_id] = {**self.exec_metadata.get(call_id, {}), **metadata}
 
     def compacted(self, number: int, fields: Fields, timestamp: str | None) -> None:
         self.end_call()

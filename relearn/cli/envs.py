@@ -126,9 +126,13 @@ def audit_command(
 
 @envs_app.command("gc")
 def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False) -> None:
-    """Remove relearn's orphaned containers (found by label), e.g. after a crash."""
-    removed = docker_backend.gc(docker_client(), everything=everything)
-    out.print(f"removed {len(removed)} container(s)" + (f": {', '.join(removed)}" if removed else ""))
+    """Remove relearn's orphaned containers and codex-cli networks (found by label), e.g. after a crash."""
+    from harness.codex_cli.network import sweep_networks
+
+    client = docker_client()
+    removed = docker_backend.gc(client, everything=everything)
+    networks = sweep_networks(client, everything=everything)
+    out.print(f"removed {len(removed)} container(s)" + (f": {', '.join(removed)}" if removed else "") + f" and {len(networks)} network(s)")
 
 
 def verify_command(

@@ -18,6 +18,7 @@ from harness.budget import Budget
 from harness.policies import PolicySpec
 from harness.trajectory import Trajectory
 from relearn.cli.envs import docker_client, terminate_cleanly
+from relearn.cli.harness import AgentArg, ReasoningEffortArg, agent_options
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 eval_app = typer.Typer(help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True)
@@ -28,7 +29,9 @@ def run_command(
     out_dir: Annotated[Path, typer.Option("--out", help="Run folder (created, or resumed when it holds the same run).")],
     model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
     dataset: Annotated[str, typer.Option(help="`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name.")] = "mini",
-    policy: Annotated[str, typer.Option(help="chat | responses | anthropic.")] = "chat",
+    agent: AgentArg = "builtin",
+    policy: Annotated[str | None, typer.Option(help="chat (the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
+    reasoning_effort: ReasoningEffortArg = "medium",
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Checkpoint served (recorded in the manifest).")] = None,
@@ -53,6 +56,7 @@ def run_command(
     Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance
     reports and report.md/json. Resumable: rerun the same command to finish a killed run.
     """
+    policy, codex = agent_options(agent, policy, reasoning_effort)
     client = docker_client()
     terminate_cleanly()
     docker_backend.gc(client)
@@ -66,6 +70,7 @@ def run_command(
         seed=seed,
         workers=workers,
         spend_cap_usd=spend_cap,
+        codex=codex,
     )
     base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     resolved = 0
@@ -80,7 +85,7 @@ def run_command(
                 progress.update(bar, advance=1, resolved=resolved)
 
             summary, selected = run_eval(client, config, out_dir, base_image=base, on_done=done)
-    except (ManifestMismatch, ValueError) as exc:
+    except (ManifestMismatch, ValueError, RuntimeError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
     show_problems("infrastructure failures (kept apart from model failures)", summary.errors)

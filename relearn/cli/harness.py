@@ -13,6 +13,8 @@ from envs import docker_backend
 from envs.images import build_base, task_image
 from harness.agent import AgentConfig
 from harness.budget import Budget
+from harness.codex_cli.backend import CodexCliConfig
+from harness.codex_cli.install import InstallError, installed
 from harness.collect import collect, pass_at_k_table
 from harness.jsonl import RecordError, read_trajectories_lenient
 from harness.policies import PolicySpec, make_policy
@@ -20,12 +22,36 @@ from harness.replay import replay
 from relearn.cli.envs import TasksArg, docker_client, load_task_list, terminate_cleanly
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
+AGENTS = ("builtin", "codex-cli")
+AgentArg = Annotated[str, typer.Option("--agent", help="builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).")]
+ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_reasoning_effort (low | medium | high | xhigh).")]
+
+
+def agent_options(agent: str, policy: str | None, reasoning_effort: str | None) -> tuple[str, CodexCliConfig | None]:
+    """(endpoint protocol, Codex config or None) from the shared --agent options; exits
+    with a usage error naming the option that does not fit."""
+    if agent not in AGENTS:
+        err.print(f"[red]error:[/red] --agent must be one of {', '.join(AGENTS)}, not {agent!r}")
+        raise typer.Exit(EXIT_USAGE)
+    if agent == "builtin":
+        return policy or "chat", None
+    if policy not in (None, "responses"):
+        err.print(f"[red]error:[/red] --agent codex-cli speaks the Responses API: use --policy responses (got --policy {policy})")
+        raise typer.Exit(EXIT_USAGE)
+    try:
+        return "responses", CodexCliConfig(install=installed(), reasoning_effort=reasoning_effort)
+    except (InstallError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_USAGE) from None
+
 
 def collect_command(
     out_dir: Annotated[Path, typer.Option("--out", help="Output folder: trajectories.jsonl, episodes/, verify-logs/.")],
     model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
     tasks: TasksArg = "mini",
-    policy: Annotated[str, typer.Option(help="Endpoint protocol: chat (OpenAI-compatible, vLLM/SGLang) | responses | anthropic.")] = "chat",
+    agent: AgentArg = "builtin",
+    policy: Annotated[str | None, typer.Option(help="Endpoint protocol: chat (OpenAI-compatible, vLLM/SGLang; the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
+    reasoning_effort: ReasoningEffortArg = "medium",
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL, e.g. http://localhost:8000/v1.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key (default: OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic).")] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Checkpoint the endpoint serves (stamped on every trajectory).")] = None,
@@ -47,6 +73,7 @@ def collect_command(
     Resumable by (task, policy, attempt): rerun the same command after a crash and only
     the unfinished episodes run.
     """
+    policy, codex = agent_options(agent, policy, reasoning_effort)
     client = docker_client()
     terminate_cleanly()
     # A run killed outright (SIGKILL, OOM) leaves its containers; sweep them first.
@@ -78,7 +105,7 @@ def collect_command(
             resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
             progress.update(bar, advance=1, resolved=resolved)
 
-        summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, base_image=base, on_done=done)
+        summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, base_image=base, on_done=done, codex=codex)
     show_problems("errors", summary.errors)
     errors: list[RecordError] = []
     everything = list(read_trajectories_lenient(out_dir / "trajectories.jsonl", errors))
