@@ -1,0 +1,250 @@
+"""A pool joined with its reviews and its compiled dataset, and the filters over it.
+
+TER comes from the dataset (``relearn masks``' ``stats.json``: exact token counts) when
+one is given. Without a dataset it is estimated from characters: defect characters over
+the characters of generated assistant fields; it is always labelled as such.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from relearn.view.index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
+from review.records import CATEGORIES
+
+PER_TURN_SUFFIX = re.compile(r"#m\d+$")
+
+
+class UsageError(Exception):
+    """Unusable input: nothing can be shown (exit 2)."""
+
+
+@dataclass(slots=True)
+class Tokens:
+    eligible: int = 0
+    excluded: int = 0
+    tokens: int = 0
+    samples: int = 0
+
+    @property
+    def ter(self) -> float:
+        return self.excluded / self.eligible if self.eligible else 0.0
+
+
+@dataclass
+class DatasetInfo:
+    """What ``relearn masks`` wrote to ``stats.json``: totals, reasons and per-sample TER."""
+
+    path: Path
+    stats: dict[str, Any]
+    by_trajectory: dict[str, Tokens] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> DatasetInfo:
+        folder = Path(folder)
+        path = folder / "stats.json" if folder.is_dir() else folder
+        if not path.is_file():
+            raise UsageError(f"{path}: no dataset statistics here (a folder written by `relearn masks`)")
+        try:
+            stats = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise UsageError(f"{path}: not JSON: {exc}") from None
+        samples = stats.get("per_sample") if isinstance(stats, dict) else None
+        if not isinstance(samples, list):
+            raise UsageError(f"{path}: per_sample: missing (not written by `relearn masks`?)")
+        info = cls(path, stats)
+        per_turn = bool(stats.get("per_turn"))
+        for number, sample in enumerate(samples):
+            try:
+                sample_id = str(sample["sample_id"])
+                trajectory_id = PER_TURN_SUFFIX.sub("", sample_id) if per_turn else sample_id
+                tokens = info.by_trajectory.setdefault(trajectory_id, Tokens())
+                tokens.eligible += int(sample["eligible"])
+                tokens.excluded += int(sample["excluded"])
+                tokens.tokens += int(sample.get("tokens", 0))
+                tokens.samples += 1
+            except (KeyError, TypeError, ValueError) as exc:
+                raise UsageError(f"{path}: per_sample[{number}]: {type(exc).__name__}: {exc}") from None
+        return info
+
+
+# -- filters -------------------------------------------------------------------------
+
+TERM = re.compile(r"^(?P<key>[a-z_]+)\s*(?P<op>=|>=|<=|>|<)\s*(?P<value>.+)$")
+FILTER_HELP = (
+    "resolved | unresolved | decision=accept|reject|none | category=C[,C] (has a defect of C; none = no defects) | "
+    "primary=C | ter=LO..HI or ter>X, ter<X (0-1 or %) | exit=STATUS[,..] | task=TEXT | step=LO..HI | error"
+)
+
+
+@dataclass
+class Filter:
+    """Conditions that must all hold; written as space-separated terms (FILTER_HELP)."""
+
+    resolved: bool | None = None
+    decisions: set[str] | None = None
+    categories: set[str] | None = None
+    primary: set[str] | None = None
+    ter: tuple[float | None, float | None] | None = None
+    exit: set[str] | None = None
+    task: str | None = None
+    step: tuple[float | None, float | None] | None = None
+    errors_only: bool = False
+    text: str = ""
+
+    @property
+    def empty(self) -> bool:
+        return not self.text.strip()
+
+    @property
+    def needs_reviews(self) -> bool:
+        return bool(self.decisions or self.categories or self.primary)
+
+    @classmethod
+    def parse(cls, text: str) -> Filter:
+        out = cls(text=text.strip())
+        for term in text.split():
+            lower = term.lower()
+            if lower in ("resolved", "unresolved"):
+                out.resolved = lower == "resolved"
+                continue
+            if lower == "error":
+                out.errors_only = True
+                continue
+            match = TERM.match(lower)
+            if match is None:
+                raise ValueError(f"filter term {term!r}: not understood (terms: {FILTER_HELP})")
+            key, op, value = match["key"], match["op"], match["value"]
+            if key in ("ter", "step"):
+                setattr(out, key, _range(term, op, value, percent=key == "ter"))
+                continue
+            if op != "=":
+                raise ValueError(f"filter term {term!r}: {key} takes =")
+            values = {v for v in value.split(",") if v}
+            if key == "resolved":
+                if value not in ("yes", "no", "true", "false"):
+                    raise ValueError(f"filter term {term!r}: resolved=yes|no")
+                out.resolved = value in ("yes", "true")
+            elif key == "decision":
+                if not values <= {"accept", "reject", "none"}:
+                    raise ValueError(f"filter term {term!r}: decision is accept, reject or none")
+                out.decisions = values
+            elif key in ("category", "primary"):
+                unknown = values - set(CATEGORIES) - {"none"}
+                if unknown:
+                    raise ValueError(f"filter term {term!r}: unknown category {', '.join(sorted(unknown))} (known: {', '.join(CATEGORIES)}, none)")
+                setattr(out, "categories" if key == "category" else "primary", values)
+            elif key == "exit":
+                out.exit = values
+            elif key == "task":
+                out.task = value
+            else:
+                raise ValueError(f"filter term {term!r}: unknown key {key!r} (terms: {FILTER_HELP})")
+        return out
+
+
+def _number(term: str, text: str, percent: bool) -> float | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        if percent and text.endswith("%"):
+            return float(text[:-1]) / 100
+        return float(text)
+    except ValueError:
+        raise ValueError(f"filter term {term!r}: {text!r} is not a number") from None
+
+
+def _range(term: str, op: str, value: str, *, percent: bool) -> tuple[float | None, float | None]:
+    if op == "=":
+        if ".." in value:
+            lo, hi = value.split("..", 1)
+            return _number(term, lo, percent), _number(term, hi, percent)
+        exact = _number(term, value, percent)
+        return exact, exact
+    number = _number(term, value, percent)
+    # Bounds are inclusive: "ter>0.1" and "ter>=0.1" differ only at the boundary, which
+    # floating TERs hit only at 0 and 1; the inclusive reading is the one people expect.
+    return (number, None) if op in (">", ">=") else (None, number)
+
+
+def _within(value: float | None, bounds: tuple[float | None, float | None]) -> bool:
+    if value is None:
+        return False
+    lo, hi = bounds
+    return (lo is None or value >= lo - 1e-12) and (hi is None or value <= hi + 1e-12)
+
+
+# -- the catalog -----------------------------------------------------------------------
+
+
+@dataclass
+class Catalog:
+    pool: PoolIndex
+    reviews: ReviewIndex | None = None
+    dataset: DatasetInfo | None = None
+
+    def summary(self, position: int) -> TrajectorySummary:
+        return self.pool.entries[position].summary
+
+    def review_summary(self, position: int) -> ReviewSummary | None:
+        trajectory_id = self.summary(position).id
+        if self.reviews is None or trajectory_id is None:
+            return None
+        return self.reviews.summary(trajectory_id)
+
+    def tokens(self, position: int) -> Tokens | None:
+        trajectory_id = self.summary(position).id
+        if self.dataset is None or trajectory_id is None:
+            return None
+        return self.dataset.by_trajectory.get(trajectory_id)
+
+    def ter(self, position: int) -> tuple[float | None, str]:
+        """TER and where it comes from: ``tokens`` (dataset) or ``chars`` (estimate)."""
+        if self.dataset is not None:
+            tokens = self.tokens(position)
+            return (tokens.ter if tokens else None), "tokens"
+        review = self.review_summary(position)
+        summary = self.summary(position)
+        if review is None or not summary.eligible_chars:
+            return None, "chars"
+        return review.defect_chars / summary.eligible_chars, "chars"
+
+    def ready_for(self, flt: Filter) -> bool:
+        """Whether every source the filter reads is fully indexed."""
+        if flt.needs_reviews or flt.ter is not None:
+            if self.reviews is not None and not self.reviews.ready.is_set():
+                return False
+        return True
+
+    def matches(self, position: int, flt: Filter) -> bool:
+        s = self.summary(position)
+        if flt.errors_only:
+            return s.error is not None
+        if s.error is not None:
+            return flt.empty  # an unreadable record only shows when nothing is filtered
+        if flt.resolved is not None and s.positive != flt.resolved:
+            return False
+        if flt.exit is not None and (s.exit_status or "") not in flt.exit:
+            return False
+        if flt.task is not None and flt.task not in (s.task_id or "").lower():
+            return False
+        if flt.step is not None and not _within(s.step, flt.step):
+            return False
+        if flt.needs_reviews:
+            review = self.review_summary(position)
+            if flt.decisions is not None and (review.decision if review else "none") not in flt.decisions:
+                return False
+            if flt.categories is not None:
+                present = set(review.chars_by_category) if review else set()
+                if not (present & flt.categories or ("none" in flt.categories and not present)):
+                    return False
+            if flt.primary is not None and (review.primary if review else "none") not in flt.primary:
+                return False
+        if flt.ter is not None and not _within(self.ter(position)[0], flt.ter):
+            return False
+        return True

@@ -1,0 +1,504 @@
+"""The rich rendering of a trajectory shared by the viewer and ``relearn view --print``.
+
+Three kinds of text are told apart at a glance, with and without colour:
+supervised text (generated assistant text of a trajectory that enters the dataset:
+green), context-only text (system, user and tool messages, text the policy did not
+generate: dim) and excluded defect spans (struck through, red; bold where two defects
+overlap), each followed by a label ``{#n category}`` and listed under its message with
+the judge's description. With ``markers`` (plain text for pipes) excluded runs are
+also written between ``[-`` and ``-]``, as ``git diff --word-diff=plain`` does.
+
+A defect marks exactly the characters ``[start, end)`` of its field, where the field is
+shown as the chat template renders it: reasoning, text, and each tool-call argument as
+``key: value`` (string values raw, others as JSON). A span over
+``tool_calls[i].arguments`` (offsets into the arguments' JSON text) is mapped through
+that layout and covers the shown characters from its first to its last, the same
+characters ``relearn masks`` excludes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+from rich.console import Group, RenderableType
+from rich.rule import Rule
+from rich.style import Style
+from rich.syntax import Syntax
+from rich.text import Text
+
+from harness.trajectory import Message, Trajectory, is_verified_positive
+from relearn.view.catalog import Catalog, Tokens
+from relearn.view.index import summarize_review
+from review.records import FIELD, Defect, Review, field_text
+
+STYLES: dict[str, Style] = {
+    "supervised": Style(color="green"),
+    "eligible": Style(),  # generated, but the trajectory does not enter the dataset
+    "context": Style(dim=True),
+    "excluded": Style(color="red", strike=True),
+    "overlap": Style(color="bright_red", strike=True, bold=True),
+    "label": Style(color="red", bold=True, reverse=True),
+    "name": Style(color="cyan", bold=True),
+    "hidden": Style(color="yellow", italic=True),
+    "warning": Style(color="yellow", bold=True),
+    "good": Style(color="green", bold=True),
+    "bad": Style(color="red", bold=True),
+    "title": Style(bold=True),
+}
+
+
+@dataclass
+class RenderOptions:
+    markers: bool = False  # write [- -] around excluded runs (plain text output)
+    expand: bool = False  # show long context messages whole
+    max_lines: int = 24
+    head_lines: int = 10
+    tail_lines: int = 6
+    max_chars: int = 4000
+    hint: str = "o: show all"  # how to see what is hidden
+
+
+@dataclass
+class Step:
+    kind: Literal["task", "turn", "diff"]
+    messages: list[int]
+
+    def title(self) -> str:
+        if self.kind == "task":
+            return "task"
+        if self.kind == "diff":
+            return "final patch"
+        return f"turn (message {self.messages[0]})"
+
+
+def steps_of(trajectory: Trajectory) -> list[Step]:
+    """The task (messages before the first assistant turn), one step per assistant
+    message with the results and messages that follow it, and the final patch."""
+    steps: list[Step] = [Step("task", [])]
+    for index, message in enumerate(trajectory.messages):
+        if message.role == "assistant":
+            steps.append(Step("turn", [index]))
+        else:
+            steps[-1].messages.append(index)
+    steps.append(Step("diff", []))
+    return steps
+
+
+@dataclass
+class Numbered:
+    number: int
+    defect: Defect
+    problem: str | None = None  # why it cannot be shown at its offsets
+
+
+def check_defect(trajectory: Trajectory, defect: Defect) -> str | None:
+    if not 0 <= defect.message_index < len(trajectory.messages):
+        return f"message {defect.message_index} is outside the trajectory"
+    text = field_text(trajectory.messages[defect.message_index], defect.field)
+    if text is None or defect.end > len(text):
+        return f"{defect.field} [{defect.start}, {defect.end}) is outside its field"
+    if text[defect.start : defect.end] != defect.quote:
+        return f"quote not at its offsets: the field has {text[defect.start:defect.end]!r}"
+    return None
+
+
+class _Doc:
+    """Text of one message being laid out, with where each field's characters went."""
+
+    def __init__(self) -> None:
+        self.text = Text()
+        self.fields: dict[str, int] = {}  # content, reasoning_content, tool_calls[i].arguments.KEY -> start
+        self.json_maps: dict[int, dict[int, int]] = {}  # call -> position in the JSON text -> position here
+
+    def add(self, value: str, style: str, *, field_name: str | None = None) -> int:
+        start = len(self.text)
+        if field_name is not None:
+            self.fields[field_name] = start
+        self.text.append(value, STYLES[style])
+        return start
+
+
+def _collapse(text: str, options: RenderOptions, style: str) -> Text:
+    lines = text.split("\n")
+    out = Text()
+    if options.expand:
+        out.append(text, STYLES[style])
+    elif len(lines) > options.max_lines:
+        hidden = len(lines) - options.head_lines - options.tail_lines
+        out.append("\n".join(lines[: options.head_lines]) + "\n", STYLES[style])
+        out.append(f"··· {hidden} lines hidden ({options.hint}) ···", STYLES["hidden"])
+        out.append("\n" + "\n".join(lines[-options.tail_lines :]), STYLES[style])
+    elif len(text) > options.max_chars:
+        head, tail = options.max_chars * 3 // 4, options.max_chars // 4
+        out.append(text[:head], STYLES[style])
+        out.append(f" ··· {len(text) - head - tail} characters hidden ({options.hint}) ··· ", STYLES["hidden"])
+        out.append(text[-tail:], STYLES[style])
+    else:
+        out.append(text, STYLES[style])
+    return out
+
+
+def _layout_assistant(message: Message, base: str) -> _Doc:
+    doc = _Doc()
+    if message.reasoning_content is not None:
+        doc.add("▸ reasoning\n", "name")
+        doc.add(message.reasoning_content, base, field_name="reasoning_content")
+        doc.add("\n", base)
+    if message.content is not None:
+        doc.add("▸ text\n", "name")
+        doc.add(message.content, base, field_name="content")
+        doc.add("\n", base)
+    for number, call in enumerate(message.tool_calls or []):
+        doc.add(f"▸ call {call.function.name}", "name")
+        doc.add(f"  {call.id}\n", "context")
+        json_map: dict[int, int] = {}
+        json_pos = 1  # after "{"
+        for order, (key, value) in enumerate(call.function.arguments.items()):
+            if order:
+                json_pos += 2  # ", "
+            key_json = json.dumps(key, ensure_ascii=False)
+            key_at = doc.add(key, base)
+            if key_json == f'"{key}"':  # the key's characters in the JSON text are the key shown
+                for i in range(len(key)):
+                    json_map[json_pos + 1 + i] = key_at + i
+            json_pos += len(key_json) + 2  # ": "
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            doc.add(":\n" if "\n" in shown else ": ", base)
+            value_at = doc.add(shown, base, field_name=f"tool_calls[{number}].arguments.{key}")
+            if isinstance(value, str):
+                json_pos += 1  # opening quote
+                for i, char in enumerate(value):
+                    width = len(json.dumps(char, ensure_ascii=False)) - 2  # escapes are wider
+                    for j in range(width):
+                        json_map[json_pos + j] = value_at + i
+                    json_pos += width
+                json_pos += 1  # closing quote
+            else:
+                for i in range(len(shown)):
+                    json_map[json_pos + i] = value_at + i
+                json_pos += len(shown)
+            doc.add("\n", base)
+        if call.raw_arguments is not None and not call.function.arguments:
+            doc.add("raw arguments: ", "context")
+            doc.add(call.raw_arguments + "\n", "context")
+        doc.json_maps[number] = json_map
+    return doc
+
+
+def _defect_range(doc: _Doc, defect: Defect) -> tuple[int, int] | None:
+    match = FIELD.match(defect.field)
+    assert match is not None
+    if match.group(2) is not None and match.group(3) is None:
+        json_map = doc.json_maps.get(int(match.group(2)), {})
+        positions = [json_map[j] for j in range(defect.start, defect.end) if j in json_map]
+        return (min(positions), max(positions) + 1) if positions else None
+    start = doc.fields.get(defect.field)
+    if start is None or defect.end <= defect.start:
+        return None
+    return start + defect.start, start + defect.end
+
+
+def _mark(doc: _Doc, numbered: list[Numbered], options: RenderOptions) -> Text:
+    """Strike the defects' characters and label each run of excluded text."""
+    text = doc.text
+    cover = [0] * len(text)
+    owners: dict[int, list[Numbered]] = {}
+    for item in numbered:
+        span = _defect_range(doc, item.defect)
+        if span is None:
+            continue
+        for i in range(*span):
+            cover[i] += 1
+        owners.setdefault(span[0], []).append(item)
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(cover):
+        if cover[i]:
+            j = i
+            while j < len(cover) and cover[j]:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    for start, end in runs:
+        i = start
+        while i < end:
+            j = i
+            while j < end and (cover[j] > 1) == (cover[i] > 1):
+                j += 1
+            text.stylize(STYLES["overlap" if cover[i] > 1 else "excluded"], i, j)
+            i = j
+    if not runs:
+        return text
+    out = Text()
+    cursor = 0
+    for start, end in runs:
+        out.append_text(text[cursor:start])
+        if options.markers:
+            out.append("[-")
+        out.append_text(text[start:end])
+        if options.markers:
+            out.append("-]")
+        inside = sorted((item for s, items in owners.items() if start <= s < end for item in items), key=lambda x: x.number)
+        out.append("{" + ", ".join(f"#{item.number} {item.defect.category}" for item in inside) + "}", STYLES["label"])
+        cursor = end
+    out.append_text(text[cursor:])
+    return out
+
+
+def _legend(numbered: list[Numbered]) -> Text:
+    out = Text()
+    for item in numbered:
+        d = item.defect
+        out.append(f"#{item.number} {d.category}", STYLES["label"])
+        out.append(f" {d.field} [{d.start}, {d.end})", STYLES["context"])
+        if d.description:
+            out.append(f" {d.description}")
+        if item.problem:
+            out.append(f"  ⚠ not shown: {item.problem}", STYLES["warning"])
+        out.append("\n")
+    out.rstrip()
+    return out
+
+
+class TrajectoryView:
+    """One trajectory, its review and its dataset figures, ready to render step by step."""
+
+    def __init__(
+        self,
+        trajectory: Trajectory,
+        review: Review | None = None,
+        *,
+        reviews_given: bool = False,
+        tokens: Tokens | None = None,
+        dataset_mode: str | None = None,
+        ter: float | None = None,
+        ter_source: str = "chars",
+        position: int = 0,
+        total: int | None = None,
+    ) -> None:
+        self.trajectory = trajectory
+        self.review = review
+        self.reviews_given = reviews_given or review is not None
+        self.tokens = tokens
+        self.dataset_mode = dataset_mode
+        self.ter, self.ter_source = ter, ter_source
+        self.position, self.total = position, total
+        self.steps = steps_of(trajectory)
+        self.defects = [Numbered(n, d, check_defect(trajectory, d)) for n, d in enumerate(review.defects if review else [], start=1)]
+        for item in self.defects:
+            if item.problem is None and not trajectory.messages[item.defect.message_index].generated:
+                item.problem = "in a message the policy did not generate (never supervised)"
+
+    # -- what the trajectory contributes ------------------------------------------------
+    @property
+    def selected(self) -> bool:
+        """Whether its generated text is supervised: in the dataset when one is given,
+        else what ``relearn masks`` would select (ross with reviews, positive without)."""
+        if self.dataset_mode is not None:
+            return self.tokens is not None
+        if not is_verified_positive(self.trajectory):
+            return False
+        if self.reviews_given:
+            return self.review is not None and self.review.decision == "accept"
+        return True
+
+    def selection_note(self) -> Text:
+        out = Text()
+        if self.dataset_mode is not None:
+            if self.tokens is not None:
+                out.append(f"in the dataset ({self.dataset_mode})", STYLES["good"])
+                out.append(f" · {self.tokens.eligible:,} eligible, {self.tokens.excluded:,} excluded tokens")
+                if self.dataset_mode != "ross" and self.defects:
+                    out.append(f" · the defects shown are not excluded in mode {self.dataset_mode}", STYLES["warning"])
+            else:
+                out.append(f"not in the dataset ({self.dataset_mode})", STYLES["bad"])
+            return out
+        mode = "ross" if self.reviews_given else "positive"
+        if self.selected:
+            out.append(f"would enter the dataset ({mode})", STYLES["good"])
+        elif not is_verified_positive(self.trajectory):
+            out.append("would not enter: not verified positive", STYLES["bad"])
+        elif self.review is None:
+            out.append("would not enter: no review", STYLES["bad"])
+        else:
+            out.append(f"would not enter: review rejected ({self.review.reason or 'no reason'})", STYLES["bad"])
+        return out
+
+    # -- header ---------------------------------------------------------------------------
+    def header(self) -> Text:
+        t = self.trajectory
+        out = Text()
+        where = f"trajectory {self.position + 1:,}" + (f"/{self.total:,}" if self.total is not None else "")
+        out.append(where, STYLES["title"])
+        out.append(f" · {t.id}\n")
+        out.append("task ", STYLES["context"])
+        out.append(t.task_id or "?", STYLES["title"])
+        policy = t.policy
+        out.append(" · policy ", STYLES["context"])
+        out.append(policy.name or "?")
+        if policy.checkpoint:
+            out.append(f" @ {policy.checkpoint}")
+        if policy.step is not None:
+            out.append(f" step {policy.step}")
+        if t.attempt is not None:
+            out.append(f" · attempt {t.attempt}")
+        out.append("\n")
+        outcome = t.outcome
+        if outcome is None:
+            out.append("no outcome (not verified)", STYLES["warning"])
+        else:
+            if is_verified_positive(t):
+                out.append("✓ resolved" if outcome.resolved is not None else "✓ positive", STYLES["good"])
+            else:
+                out.append("✗ unresolved" if outcome.resolved is not None else "✗ not positive", STYLES["bad"])
+            if outcome.reward is not None:
+                out.append(f" · reward {outcome.reward:g}")
+            tests = (outcome.verdict or {}).get("tests") or {}
+            for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+                group = tests.get(key) if isinstance(tests, dict) else None
+                if isinstance(group, dict):
+                    passed, failed = len(group.get("success") or []), len(group.get("failure") or [])
+                    out.append(f" · {key} ", STYLES["context"])
+                    out.append(f"{passed}/{passed + failed}", STYLES["good"] if not failed else STYLES["bad"])
+        out.append(" · exit ", STYLES["context"])
+        out.append(str(t.exit_status))
+        out.append("\n")
+        if self.review is not None:
+            out.append("review ", STYLES["context"])
+            out.append(self.review.decision, STYLES["good"] if self.review.decision == "accept" else STYLES["bad"])
+            if self.review.reason:
+                out.append(f" ({self.review.reason})")
+            counts: dict[str, int] = {}
+            for item in self.defects:
+                counts[item.defect.category] = counts.get(item.defect.category, 0) + 1
+            out.append(f" · {len(self.defects)} defect{'s' if len(self.defects) != 1 else ''}")
+            if counts:
+                out.append(": " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        elif self.reviews_given:
+            out.append("not reviewed", STYLES["warning"])
+        else:
+            out.append("no reviews given", STYLES["context"])
+        out.append(" · TER ", STYLES["context"])
+        if self.ter is None:
+            out.append("—")
+        elif self.ter_source == "tokens" and self.tokens is not None:
+            out.append(f"{self.ter:.1%}", STYLES["title"])
+            out.append(f" ({self.tokens.excluded}/{self.tokens.eligible} tokens)")
+        else:
+            out.append(f"≈{self.ter:.1%}", STYLES["title"])
+            out.append(" (characters)", STYLES["context"])
+        out.append("\n")
+        out.append_text(self.selection_note())
+        return out
+
+    # -- steps ------------------------------------------------------------------------
+    def step(self, number: int, options: RenderOptions | None = None) -> Group:
+        options = options or RenderOptions()
+        step = self.steps[number]
+        parts: list[RenderableType] = [Rule(Text(f"step {number}/{len(self.steps) - 1} · {step.title()}", STYLES["title"]), align="left")]
+        if step.kind == "diff":
+            parts.append(self.diff())
+            return Group(*parts)
+        for index in step.messages:
+            parts.extend(self.message(index, options))
+        if step.kind == "task" and not step.messages:
+            parts.append(Text("(no messages before the first assistant turn)", STYLES["context"]))
+        return Group(*parts)
+
+    def message(self, index: int, options: RenderOptions) -> list[RenderableType]:
+        message = self.trajectory.messages[index]
+        title = Text()
+        if message.role == "assistant":
+            if message.generated:
+                base = "supervised" if self.selected else "eligible"
+                title.append(f"assistant · message {index} · generated · ")
+                title.append("supervised" if self.selected else "not supervised (trajectory not selected)", STYLES["good" if self.selected else "warning"])
+            else:
+                base = "context"
+                title.append(f"assistant · message {index} · not generated · context only")
+            doc = _layout_assistant(message, base)
+            numbered = [n for n in self.defects if n.defect.message_index == index]
+            body = _mark(doc, [n for n in numbered if n.problem is None], options)
+            body.rstrip()
+            parts: list[RenderableType] = [Rule(title, align="left", style="dim"), body]
+            if numbered:
+                parts.append(_legend(numbered))
+            return parts
+        if message.role == "tool":
+            title.append(f"tool result · message {index}")
+            if message.name:
+                title.append(f" · {message.name}")
+            title.append(f" · {message.tool_call_id}")
+            meta = message.metadata or {}
+            if "exit_code" in meta:
+                title.append(" · exit ")
+                title.append(str(meta["exit_code"]), STYLES["good"] if meta["exit_code"] == 0 else STYLES["bad"])
+            seconds = meta.get("duration_seconds")
+            if isinstance(seconds, int | float):
+                title.append(f" · {seconds:.2f} s")
+        else:
+            title.append(f"{message.role} · message {index}")
+        title.append(" · context")
+        text = message.content or ""
+        body = _collapse(text, options, "context") if message.role != "user" else Text(text, STYLES["context"])
+        body.rstrip()
+        defects = [n for n in self.defects if n.defect.message_index == index]
+        parts = [Rule(title, align="left", style="dim"), body]
+        if defects:
+            parts.append(_legend(defects))
+        return parts
+
+    def diff(self) -> RenderableType:
+        patch = self.trajectory.final_patch
+        if not patch:
+            return Text("(no final patch)", STYLES["context"])
+        return Syntax(patch, "diff", theme="ansi_dark", word_wrap=True, background_color="default")
+
+    def document(self, options: RenderOptions | None = None) -> Group:
+        """Every step, for --print."""
+        options = options or RenderOptions()
+        return Group(self.header(), *(self.step(n, options) for n in range(len(self.steps))))
+
+    # -- search -------------------------------------------------------------------------
+    def step_text(self, number: int) -> str:
+        """Everything a step shows, whole, for searching."""
+        step = self.steps[number]
+        if step.kind == "diff":
+            return self.trajectory.final_patch or ""
+        chunks: list[str] = []
+        for index in step.messages:
+            message = self.trajectory.messages[index]
+            chunks += [message.content or "", message.reasoning_content or ""]
+            for call in message.tool_calls or []:
+                chunks.append(call.function.name)
+                chunks += [v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in call.function.arguments.values()]
+        return "\n".join(chunks)
+
+
+def load_view(catalog: Catalog, position: int) -> TrajectoryView:
+    """The trajectory at a pool position with its review and figures; raises a located
+    RecordError for an unreadable record."""
+    trajectory = catalog.pool.load(position)
+    review = catalog.reviews.review(trajectory.id) if catalog.reviews is not None else None
+    dataset = catalog.dataset
+    tokens = dataset.by_trajectory.get(trajectory.id) if dataset is not None else None
+    if dataset is not None:
+        ter, source = (tokens.ter if tokens else None), "tokens"
+    else:
+        eligible = catalog.summary(position).eligible_chars
+        ter, source = (summarize_review(review).defect_chars / eligible if review is not None and eligible else None), "chars"
+    return TrajectoryView(
+        trajectory,
+        review,
+        reviews_given=catalog.reviews is not None,
+        tokens=tokens,
+        dataset_mode=str(dataset.stats.get("mode", "?")) if dataset is not None else None,
+        ter=ter,
+        ter_source=source,
+        position=position,
+        total=len(catalog.pool) if catalog.pool.ready.is_set() else None,
+    )
