@@ -19,10 +19,12 @@ $(STAMP): pyproject.toml constraints.txt
 	DS_BUILD_OPS=0 $(VENV)/bin/pip install --quiet --no-build-isolation -c constraints.txt deepspeed
 	$(VENV)/bin/pip install --quiet -c constraints.txt -e '.[dev]'
 	$(VENV)/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	$(VENV)/bin/python -m harness.codex_cli.install
 	touch $(STAMP)
 
 demo: setup
-	bash scripts/demo.sh
+	bash scripts/ensure-docker.sh
+	$(VENV)/bin/relearn demo
 
 test: setup
 	bash scripts/ensure-docker.sh

@@ -39,6 +39,9 @@ from harness.trajectory import Trajectory
 
 # Fields of the manifest that make two runs the same run (resume) or comparable.
 IDENTITY = ("scaffold", "budget", "dataset", "policy", "sampling", "seed")
+# Where the policy is served is not what it is: a run resumed after its server moved to
+# another port (a local server's port changes on every start) is the same run.
+TRANSPORT = {"policy.base_url"}
 
 
 class ManifestMismatch(ValueError):
@@ -107,6 +110,8 @@ def differences(a: dict[str, Any], b: dict[str, Any], keys: tuple[str, ...] = ID
     out: list[str] = []
 
     def walk(x: Any, y: Any, name: str) -> None:
+        if name in TRANSPORT:
+            return
         if isinstance(x, dict) and isinstance(y, dict):
             for key in sorted(set(x) | set(y)):
                 walk(x.get(key), y.get(key), f"{name}.{key}")

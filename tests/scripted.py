@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from envs.tasks import Task
+from envs.tasks import Task, patch_files
 from tests.model_servers import ScriptedTurn
 
 
@@ -62,19 +62,22 @@ def flailer(request: dict) -> ScriptedTurn:
 
 def historical(tasks: dict[str, Task]) -> Callable[[dict], ScriptedTurn]:
     """A stand-in for an earlier checkpoint: it solves the task, but on the way it reads a
-    file that does not exist, repeats a listing, runs the failing tests twice, and only then
-    applies the fix: the mistakes and redundancy a reviewer should exclude."""
+    file that does not exist, repeats a listing, runs the failing tests twice, makes a guessed
+    edit and reverts it, and only then applies the fix: the mistakes and redundancy a reviewer should exclude."""
 
     def answer(request: dict) -> ScriptedTurn:
         task = task_of(request, tasks)
         step = sum(1 for m in request["messages"] if m["role"] == "assistant")
         tests = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.test_files]
+        guess = patch_files(task.patch)[0]
         script = [
             ScriptedTurn(reasoning="The bug is probably in setup.py.", content="Let me read setup.py.", tool_calls=[("shell", {"command": ["bash", "-lc", "cat setup.py"]})]),
             ScriptedTurn(content="Listing the repository.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R"]})]),
             ScriptedTurn(content="Listing it again.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R"]})]),
             ScriptedTurn(reasoning="Run the tests to see what fails.", tool_calls=[("shell", {"command": tests})]),
             ScriptedTurn(content="Running them once more.", tool_calls=[("shell", {"command": tests})]),
+            ScriptedTurn(reasoning="Maybe a quick guess is enough.", content="Trying a guess first.", tool_calls=[("shell", {"command": ["bash", "-lc", f"echo '# guess' >> {guess}"]})]),
+            ScriptedTurn(content="That guess was wrong; putting the file back.", tool_calls=[("shell", {"command": ["bash", "-lc", f"git checkout -- {guess}"]})]),
             ScriptedTurn(reasoning="The failing test points at the real cause.", content="Applying the fix.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})]),
             ScriptedTurn(tool_calls=[("shell", {"command": tests})]),
             ScriptedTurn(content="The fix is in place and the tests pass."),

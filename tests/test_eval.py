@@ -140,3 +140,11 @@ def test_statistics() -> None:
     low, high = bootstrap_ci([True] * 60 + [False] * 40)
     assert 0.49 < low < 0.52 and 0.68 < high < 0.71
     assert paired_bootstrap([False] * 10, [True] * 10) == (1.0, 1.0)
+
+
+def test_a_moved_endpoint_is_the_same_run_but_another_model_is_not() -> None:
+    from eval.run import differences
+
+    a = {"policy": {"model": "m", "base_url": "http://127.0.0.1:4001/v1"}, "seed": 0}
+    assert differences(a, {"policy": {"model": "m", "base_url": "http://127.0.0.1:4999/v1"}, "seed": 0}) == []
+    assert differences(a, {"policy": {"model": "n", "base_url": "http://127.0.0.1:4001/v1"}, "seed": 0}) == ["policy.model: 'm' vs 'n'"]

@@ -4,13 +4,14 @@ Exit codes, the same for every verb:
   0  everything asked for was done
   1  done, but some inputs were rejected (each is listed with file, line and field)
   2  nothing done: bad usage or unusable input
+  3  (relearn run, relearn demo) a stage failed; the stages after it did not run
 """
 
 from __future__ import annotations
 
 import typer
 
-from relearn.cli import analyze, envs, evaluate, harness, masks, pool, review, stats, train, view
+from relearn.cli import analyze, envs, evaluate, harness, masks, pool, review, run, serve, stats, train, view
 
 app = typer.Typer(
     name="relearn",
@@ -31,6 +32,8 @@ train.register(app)
 view.register(app)
 stats.register(app)
 analyze.register(app)
+serve.register(app)
+run.register(app)
 
 
 def main() -> None:

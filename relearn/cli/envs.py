@@ -12,7 +12,6 @@ from rich.table import Table
 
 from envs import docker_backend
 from envs.audit import audit
-from envs.batch import load_predictions, verify_batch
 from envs.docker_backend import Limits
 from envs.images import build_base, task_image
 from envs.tasks import Task, load_tasks
@@ -153,6 +152,8 @@ def verify_command(
     client = docker_client()
     terminate_cleanly()
     task_list = load_task_list(tasks, None)
+    from envs.batch import load_predictions, verify_batch  # swebench: seconds to import, only this verb needs it
+
     predictions, errors = load_predictions(patches)
     show_problems("unreadable predictions", [str(e) for e in errors])
     if not predictions:

@@ -11,11 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from envs import docker_backend
 from envs.images import build_base
-from eval.dataset import Selection
-from eval.report import NotComparable, compare, compare_chart, compare_markdown, write_report
-from eval.run import ManifestMismatch, RunConfig, run_eval
 from harness.budget import Budget
-from harness.policies import PolicySpec
 from harness.trajectory import Trajectory
 from relearn.cli.envs import docker_client, terminate_cleanly
 from relearn.cli.harness import AgentArg, ReasoningEffortArg, agent_options
@@ -56,6 +52,12 @@ def run_command(
     Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance
     reports and report.md/json. Resumable: rerun the same command to finish a killed run.
     """
+    # The SDKs and swebench take seconds to import: only the verb that runs loads them.
+    from eval.dataset import Selection
+    from eval.report import write_report
+    from eval.run import ManifestMismatch, RunConfig, run_eval
+    from harness.policies import PolicySpec
+
     policy, codex = agent_options(agent, policy, reasoning_effort)
     client = docker_client()
     terminate_cleanly()
@@ -102,6 +104,8 @@ def run_command(
 @eval_app.command("report")
 def report_command(run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="A run folder.")]) -> None:
     """Write report.json and report.md for a run and print the summary."""
+    from eval.report import write_report
+
     try:
         report = write_report(run_dir)
     except FileNotFoundError as exc:
@@ -118,6 +122,8 @@ def compare_command(
     names: Annotated[list[str] | None, typer.Option("--name", help="Display names, one per run (e.g. Upstream, Positive SFT, ROSS).")] = None,
 ) -> None:
     """Put runs side by side with paired statistics; refuses runs whose scaffold, budget or instances differ."""
+    from eval.report import NotComparable, compare, compare_chart, compare_markdown
+
     labels = names or [path.name for path in runs]
     if len(labels) != len(runs):
         err.print("[red]error:[/red] give one --name per run")

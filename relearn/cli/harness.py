@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,16 +11,14 @@ from rich.table import Table
 
 from envs import docker_backend
 from envs.images import build_base, task_image
-from harness.agent import AgentConfig
 from harness.budget import Budget
-from harness.codex_cli.backend import CodexCliConfig
 from harness.codex_cli.install import InstallError, installed
-from harness.collect import collect, pass_at_k_table
 from harness.jsonl import RecordError, read_trajectories_lenient
-from harness.policies import PolicySpec, make_policy
-from harness.replay import replay
 from relearn.cli.envs import TasksArg, docker_client, load_task_list, terminate_cleanly
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+
+if TYPE_CHECKING:
+    from harness.codex_cli.backend import CodexCliConfig
 
 AGENTS = ("builtin", "codex-cli")
 AgentArg = Annotated[str, typer.Option("--agent", help="builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).")]
@@ -30,6 +28,8 @@ ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_r
 def agent_options(agent: str, policy: str | None, reasoning_effort: str | None) -> tuple[str, CodexCliConfig | None]:
     """(endpoint protocol, Codex config or None) from the shared --agent options; exits
     with a usage error naming the option that does not fit."""
+    from harness.codex_cli.backend import CodexCliConfig
+
     if agent not in AGENTS:
         err.print(f"[red]error:[/red] --agent must be one of {', '.join(AGENTS)}, not {agent!r}")
         raise typer.Exit(EXIT_USAGE)
@@ -73,6 +73,11 @@ def collect_command(
     Resumable by (task, policy, attempt): rerun the same command after a crash and only
     the unfinished episodes run.
     """
+    # The SDKs and swebench take seconds to import: only the verb that runs loads them.
+    from harness.agent import AgentConfig
+    from harness.collect import collect, pass_at_k_table
+    from harness.policies import PolicySpec, make_policy
+
     policy, codex = agent_options(agent, policy, reasoning_effort)
     client = docker_client()
     terminate_cleanly()
@@ -137,6 +142,8 @@ def replay_command(
 
     Exits 1 when any trajectory does not reproduce.
     """
+    from harness.replay import replay
+
     client = docker_client()
     terminate_cleanly()
     by_id = {t.instance_id: t for t in load_task_list(tasks, None)}

@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from harness.jsonl import RecordError, iter_lines, read_trajectories_lenient
-from harness.policies import PolicySpec
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from review.agreement import agreement
-from review.judges import Judge, Ledger
 from review.records import Review, iter_reviews
-from review.run import review_pool
+
+if TYPE_CHECKING:
+    from review.judges import Ledger
 
 
 def review_command(
@@ -42,6 +42,11 @@ def review_command(
     `relearn review agree A.jsonl B.jsonl --pool POOL` reports Cohen's kappa on decisions and
     categories, span F1 and the share of correct tokens wrongly excluded.
     """
+    # The judges' SDKs take seconds to import: loaded only when reviewing.
+    from harness.policies import PolicySpec
+    from review.judges import Judge
+    from review.run import review_pool
+
     if args[0] == "agree":
         if len(args) != 3 or agree_pool is None:
             err.print("[red]error:[/red] usage: relearn review agree REFERENCE OTHER --pool POOL")

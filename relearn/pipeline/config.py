@@ -1,0 +1,167 @@
+"""PIPELINE.toml: one file says what every stage does.
+
+    workdir = "runs/exp1"            # relative to this file's folder; every stage writes under it
+    tasks = "mini"                   # mini | a SWE-bench .jsonl/.json/.parquet | a Harbor folder
+
+    [pool]                           # where the trajectories come from: collect OR import
+    collect = { model = "ckpt-29", base_url = "http://gpu:8000/v1", policy = "chat", checkpoint = "iter-29", step = 29, attempts = 4 }
+    # import = { format = "codex", paths = ["~/.codex/sessions"] }
+
+    [review]                         # no judge1: the offline heuristic reviewer
+    judge1 = "claude-sonnet-4-5"
+    backend = "anthropic"
+
+    [masks]
+    tokenizer = "qwen3.6"
+    variants = ["ross", "ross-nomask", "positive"]
+
+    [train]                          # one run per mask variant, all from the same start
+    init = "/models/Qwen3-1.7B"      # or tiny = "qwen3"
+    epochs = 3
+
+    [eval]                           # the start ("upstream") and every trained variant, same budget
+    dataset = "mini"
+    max_turns = 20
+
+Paths are relative to the file's folder. A field nobody reads is an error, not a silent
+no-op: a typo would otherwise run a different experiment than the one written down.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+VARIANTS = ("ross", "ross-nomask", "positive")
+# The paper's names for the variants, in the order its tables put them.
+VARIANT_NAMES = {"upstream": "Upstream", "positive": "Positive-Rollout SFT", "ross-nomask": "ROSS w/o mask", "ross": "ROSS"}
+
+
+class PipelineError(ValueError):
+    """The pipeline file cannot be used (names the file and the field)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CollectConfig(_Strict):
+    model: str
+    ids: list[str] | None = None  # only these tasks (default: all of `tasks`)
+    base_url: str | None = None
+    policy: Literal["chat", "responses", "anthropic"] = "chat"
+    api_key_env: str | None = None
+    checkpoint: str | None = None
+    step: int | None = None
+    attempts: int = Field(1, ge=1)
+    workers: int = Field(1, ge=1)
+    max_turns: int | None = 50
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    temperature: float | None = None
+
+
+class ImportConfig(_Strict):
+    format: Literal["codex", "mini-swe-agent", "swe-agent", "atif"]
+    paths: list[str]
+
+
+class PoolConfig(_Strict):
+    collect: CollectConfig | None = None
+    import_: ImportConfig | None = Field(None, alias="import")
+
+    @model_validator(mode="after")
+    def one_source(self) -> PoolConfig:
+        if (self.collect is None) == (self.import_ is None):
+            raise ValueError("give exactly one of [pool.collect] or [pool.import]")
+        return self
+
+
+class ReviewConfig(_Strict):
+    judge1: str | None = None
+    judge2: str | None = None
+    backend: Literal["anthropic", "chat", "responses"] = "anthropic"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    workers: int = Field(4, ge=1)
+    spend_cap_usd: float | None = None
+
+
+class MasksConfig(_Strict):
+    tokenizer: str = "qwen3.6"
+    ctx: int = Field(65536, ge=1)
+    variants: list[Literal["ross", "ross-nomask", "positive"]] = Field(default_factory=lambda: list(VARIANTS))
+
+
+class TrainConfig(_Strict):
+    init: str | None = None
+    tiny: Literal["qwen3", "qwen3-moe", "qwen3.5-moe"] | None = None
+    ctx: int = Field(65536, ge=1)
+    epochs: int = Field(3, ge=1)
+    lr: float = 1e-5
+    warmup: float = 0.03
+    grad_accum: int = Field(1, ge=1)
+    loss_norm: Literal["trajectory", "token"] = "trajectory"
+    bf16: bool = False
+    seed: int = 0
+    max_steps: int | None = None
+
+    @model_validator(mode="after")
+    def one_start(self) -> TrainConfig:
+        if (self.init is None) == (self.tiny is None):
+            raise ValueError("give exactly one of init (a model folder) or tiny")
+        return self
+
+
+class EvalConfig(_Strict):
+    dataset: str = "mini"
+    ids: list[str] | None = None
+    max_turns: int | None = 20
+    max_tokens: int | None = None
+    max_seconds: float | None = None
+    max_new_tokens: int = Field(256, ge=1)  # per model call, for the local server
+    max_context: int = Field(32768, ge=1)
+    workers: int = Field(1, ge=1)
+    seed: int = 0
+
+
+class PipelineConfig(_Strict):
+    workdir: Path
+    tasks: str = "mini"
+    pool: PoolConfig
+    review: ReviewConfig = Field(default_factory=ReviewConfig)
+    masks: MasksConfig = Field(default_factory=MasksConfig)
+    train: TrainConfig | None = None
+    eval: EvalConfig | None = None
+    source: Path | None = Field(None, exclude=True)  # the file it was read from
+
+    @property
+    def variants(self) -> list[str]:
+        return list(self.masks.variants)
+
+    def resolve(self, path: str | Path) -> Path:
+        """A path written in the file, relative to the file's folder."""
+        p = Path(path).expanduser()
+        if p.is_absolute() or self.source is None:
+            return p
+        return (self.source.parent / p).resolve()
+
+
+def load_pipeline(path: Path) -> PipelineConfig:
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PipelineError(f"{path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PipelineError(f"{path}: not valid TOML: {exc}") from None
+    try:
+        config = PipelineConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise PipelineError(f"{path}: {problems}") from None
+    config.source = path.resolve()
+    config.workdir = config.resolve(config.workdir)
+    return config

@@ -1,0 +1,109 @@
+"""``relearn demo``: the whole ROSS pipeline on this machine, from a fresh clone, in minutes.
+
+Everything real except the two models, which cannot be had offline on 2 CPU cores:
+  * the *historical checkpoint* is a scripted policy served over the OpenAI protocol
+    (``scripts/demo_policy.py``): its successful trajectories hold a wrong hypothesis, a
+    failed command, redundant listings, repeated test runs and a guessed edit it reverts;
+  * the *model being relearned* is a tiny random Qwen3 with the real 248,320-token vocabulary,
+    served for evaluation by ``relearn serve``'s server (the vLLM stand-in). It cannot solve a
+    task, so the comparison at the end shows the machinery, not the paper's gains.
+Docker containers, the swebench grader, the Qwen3.6 tokenizer and chat template, the heuristic
+reviewer, the trainer and the evaluation harness are the production ones.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from relearn.pipeline.config import PipelineConfig, load_pipeline
+from relearn.pipeline.runner import StageResult
+from relearn.pipeline.stages import Context, run_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+POLICY_SCRIPT = ROOT / "scripts" / "demo_policy.py"
+
+# Four tasks for the evaluation keep the demo within its time on 2 cores; the historical pool
+# covers all eleven.
+DEMO_TOML = """\
+# The demo's pipeline: rerun `relearn run {path}` and nothing is redone;
+# delete a stage's output (say datasets/ross/) and only it and what follows run again.
+workdir = "."
+tasks = "mini"
+
+[pool.collect]               # base_url: the scripted historical checkpoint the demo starts
+model = "historical-ckpt"
+checkpoint = "iter-29"
+step = 29
+workers = 2
+max_turns = 14
+
+[review]                     # no judges named: the offline heuristic reviewer
+
+[masks]
+tokenizer = "qwen3.6"
+variants = ["positive", "ross-nomask", "ross"]
+
+[train]                      # a few steps: each costs ~10 s on 2 cores (the 248,320-token LM head)
+tiny = "qwen3"
+epochs = 1
+max_steps = 4
+lr = 1e-3
+warmup = 0
+ctx = 16384
+
+[eval]
+dataset = "mini"
+ids = ["mini__calc-1", "mini__pager-1", "mini__textkit-1", "mini__ledger-1"]
+max_turns = 3
+max_new_tokens = 48
+workers = 2
+"""
+
+
+def write_demo_pipeline(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "pipeline.toml"
+    text = DEMO_TOML.format(path=path)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+class ScriptedCheckpoint:
+    """The scripted historical policy in its own process, for as long as the pool stage may need it."""
+
+    def __init__(self, out: Path) -> None:
+        self.url_file = out / ".policy.url"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> str:
+        self.url_file.unlink(missing_ok=True)
+        self.process = subprocess.Popen([sys.executable, str(POLICY_SCRIPT), str(self.url_file)], cwd=ROOT)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.url_file.exists() and self.url_file.read_text().strip():
+                return self.url_file.read_text().strip()
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{POLICY_SCRIPT} exited with {self.process.returncode}")
+            time.sleep(0.1)
+        raise RuntimeError(f"{POLICY_SCRIPT} did not start within 30 s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.url_file.unlink(missing_ok=True)
+
+
+def run_demo(out: Path, console: Console) -> tuple[list[StageResult], Context, PipelineConfig]:
+    if not POLICY_SCRIPT.exists():
+        raise FileNotFoundError(f"{POLICY_SCRIPT}: the demo runs from a clone of the repository")
+    config = load_pipeline(write_demo_pipeline(out))
+    with ScriptedCheckpoint(out) as url:
+        results, ctx = run_pipeline(config, console, pool_url=url)
+    return results, ctx, config

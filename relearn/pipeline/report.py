@@ -1,0 +1,83 @@
+"""The pipeline's final report: every stage's counts, and the paper's comparison side by side.
+
+Upstream vs Positive-Rollout SFT vs ROSS w/o mask vs ROSS on the same instances, scaffold and
+budget (paired against Upstream: McNemar exact test, paired bootstrap CI), with what each
+model was trained on (trajectories, supervised tokens, TER) and how its loss went.
+Markdown for people, JSON for scripts, PNGs for slides.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.jsonl import write_text_atomic
+from relearn.pipeline.config import VARIANT_NAMES
+from relearn.pipeline.runner import Stage, read_stamp
+
+ORDER = ("upstream", "positive", "ross-nomask", "ross")
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
+    return str(value)
+
+
+def loss_chart(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(6, 3.6))
+    for name, points in curves.items():
+        if points:
+            axis.plot([p[0] for p in points], [p[1] for p in points], marker=".", label=name)
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("training loss (supervised NLL)")
+    axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def write_pipeline_report(workdir: Path, stages: list[Stage], eval_names: list[str], train_dirs: dict[str, Path], eval_dirs: dict[str, Path], out: Path) -> dict[str, Any]:
+    """Read every finished stage's stamp and outputs; write report.md/json and the PNGs into ``out``."""
+    from eval.report import compare, compare_chart, compare_markdown
+    from relearn.train.loop import read_metrics
+
+    out.mkdir(parents=True, exist_ok=True)
+    counts = {s.name: (read_stamp(workdir, s.name) or {}).get("counts", {}) for s in stages if s.name != "report"}
+    seconds = {s.name: (read_stamp(workdir, s.name) or {}).get("seconds") for s in stages if s.name != "report"}
+    report: dict[str, Any] = {"workdir": str(workdir), "stages": counts, "seconds": seconds}
+    lines = ["# ROSS pipeline report", "", f"Work folder: `{workdir}`", "", "## Stages", "", "| stage | seconds | counts |", "|---|---|---|"]
+    for name, stage_counts in counts.items():
+        lines.append(f"| {name} | {seconds[name] or '-'} | " + "; ".join(f"{k}: {_fmt(v)}" for k, v in stage_counts.items()) + " |")
+
+    curves = {VARIANT_NAMES[v]: [(m["step"], m["loss"]) for m in read_metrics(d)] for v, d in train_dirs.items()}
+    if curves:
+        loss_chart(curves, out / "train_loss.png")
+        report["train_loss_png"] = str(out / "train_loss.png")
+
+    ordered = [n for n in ORDER if n in eval_names]
+    if ordered:
+        runs = [(VARIANT_NAMES[n], eval_dirs[n]) for n in ordered]
+        comparison = compare(runs)
+        trained_on = {VARIANT_NAMES[v]: counts.get(f"masks:{v}", {}) for v in train_dirs}
+        report["comparison"] = comparison
+        report["trained_on"] = trained_on
+        compare_chart(comparison, out / "resolved.png")
+        report["resolved_png"] = str(out / "resolved.png")
+        lines += ["", "## Upstream vs Positive-Rollout SFT vs ROSS w/o mask vs ROSS", "", compare_markdown(comparison).split("\n", 2)[2].strip(), ""]
+        lines += ["| model | trajectories trained on | supervised tokens | TER | loss first -> last |", "|---|---|---|---|---|"]
+        for v in train_dirs:
+            m, t = counts.get(f"masks:{v}", {}), counts.get(f"train:{v}", {})
+            lines.append(f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |")
+        lines += ["", "![resolved](resolved.png)", "", "![training loss](train_loss.png)"]
+    write_text_atomic(out / "report.json", json.dumps(report, indent=1, sort_keys=True, default=str))
+    write_text_atomic(out / "report.md", "\n".join(lines) + "\n")
+    return report

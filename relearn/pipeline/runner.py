@@ -1,0 +1,166 @@
+"""Run stages in order, each only when its outputs are not current (make-style, with stamps).
+
+A stage is current when its stamp (``WORKDIR/.pipeline/STAGE.json``) exists, the stamp's
+fingerprint equals the hash of the stage's settings now, the stamp names the same runs of the
+stages it needs as their own stamps do now, and every output it declares exists. So:
+
+* rerunning a finished pipeline does nothing;
+* deleting a stage's output redoes that stage, which gets a new run id, so every stage after
+  it is stale and redone too, and nothing else;
+* changing a stage's settings redoes it and what follows.
+
+A stage that stopped half-way (crash, Ctrl-C) has no stamp, and is run again on top of what it
+left: every stage function resumes (collection by episode id, reviews by trajectory id, masks
+by shard, training from its checkpoint, evaluation by instance). A stage that is stale because
+its settings or inputs changed would resume *wrong* work, so its old outputs are first moved
+to ``WORKDIR/.pipeline/stale/`` (never deleted: a training run may have cost GPU days).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from harness.jsonl import write_text_atomic
+
+STATE_DIR = ".pipeline"
+
+
+@dataclass
+class Stage:
+    name: str
+    describe: str  # what it does, one line for the progress log
+    settings: dict[str, Any]  # everything that decides its outputs (not transport: URLs, keys)
+    outputs: list[Path]  # must all exist for the stage to be current
+    run: Callable[[], dict[str, Any]]  # does the work (resuming); returns counts for the report
+    needs: tuple[str, ...] = ()
+    # What a stale stage's rerun must not resume from: its whole work folder (checkpoints,
+    # episodes, eval instances), not only the files that mark it finished. Default: outputs.
+    workspace: list[Path] | None = None
+
+    def fingerprint(self) -> str:
+        # Unset options (None) do not count, so a new optional field does not make every
+        # existing pipeline stale.
+        return hashlib.sha256(json.dumps(_without_none(self.settings), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    return value
+
+
+@dataclass
+class StageResult:
+    name: str
+    status: str  # "ran" | "current" | "failed"
+    seconds: float = 0.0
+    counts: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    moved_aside: list[str] = field(default_factory=list)
+
+
+def _stamp_path(workdir: Path, name: str) -> Path:
+    return workdir / STATE_DIR / f"{name.replace(':', '-')}.json"
+
+
+def read_stamp(workdir: Path, name: str) -> dict[str, Any] | None:
+    path = _stamp_path(workdir, name)
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def why_stale(stage: Stage, workdir: Path) -> str | None:
+    """None when the stage is current, else the reason it must run."""
+    stamp = read_stamp(workdir, stage.name)
+    if stamp is None:
+        return "never finished"
+    if stamp.get("fingerprint") != stage.fingerprint():
+        return "settings changed"
+    for need in stage.needs:
+        upstream = read_stamp(workdir, need)
+        if upstream is None or stamp.get("inputs", {}).get(need) != upstream.get("run_id"):
+            return f"{need} was redone"
+    missing = [p for p in stage.outputs if not p.exists()]
+    if missing:
+        return f"output missing: {missing[0]}"
+    return None
+
+
+def _move_aside(stage: Stage, workdir: Path) -> list[str]:
+    moved = []
+    when = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    for output in stage.workspace if stage.workspace is not None else stage.outputs:
+        if output.exists():
+            target = workdir / STATE_DIR / "stale" / f"{stage.name.replace(':', '-')}.{when}" / output.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(output), str(target))
+            moved.append(str(target))
+    return moved
+
+
+def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run: bool = False) -> list[StageResult]:
+    """Run what is not current, in order; stop at the first stage that fails."""
+    (workdir / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    results: list[StageResult] = []
+    for number, stage in enumerate(stages, 1):
+        reason = why_stale(stage, workdir)
+        head = f"[bold]{number}/{len(stages)} {stage.name}[/bold]"
+        if reason is None:
+            stamp = read_stamp(workdir, stage.name) or {}
+            console.print(f"{head}: current, skipped")
+            results.append(StageResult(stage.name, "current", counts=stamp.get("counts", {})))
+            continue
+        console.print(f"{head}: {stage.describe} [dim]({reason})[/dim]")
+        if dry_run:
+            results.append(StageResult(stage.name, "would run", error=reason))
+            continue
+        result = StageResult(stage.name, "ran")
+        stamp_path = _stamp_path(workdir, stage.name)
+        if stamp_path.exists():  # stale, not interrupted: its outputs belong to other settings or inputs
+            result.moved_aside = _move_aside(stage, workdir)
+            for path in result.moved_aside:
+                console.print(f"  [dim]stale output moved to {path}[/dim]")
+            stamp_path.unlink()
+        started = time.monotonic()
+        try:
+            result.counts = stage.run()
+        except Exception as exc:  # noqa: BLE001 - reported with the stage's name; later stages cannot run
+            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+            result.seconds = time.monotonic() - started
+            results.append(result)
+            console.print(f"  [red]failed:[/red] {result.error}", highlight=False)
+            break
+        result.seconds = time.monotonic() - started
+        missing = [p for p in stage.outputs if not p.exists()]
+        if missing:
+            result.status, result.error = "failed", f"finished without writing {missing[0]}"
+            results.append(result)
+            console.print(f"  [red]failed:[/red] {result.error}", highlight=False)
+            break
+        stamp = {
+            "stage": stage.name,
+            "run_id": uuid.uuid4().hex,
+            "fingerprint": stage.fingerprint(),
+            "settings": stage.settings,
+            "inputs": {need: (read_stamp(workdir, need) or {}).get("run_id") for need in stage.needs},
+            "counts": result.counts,
+            "seconds": round(result.seconds, 2),
+            "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        write_text_atomic(stamp_path, json.dumps(stamp, indent=1, sort_keys=True, default=str))
+        console.print(f"  done in {result.seconds:.1f} s: " + ", ".join(f"{k} {v}" for k, v in result.counts.items() if not isinstance(v, dict | list)), highlight=False)
+        results.append(result)
+    return results

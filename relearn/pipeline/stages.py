@@ -1,0 +1,391 @@
+"""The stages of a pipeline file, in order, each a call into the module that owns the work.
+
+    pool -> verify -> review -> masks:V -> upstream -> train:V -> eval:upstream, eval:V -> report
+
+for every mask variant V the file asks for (ROSS, ROSS without mask, Positive-Rollout SFT).
+Work folder layout (``WORKDIR``):
+
+    pool/trajectories.jsonl    collected (with episodes/, verify-logs/) or imported
+    verified.jsonl             the pool with an outcome on every trajectory that can be graded
+    reviews.jsonl              one Review per trajectory
+    datasets/V/                Parquet shards and stats.json
+    upstream/                  the starting weights (for a tiny random model; else --init is used as is)
+    train/V/                   the training run; train/V/model/ the final weights
+    eval/NAME/                 one evaluation run per model (manifest, trajectories, report)
+    report/                    report.md, report.json, PNGs
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
+from harness.trajectory import Outcome, Trajectory
+from relearn.pipeline.config import PipelineConfig
+from relearn.pipeline.runner import Stage, StageResult, run_stages
+
+
+@dataclass
+class Context:
+    """What stages share: the config, the console, and a Docker client made on first use."""
+
+    config: PipelineConfig
+    console: Console
+    _client: Any = None
+    _base: str | None = None
+    pool_url: str | None = None  # overrides [pool.collect].base_url (the demo's local policy)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def workdir(self) -> Path:
+        return self.config.workdir
+
+    def client(self) -> Any:
+        if self._client is None:
+            from envs.docker_backend import client_from_env
+
+            self._client = client_from_env()
+        return self._client
+
+    def base_image(self) -> str:
+        if self._base is None:
+            from envs.images import build_base
+
+            self._base = build_base(self.client(), log=lambda m: self.console.print(f"  [dim]{m}[/dim]"))
+        return self._base
+
+    def progress(self, label: str) -> Progress:
+        return Progress(TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
+
+
+# ---------------------------------------------------------------- paths
+
+
+def pool_path(ctx: Context) -> Path:
+    return ctx.workdir / "pool" / "trajectories.jsonl"
+
+
+def verified_path(ctx: Context) -> Path:
+    return ctx.workdir / "verified.jsonl"
+
+
+def reviews_path(ctx: Context) -> Path:
+    return ctx.workdir / "reviews.jsonl"
+
+
+def dataset_dir(ctx: Context, variant: str) -> Path:
+    return ctx.workdir / "datasets" / variant
+
+
+def upstream_dir(ctx: Context) -> Path:
+    train = ctx.config.train
+    assert train is not None
+    return ctx.workdir / "upstream" if train.tiny else ctx.config.resolve(train.init or "")
+
+
+def train_dir(ctx: Context, variant: str) -> Path:
+    return ctx.workdir / "train" / variant
+
+
+def eval_dir(ctx: Context, name: str) -> Path:
+    return ctx.workdir / "eval" / name
+
+
+def report_dir(ctx: Context) -> Path:
+    return ctx.workdir / "report"
+
+
+def _read_pool(path: Path) -> tuple[list[Trajectory], list[RecordError]]:
+    errors: list[RecordError] = []
+    return list(read_trajectories_lenient(path, errors)), errors
+
+
+def dataset_source(ctx: Context, source: str) -> str:
+    """``mini``, a file or folder (relative to the pipeline file), or a Hugging Face dataset name."""
+    if source == "mini":
+        return source
+    local = ctx.config.resolve(source)
+    return str(local) if local.exists() else source
+
+
+def _tasks(source: str, ctx: Context) -> list[Any]:
+    from eval.dataset import load_dataset_tasks
+
+    tasks, errors = load_dataset_tasks(dataset_source(ctx, source))
+    if errors:
+        ctx.notes.append(f"{len(errors)} unreadable task record(s) in {source}; first: {errors[0]}")
+    if not tasks:
+        raise ValueError(f"no tasks in {source}")
+    return tasks
+
+
+# ---------------------------------------------------------------- stages
+
+
+def pool_stage(ctx: Context) -> dict[str, Any]:
+    pool = ctx.config.pool
+    out = pool_path(ctx)
+    if pool.import_ is not None:
+        from harness.import_run import discover, import_files
+
+        files = discover(pool.import_.format, [ctx.config.resolve(p) for p in pool.import_.paths])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        summary = import_files(pool.import_.format, files, out)
+        trajectories, _ = _read_pool(out)
+        return {"files": len(files), "trajectories": len(trajectories), "rejected": len(summary.errors)}
+    from harness.agent import AgentConfig
+    from harness.budget import Budget
+    from harness.collect import collect
+    from harness.policies import PolicySpec, make_policy
+
+    c = pool.collect
+    assert c is not None
+    tasks = _tasks(ctx.config.tasks, ctx)
+    if c.ids:
+        from eval.dataset import Selection
+
+        tasks = Selection(ids=tuple(c.ids)).apply(tasks)
+    sampling = {"temperature": c.temperature} if c.temperature is not None else {}
+    spec = PolicySpec(kind=c.policy, model=c.model, base_url=ctx.pool_url or c.base_url, api_key_env=c.api_key_env, sampling=sampling, checkpoint=c.checkpoint, step=c.step)
+    budget = Budget(max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds)
+    base = ctx.base_image()
+    with ctx.progress("collecting") as progress:
+        bar = progress.add_task("collect", total=len(tasks) * c.attempts)
+        summary = collect(
+            ctx.client(), tasks, make_policy(spec), spec, out.parent, attempts=c.attempts, workers=c.workers,
+            config=AgentConfig(budget=budget), base_image=base, on_done=lambda _t: progress.advance(bar),
+        )  # fmt: skip
+    if summary.errors and not summary.finished and not summary.skipped:
+        raise RuntimeError(f"no episode finished: {summary.errors[0]}")
+    trajectories, _ = _read_pool(out)
+    return {
+        "trajectories": len(trajectories),
+        "resolved": sum(bool(t.outcome and t.outcome.resolved) for t in trajectories),
+        "episode_errors": len(summary.errors) + len(summary.infra_errors),
+        "exit_status": dict(Counter(t.exit_status.value for t in trajectories)),
+    }
+
+
+def verify_stage(ctx: Context) -> dict[str, Any]:
+    """Grade what the pool has not graded yet: imported trajectories carry a final patch but no
+    verdict of ours. Collected trajectories were graded right after their episode and are kept."""
+    from envs.images import task_image
+    from envs.verify import verify
+
+    trajectories, errors = _read_pool(pool_path(ctx))
+    partial = verified_path(ctx).with_suffix(".jsonl.partial")
+    done = {t.id for t in _read_pool(partial)[0]} if partial.exists() else set()
+    needs = [t for t in trajectories if t.id not in done and (t.outcome is None or t.outcome.resolved is None)]
+    tasks = {t.instance_id: t for t in _tasks(ctx.config.tasks, ctx)} if needs else {}
+    counts: Counter[str] = Counter()
+    with JsonlWriter(partial, fsync=True) as writer, ctx.progress("verifying") as progress:
+        bar = progress.add_task("verify", total=len(trajectories) - len(done))
+        for trajectory in trajectories:
+            if trajectory.id in done:
+                continue
+            if trajectory.outcome is not None and trajectory.outcome.resolved is not None:
+                counts["graded when collected"] += 1
+            elif trajectory.task_id not in tasks or not trajectory.final_patch:
+                counts["ungradable (no task or no final patch)"] += 1
+            else:
+                task = tasks[trajectory.task_id]
+                verdict = verify(ctx.client(), task, trajectory.final_patch, task_image(ctx.client(), task, ctx.base_image()), log_dir=ctx.workdir / "verify-logs")
+                trajectory.outcome = Outcome(
+                    reward=verdict.reward, resolved=verdict.resolved, verdict_ref=verdict.log_path,
+                    verdict={"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied},
+                )  # fmt: skip
+                counts["graded now"] += 1
+            writer.write(trajectory)
+            progress.advance(bar)
+    partial.replace(verified_path(ctx))
+    everything, _ = _read_pool(verified_path(ctx))
+    return {**counts, "resolved": sum(bool(t.outcome and t.outcome.resolved) for t in everything), "unreadable": len(errors)}
+
+
+def review_stage(ctx: Context) -> dict[str, Any]:
+    from harness.policies import PolicySpec
+    from review.judges import Judge
+    from review.run import review_pool
+
+    r = ctx.config.review
+    judges = None
+    if r.judge1 or r.judge2:
+        first = r.judge1 or r.judge2
+        assert first is not None
+
+        def spec(model: str) -> PolicySpec:
+            return PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env)
+
+        judges = (Judge(spec(first), "judge1"), Judge(spec(r.judge2 or first), "judge2"))
+    total = sum(1 for _ in open(verified_path(ctx), "rb"))
+    with ctx.progress("reviewing") as progress:
+        bar = progress.add_task("review", total=total)
+        summary, ledger = review_pool(
+            verified_path(ctx), reviews_path(ctx), judges=judges, workers=r.workers, spend_cap_usd=r.spend_cap_usd,
+            on_done=lambda _r, _l: progress.advance(bar),
+        )  # fmt: skip
+    if summary.errors:
+        raise RuntimeError(f"{summary.not_reviewed} trajectories not reviewed (rerun to continue); first: {summary.errors[0]}")
+    reviews = [json.loads(line) for line in reviews_path(ctx).read_text().splitlines() if line.strip()]
+    return {
+        "reviewer": "judges" if judges else "heuristic",
+        "reviewed": len(reviews),
+        "decisions": dict(Counter(r["decision"] for r in reviews)),
+        "defects": sum(len(r.get("defects", [])) for r in reviews),
+        "cost_usd": round(ledger.spent_usd, 4),
+    }
+
+
+def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
+    from relearn.dataset import build_dataset, load_reviews
+    from relearn.masks import MaskOptions
+    from relearn.tokenizers import load_tokenizer
+
+    m = ctx.config.masks
+    problems: list[str] = []
+    reviews = load_reviews(reviews_path(ctx), problems)
+    tokenizer = load_tokenizer(m.tokenizer)
+    stats, _ = build_dataset(verified_path(ctx), reviews, tokenizer, m.tokenizer, MaskOptions(mode=variant, ctx=m.ctx), dataset_dir(ctx, variant))
+    return {
+        "trajectories_in": stats["trajectories_in"],
+        "trajectories_out": stats["trajectories_out"],
+        "rejected": stats["rejected"],
+        "samples": stats["samples"],
+        "supervised_tokens": stats["tokens"]["supervised"],
+        "excluded_tokens": stats["tokens"]["excluded"],
+        "ter": round(stats["ter_token_weighted"], 4),
+    }
+
+
+def upstream_stage(ctx: Context) -> dict[str, Any]:
+    """The starting weights every variant trains from and the upstream evaluation serves."""
+    train = ctx.config.train
+    assert train is not None
+    if not train.tiny:
+        if not (upstream_dir(ctx) / "config.json").exists():
+            raise FileNotFoundError(f"[train].init {upstream_dir(ctx)}: no config.json (not a Hugging Face model folder)")
+        return {"model": str(upstream_dir(ctx))}
+    from relearn.tokenizers import load_tokenizer
+    from relearn.train.model import build_model, parameter_count
+
+    model = build_model(tiny=train.tiny, seed=train.seed)
+    model.config.use_cache = True
+    target = upstream_dir(ctx)
+    tmp = target.with_name(".upstream.tmp")
+    model.save_pretrained(tmp)
+    load_tokenizer(ctx.config.masks.tokenizer).save_pretrained(tmp)
+    tmp.replace(target)
+    return {"model": f"tiny {train.tiny}", "parameters": parameter_count(model)}
+
+
+def train_stage(ctx: Context, variant: str) -> dict[str, Any]:
+    from relearn.train.loop import TrainOptions, train
+
+    t = ctx.config.train
+    assert t is not None
+    opts = TrainOptions(
+        dataset=dataset_dir(ctx, variant), out=train_dir(ctx, variant), init=str(upstream_dir(ctx)), tokenizer=ctx.config.masks.tokenizer,
+        ctx=t.ctx, epochs=t.epochs, lr=t.lr, warmup=t.warmup, grad_accum=t.grad_accum, loss_norm=t.loss_norm, bf16=t.bf16, seed=t.seed,
+        max_steps=t.max_steps,
+    )  # fmt: skip
+    summary = train(opts, console=ctx.console)
+    if summary.stopped_by:
+        raise KeyboardInterrupt
+    return {
+        "steps": summary.steps,
+        "first_loss": round(summary.first_loss, 4) if summary.first_loss is not None else None,
+        "last_loss": round(summary.last_loss, 4) if summary.last_loss is not None else None,
+        "supervised_tokens": summary.supervised,
+        "refused_samples": len(summary.report.problems),
+    }
+
+
+def eval_stage(ctx: Context, name: str, model_dir: Path) -> dict[str, Any]:
+    """Serve the weights locally (the vLLM stand-in) and run the fixed-budget evaluation."""
+    from eval.dataset import Selection
+    from eval.report import write_report
+    from eval.run import RunConfig, run_eval
+    from eval.serve import serve
+    from harness.budget import Budget
+    from harness.policies import PolicySpec
+
+    e = ctx.config.eval
+    assert e is not None
+    out = eval_dir(ctx, name)
+    with serve(model_dir, model_name=name, max_new_tokens=e.max_new_tokens, max_context=e.max_context, seed=e.seed) as server:
+        spec = PolicySpec(kind="chat", model=name, base_url=server.url, sampling={"max_tokens": e.max_new_tokens})
+        config = RunConfig(
+            dataset=dataset_source(ctx, e.dataset), spec=spec,
+            budget=Budget(max_turns=e.max_turns, max_tokens=e.max_tokens, max_seconds=e.max_seconds),
+            selection=Selection(ids=tuple(e.ids or ())), seed=e.seed, workers=e.workers,
+        )  # fmt: skip
+        with ctx.progress(f"evaluating {name}") as progress:
+            bar = progress.add_task("eval", total=None)
+            summary, selected = run_eval(ctx.client(), config, out, base_image=ctx.base_image(), on_done=lambda _t: progress.advance(bar))
+    report = write_report(out)
+    return {"instances": selected, "resolved": report["resolved"], "rate": round(report["resolved_rate"], 4), "infra_errors": len(summary.infra_errors)}
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
+    """Every stage of the file, in order, with what decides its outputs."""
+    c = ctx.config
+    pool_settings = c.pool.model_dump(mode="json", by_alias=True)
+    if c.pool.collect is not None:
+        pool_settings["collect"].pop("base_url", None)  # transport, not identity
+        pool_settings["collect"].pop("api_key_env", None)
+    stages = [
+        Stage("pool", "collect" if c.pool.collect else "import", {"tasks": c.tasks, **pool_settings}, [pool_path(ctx)], lambda: pool_stage(ctx), workspace=[pool_path(ctx).parent]),
+        Stage("verify", "grade what the pool has not graded", {"tasks": c.tasks}, [verified_path(ctx)], lambda: verify_stage(ctx), ("pool",), [verified_path(ctx), ctx.workdir / "verify-logs"]),
+        Stage("review", "review with " + ("the judges" if c.review.judge1 or c.review.judge2 else "the heuristic reviewer"),
+              c.review.model_dump(mode="json", exclude={"base_url", "api_key_env", "workers"}), [reviews_path(ctx)], lambda: review_stage(ctx), ("verify",)),
+    ]  # fmt: skip
+    masks_settings = c.masks.model_dump(mode="json", exclude={"variants"})
+    for v in c.variants:
+        stages.append(Stage(f"masks:{v}", f"compile {v} masks", {**masks_settings, "mode": v}, [dataset_dir(ctx, v) / "stats.json"], lambda v=v: masks_stage(ctx, v), ("verify", "review"), [dataset_dir(ctx, v)]))
+    names: list[str] = []
+    if c.train is not None:
+        train_settings = c.train.model_dump(mode="json")
+        upstream_out = [upstream_dir(ctx) / "config.json"] if c.train.tiny else []
+        stages.append(Stage("upstream", "make the starting weights", {k: train_settings[k] for k in ("init", "tiny", "seed")}, upstream_out, lambda: upstream_stage(ctx), (), [upstream_dir(ctx)] if c.train.tiny else []))
+        for v in c.variants:
+            stages.append(Stage(f"train:{v}", f"train on the {v} dataset", train_settings, [train_dir(ctx, v) / "model" / "config.json"], lambda v=v: train_stage(ctx, v), (f"masks:{v}", "upstream"), [train_dir(ctx, v)]))
+        if c.eval is not None:
+            eval_settings = c.eval.model_dump(mode="json")
+            stages.append(Stage("eval:upstream", "evaluate the starting weights", eval_settings, [eval_dir(ctx, "upstream") / "report.json"], lambda: eval_stage(ctx, "upstream", upstream_dir(ctx)), ("upstream",), [eval_dir(ctx, "upstream")]))
+            names.append("upstream")
+            for v in c.variants:
+                stages.append(Stage(f"eval:{v}", f"evaluate the {v} model", eval_settings, [eval_dir(ctx, v) / "report.json"], lambda v=v: eval_stage(ctx, v, train_dir(ctx, v) / "model"), (f"train:{v}",), [eval_dir(ctx, v)]))
+                names.append(v)
+    needs = tuple(s.name for s in stages)
+    stages.append(Stage("report", "write the report", {"names": names}, [report_dir(ctx) / "report.md", report_dir(ctx) / "report.json"], report, needs, [report_dir(ctx)]))
+    return stages
+
+
+def run_pipeline(config: PipelineConfig, console: Console, *, pool_url: str | None = None, dry_run: bool = False) -> tuple[list[StageResult], Context]:
+    """Run every stage of ``config`` that is not current; returns each stage's result."""
+    from relearn.pipeline.report import write_pipeline_report
+
+    ctx = Context(config, console, pool_url=pool_url)
+    variants = config.variants if config.train is not None else []
+    eval_names = (["upstream", *variants] if config.eval is not None else []) if config.train is not None else []
+    stages: list[Stage] = []
+
+    def report() -> dict[str, Any]:
+        write_pipeline_report(
+            ctx.workdir, stages, eval_names, {v: train_dir(ctx, v) for v in variants}, {n: eval_dir(ctx, n) for n in eval_names}, report_dir(ctx)
+        )  # fmt: skip
+        return {"report": str(report_dir(ctx) / "report.md")}
+
+    stages.extend(plan(ctx, report))
+    return run_stages(stages, config.workdir, console, dry_run=dry_run), ctx
