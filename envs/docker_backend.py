@@ -344,14 +344,14 @@ def gc(client: docker.DockerClient, *, everything: bool = False) -> list[str]:
     host = socket.gethostname()
     for container in client.containers.list(all=True, filters={"label": f"{LABEL_OWNER}={OWNER}"}):
         labels = container.labels
-        alive = labels.get(LABEL_HOST) == host and _pid_alive(labels.get(LABEL_PID, ""))
+        alive = labels.get(LABEL_HOST) == host and pid_alive(labels.get(LABEL_PID, ""))
         if everything or not alive:
             container.remove(force=True)
             removed.append(container.name)
     return removed
 
 
-def _pid_alive(pid: str) -> bool:
+def pid_alive(pid: str) -> bool:
     try:
         os.kill(int(pid), 0)
     except (ValueError, ProcessLookupError):

@@ -138,6 +138,25 @@ def _field_span(text: str, raw: str | None, cursor: int, end: int, what: str, in
     return Span(position, len(raw) - len(raw.lstrip()), len(kept)), position + len(kept)
 
 
+def map_json_value(value: Any, json_pos: int, shown_at: int, json_map: dict[int, int]) -> int:
+    """Map each character of ``value``'s JSON text (``json.dumps(arguments)`` from ``json_pos``)
+    onto the character showing it, from ``shown_at``: a string is shown unquoted and unescaped
+    (an escape's several JSON characters all map to the one character), anything else as its
+    JSON. Returns the JSON position after the value."""
+    if not isinstance(value, str):
+        shown = json.dumps(value, ensure_ascii=False)
+        for i in range(len(shown)):
+            json_map[json_pos + i] = shown_at + i
+        return json_pos + len(shown)
+    json_pos += 1  # opening quote
+    for i, char in enumerate(value):
+        width = len(json.dumps(char, ensure_ascii=False)) - 2  # escapes are wider
+        for j in range(width):
+            json_map[json_pos + j] = shown_at + i
+        json_pos += width
+    return json_pos + 1  # closing quote
+
+
 def _argument_spans(text: str, arguments: dict[str, Any], cursor: int, end: int, index: int) -> tuple[ArgumentSpans, int]:
     values: dict[str, Span] = {}
     json_map: dict[int, int] = {}
@@ -158,19 +177,7 @@ def _argument_spans(text: str, arguments: dict[str, Any], cursor: int, end: int,
         if key_json == f'"{key}"':
             for i in range(len(key)):
                 json_map[json_pos + 1 + i] = key_at + i
-        json_pos += len(key_json) + 2  # ": "
-        if isinstance(value, str):
-            json_pos += 1  # opening quote
-            for i, char in enumerate(value):
-                width = len(json.dumps(char, ensure_ascii=False)) - 2
-                for j in range(width):
-                    json_map[json_pos + j] = start + i
-                json_pos += width
-            json_pos += 1  # closing quote
-        else:
-            for i in range(len(rendered)):
-                json_map[json_pos + i] = start + i
-            json_pos += len(rendered)
+        json_pos = map_json_value(value, json_pos + len(key_json) + 2, start, json_map)  # after ": "
         cursor = start + len(rendered)
     return ArgumentSpans(values, json_map), cursor
 

@@ -27,7 +27,7 @@ import docker
 from docker.models.containers import Container as DockerContainer
 from docker.models.networks import Network
 
-from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, OWNER
+from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, OWNER, pid_alive
 
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
 RELAY_PORT = 8080
@@ -185,7 +185,7 @@ def sweep_networks(client: docker.DockerClient, *, everything: bool = False) -> 
     host = socket.gethostname()
     for network in client.networks.list(filters={"label": f"{LABEL_OWNER}={OWNER}"}):
         marks = network.attrs.get("Labels") or {}
-        alive = marks.get(LABEL_HOST) == host and _pid_alive(marks.get(LABEL_PID, ""))
+        alive = marks.get(LABEL_HOST) == host and pid_alive(marks.get(LABEL_PID, ""))
         if everything or not alive:
             try:
                 network.remove()
@@ -195,11 +195,4 @@ def sweep_networks(client: docker.DockerClient, *, everything: bool = False) -> 
     return removed
 
 
-def _pid_alive(pid: str) -> bool:
-    try:
-        os.kill(int(pid), 0)
-    except (ValueError, ProcessLookupError):
-        return False
-    except PermissionError:
-        return True
     return True

@@ -14,6 +14,7 @@ indexed there (``NeedsCopy`` tells the caller to do that).
 from __future__ import annotations
 
 import io
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,22 +92,29 @@ def _lines(
         pos = newline + 1
 
 
-def scan_plain(handle: IO[bytes], start: Checkpoint, progress: list[Checkpoint]) -> Iterator[tuple[Ref, bytes]]:
-    """Lines of a plain byte stream from ``start``; ``progress[0]`` follows the last
-    complete line so the caller can persist it."""
-    handle.seek(start.offset)
+def _scan_chunks(chunks: Iterator[bytes], start: Checkpoint, progress: list[Checkpoint]) -> Iterator[tuple[Ref, bytes]]:
+    """Lines of a byte stream that arrives in ``chunks`` from ``start``; ``progress[0]``
+    follows the last complete line so the caller can persist it."""
     base, line, carry = start.offset, start.line, b""
-    while True:
-        chunk = handle.read(CHUNK)
+    for chunk in itertools.chain(chunks, [b""]):  # the empty chunk flushes a last line without a newline
         data = carry + chunk
         found, used, line = _lines(data, base, line, final=not chunk, start_ref=lambda p: (p, 0))
         if chunk:
             progress[0] = Checkpoint(base + used, line)
         yield from found
-        if not chunk:
-            return
         base += used
         carry = data[used:]
+
+
+def _read_chunks(read: Callable[[int], bytes]) -> Iterator[bytes]:
+    while chunk := read(CHUNK):
+        yield chunk
+
+
+def scan_plain(handle: IO[bytes], start: Checkpoint, progress: list[Checkpoint]) -> Iterator[tuple[Ref, bytes]]:
+    """Lines of a plain byte stream from ``start``."""
+    handle.seek(start.offset)
+    return _scan_chunks(_read_chunks(handle.read), start, progress)
 
 
 def frame_size(buffer: bytes, pos: int) -> tuple[int, bool] | None:
@@ -197,23 +205,20 @@ def scan_frames(handle: IO[bytes], start: Checkpoint, progress: list[Checkpoint]
 def scan_copy(handle: IO[bytes], copy: IO[bytes], progress: list[Checkpoint]) -> Iterator[tuple[Ref, bytes]]:
     """Decompress a whole zstd file into ``copy`` while indexing the copy's lines."""
     reader = zstandard.ZstdDecompressor().stream_reader(handle, read_across_frames=True, closefd=False)
-    base, line, carry = 0, 0, b""
-    while True:
-        try:
-            chunk = reader.read(CHUNK)
-        except zstandard.ZstdError as exc:
-            raise DamagedFile(handle.tell(), f"not a readable zstd stream: {exc}") from None
-        copy.write(chunk)
-        copy.flush()  # a Ref is handed out only once its bytes can be read back
-        data = carry + chunk
-        found, used, line = _lines(data, base, line, final=not chunk, start_ref=lambda p: (p, 0))
-        if chunk:
-            progress[0] = Checkpoint(base + used, line)
-        yield from found
-        if not chunk:
-            return
-        base += used
-        carry = data[used:]
+
+    def copied() -> Iterator[bytes]:
+        while True:
+            try:
+                chunk = reader.read(CHUNK)
+            except zstandard.ZstdError as exc:
+                raise DamagedFile(handle.tell(), f"not a readable zstd stream: {exc}") from None
+            if not chunk:
+                return
+            copy.write(chunk)
+            copy.flush()  # a Ref is handed out only once its bytes can be read back
+            yield chunk
+
+    return _scan_chunks(copied(), Checkpoint(0, 0), progress)
 
 
 def read_ref(path: Path, ref: Ref, *, frames: bool) -> bytes:

@@ -29,6 +29,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from harness.trajectory import Message, Trajectory, is_verified_positive
+from relearn.render import map_json_value
 from relearn.view.catalog import Catalog, Tokens
 from relearn.view.index import summarize_review
 from review.records import FIELD, Defect, Review, field_text
@@ -163,22 +164,10 @@ def _layout_assistant(message: Message, base: str) -> _Doc:
             if key_json == f'"{key}"':  # the key's characters in the JSON text are the key shown
                 for i in range(len(key)):
                     json_map[json_pos + 1 + i] = key_at + i
-            json_pos += len(key_json) + 2  # ": "
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             doc.add(":\n" if "\n" in shown else ": ", base)
             value_at = doc.add(shown, base, field_name=f"tool_calls[{number}].arguments.{key}")
-            if isinstance(value, str):
-                json_pos += 1  # opening quote
-                for i, char in enumerate(value):
-                    width = len(json.dumps(char, ensure_ascii=False)) - 2  # escapes are wider
-                    for j in range(width):
-                        json_map[json_pos + j] = value_at + i
-                    json_pos += width
-                json_pos += 1  # closing quote
-            else:
-                for i in range(len(shown)):
-                    json_map[json_pos + i] = value_at + i
-                json_pos += len(shown)
+            json_pos = map_json_value(value, json_pos + len(key_json) + 2, value_at, json_map)  # after ": "
             doc.add("\n", base)
         if call.raw_arguments is not None and not call.function.arguments:
             doc.add("raw arguments: ", "context")
