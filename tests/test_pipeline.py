@@ -66,6 +66,19 @@ def test_deleting_an_output_redoes_that_stage_and_those_after_it(tmp_path: Path)
     assert toy.run() == []
 
 
+def test_dry_run_names_what_would_run_and_runs_nothing(tmp_path: Path) -> None:
+    toy = Toy(tmp_path)
+    toy.run()
+    toy.out("b").unlink()
+    results = run_stages(toy.stages(), tmp_path, Console(file=io.StringIO()), dry_run=True)
+    assert [(r.name, r.status, r.error) for r in results] == [
+        ("a", "current", None),
+        ("b", "would run", f"output missing: {toy.out('b')}"),
+        ("c", "would run", "b would be redone"),
+    ]
+    assert toy.calls == Counter({"a": 1, "b": 1, "c": 1}) and not toy.out("b").exists()
+
+
 def test_changed_settings_redo_the_stage_and_keep_the_old_outputs(tmp_path: Path) -> None:
     toy = Toy(tmp_path)
     toy.run()

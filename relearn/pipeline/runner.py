@@ -115,8 +115,11 @@ def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run:
     """Run what is not current, in order; stop at the first stage that fails."""
     (workdir / STATE_DIR).mkdir(parents=True, exist_ok=True)
     results: list[StageResult] = []
+    would_run: set[str] = set()  # dry run: stages after one that would run would run too
     for number, stage in enumerate(stages, 1):
         reason = why_stale(stage, workdir)
+        if reason is None and dry_run:
+            reason = next((f"{need} would be redone" for need in stage.needs if need in would_run), None)
         head = f"[bold]{number}/{len(stages)} {stage.name}[/bold]"
         if reason is None:
             stamp = read_stamp(workdir, stage.name) or {}
@@ -125,6 +128,7 @@ def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run:
             continue
         console.print(f"{head}: {stage.describe} [dim]({reason})[/dim]")
         if dry_run:
+            would_run.add(stage.name)
             results.append(StageResult(stage.name, "would run", error=reason))
             continue
         result = StageResult(stage.name, "ran")
