@@ -24,7 +24,6 @@ import re
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from math import comb
 from pathlib import Path
 
 import docker
@@ -50,15 +49,6 @@ def trajectory_id(task_id: str, spec: PolicySpec, attempt: int, agent: str = "bu
     scaffold = "" if agent == "builtin" else f"{agent}:"
     raw = f"{task_id}:{scaffold}{spec.model}:{spec.checkpoint or '-'}:{attempt}"
     return re.sub(r"[^A-Za-z0-9_.:@+-]", "_", raw)
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n attempts with c successes (Chen et al., 2021)."""
-    if k > n:
-        raise ValueError(f"pass@{k} needs at least {k} attempts, have {n}")
-    if n - c < k:
-        return 1.0
-    return 1.0 - comb(n - c, k) / comb(n, k)
 
 
 @dataclass
@@ -244,19 +234,3 @@ def collect(
                     if on_done:
                         on_done(trajectory)
     return summary
-
-
-def pass_at_k_table(trajectories: list[Trajectory], ks: tuple[int, ...] = (1,)) -> dict[str, dict[str, float | int]]:
-    """Per task: attempts, successes and unbiased pass@k for each k ≤ attempts."""
-    by_task: dict[str, list[bool]] = {}
-    for trajectory in trajectories:
-        resolved = bool(trajectory.outcome and trajectory.outcome.resolved)
-        by_task.setdefault(trajectory.task_id or "?", []).append(resolved)
-    table: dict[str, dict[str, float | int]] = {}
-    for task_id, results in sorted(by_task.items()):
-        row: dict[str, float | int] = {"attempts": len(results), "resolved": sum(results)}
-        for k in ks:
-            if k <= len(results):
-                row[f"pass@{k}"] = pass_at_k(len(results), sum(results), k)
-        table[task_id] = row
-    return table

@@ -18,8 +18,9 @@ from envs.images import task_image
 from envs.tasks import Task, load_tasks
 from harness.agent import AgentConfig, run_episode
 from harness.budget import Budget
-from harness.collect import collect, pass_at_k, trajectory_id
+from harness.collect import collect, trajectory_id
 from harness.jsonl import read_trajectories
+from harness.passk import pass_at_k
 from harness.policies import PolicySpec, make_policy
 from harness.recorder import EpisodeRecorder, read_episode
 from harness.replay import replay

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.collect import pass_at_k
 from harness.jsonl import JsonlWriter, write_atomic
+from harness.passk import pass_at_k
 from harness.trajectory import Trajectory
 from relearn.cli import app as cli_app
 from relearn.stats import compute, step_windows

@@ -2,7 +2,7 @@
 
 The paper's point: historical rollouts solve problems the current policy no longer solves,
 so relearning from them can add what the policy lost. Per pool we give each problem's
-success rate, the unbiased pass@k curve (Chen et al., 2021; ``harness.collect.pass_at_k``,
+success rate, the unbiased pass@k curve (Chen et al., 2021; ``harness.passk.pass_at_k``,
 the estimator every verb shares) and, over the problems the pools share, the problems
 solved by one pool and not by another.
 
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.collect import pass_at_k_table
 from harness.jsonl import RecordError
+from harness.passk import pass_at_k_table
 from harness.trajectory import Outcome, Trajectory, is_verified_positive
 from relearn.analyze.pools import NamedPool, iter_pool
 
@@ -67,8 +67,8 @@ def read_outcomes(pool: NamedPool, limit: int | None = None, on_record: Callable
             result.rejected.append(RecordError(path, line, "id", f"{trajectory.id!r} repeats line {first_line[trajectory.id]}"))
         else:
             first_line[trajectory.id] = line
-            # pass_at_k_table reads ``outcome.resolved``; a reward-only verdict is normalised to
-            # it here, and only what it reads is kept (a pool can be gigabytes of messages).
+            # Only what pass_at_k_table reads is kept (a pool can be gigabytes of messages);
+            # success is folded into ``resolved``, which it reads through is_verified_positive.
             light.append(Trajectory(id=trajectory.id, task_id=trajectory.task_id, messages=[], outcome=Outcome(resolved=is_verified_positive(trajectory))))
     most = max(Counter(t.task_id for t in light).values(), default=0)
     result.table = pass_at_k_table(light, ks=tuple(range(1, most + 1)))

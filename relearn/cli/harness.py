@@ -75,7 +75,8 @@ def collect_command(
     """
     # The SDKs and swebench take seconds to import: only the verb that runs loads them.
     from harness.agent import AgentConfig
-    from harness.collect import collect, pass_at_k_table
+    from harness.collect import collect
+    from harness.passk import pass_at_k_table
     from harness.policies import PolicySpec, make_policy
 
     policy, codex = agent_options(agent, policy, reasoning_effort)

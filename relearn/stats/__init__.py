@@ -4,7 +4,7 @@ Everything is computed from the indexes ``relearn view`` keeps (one parse of eac
 saved beside the file), so statistics over a 100k pool cost one pass the first time and
 a file read after. A success is a verified-positive trajectory (resolved, or reward > 0
 where the verifier gives only a reward), the rule review and masks select on; pass@k is
-the unbiased estimator of ``harness.collect.pass_at_k``.
+the unbiased estimator of ``harness.passk.pass_at_k``.
 
 TER comes from the dataset's token counts when a dataset is given. Without one it is
 estimated in characters (defect characters over generated assistant characters) and
@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from harness.passk import task_table
 from relearn.view.catalog import DatasetInfo, Tokens
 from relearn.view.index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
 
@@ -143,10 +144,6 @@ def compute(
     window_size: int | None = None,
 ) -> dict[str, Any]:
     """Every statistic, as plain JSON-ready data. The indexes must be built."""
-    # harness.collect brings in the container and policy stacks (seconds to import);
-    # only its estimator is needed, and only here.
-    from harness.collect import pass_at_k
-
     rows = rows_of(pools, reviews, dataset)
     report: dict[str, Any] = {"pools": [str(p.path) for p in pools]}
 
@@ -168,13 +165,7 @@ def compute(
     for row in rows:
         if row.outcome != "not verified":
             attempts[row.summary.task_id or "?"].append(row.summary.positive)
-    tasks: dict[str, dict[str, float | int]] = {}
-    for task, results in sorted(attempts.items()):
-        entry: dict[str, float | int] = {"attempts": len(results), "resolved": sum(results)}
-        for k in ks:
-            if k <= len(results):
-                entry[f"pass@{k}"] = pass_at_k(len(results), sum(results), k)
-        tasks[task] = entry
+    tasks = task_table(attempts, ks)
     mean = {}
     counted = {}
     for k in ks:
