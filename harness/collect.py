@@ -31,7 +31,7 @@ import docker
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.images import task_image
 from envs.tasks import Task
-from envs.verify import verify
+from envs.verify import Verdict, verify
 from harness.agent import SCAFFOLD_VERSION, AgentConfig, now, run_episode
 from harness.codex_cli.backend import AGENT as CODEX_AGENT
 from harness.codex_cli.backend import CodexCliConfig, run_codex_episode
@@ -96,6 +96,16 @@ def _keep_partial(path: Path) -> None:
     path.rename(target)
 
 
+def outcome_of(verdict: Verdict) -> Outcome:
+    """What a trajectory keeps of its verdict (the full log stays in verify-logs/)."""
+    return Outcome(
+        reward=verdict.reward,
+        resolved=verdict.resolved,
+        verdict_ref=verdict.log_path,
+        verdict={"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied},
+    )
+
+
 def run_job(
     client: docker.DockerClient,
     job: Job,
@@ -124,12 +134,7 @@ def run_job(
             with Container.start(client, job.image, limits=limits, workdir=job.task.workdir) as container:
                 trajectory = run_episode(job.task, policy, container, config, header, recorder)
         verdict = verify(client, job.task, trajectory.final_patch, job.image, log_dir=out / "verify-logs", timeout_s=verify_timeout_s)
-        trajectory.outcome = Outcome(
-            reward=verdict.reward,
-            resolved=verdict.resolved,
-            verdict_ref=verdict.log_path,
-            verdict={"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied},
-        )
+        trajectory.outcome = outcome_of(verdict)
         recorder.end(trajectory, {"budget": config.budget.to_dict()})
     finally:
         recorder.close()

@@ -223,3 +223,24 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
     redone = {name for name, status in again.items() if status == "ran"}
     assert redone == {"masks:ross", "train:ross", "eval:ross", "report"}
     assert {name for name, status in again.items() if status == "current"} == {"pool", "verify", "review", "upstream", "eval:upstream"}
+
+
+def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_image: str) -> None:
+    """An imported trajectory carries a final patch but no verdict: the stage grades it in a
+    fresh container; one without a known task is kept, counted as ungradable."""
+    from envs.tasks import load_tasks
+    from eval.dataset import MINI_SUITE
+    from harness.trajectory import Message, Trajectory
+    from relearn.pipeline.stages import Context, pool_path, verified_path, verify_stage
+
+    gold = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}["mini__calc-1"].patch
+    (tmp_path / "p.toml").write_text(PIPELINE)
+    ctx = Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
+    pool_path(ctx).parent.mkdir(parents=True)
+    messages = [Message(role="user", content="fix it")]
+    pool = [Trajectory(id="a", task_id="mini__calc-1", messages=messages, final_patch=gold), Trajectory(id="b", task_id="nowhere", messages=messages, final_patch=gold)]
+    pool_path(ctx).write_text("".join(t.model_dump_json() + "\n" for t in pool))
+    counts = verify_stage(ctx)
+    assert counts == {"graded now": 1, "ungradable (no task or no final patch)": 1, "resolved": 1, "unreadable": 0}
+    graded = {t["id"]: t.get("outcome") for t in map(json.loads, verified_path(ctx).read_text().splitlines())}
+    assert graded["a"]["resolved"] is True and graded["a"]["verdict"]["patch_applied"] and graded["b"] is None

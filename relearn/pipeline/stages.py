@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
-from harness.trajectory import Outcome, Trajectory
+from harness.trajectory import Trajectory
 from relearn.pipeline.config import PipelineConfig
 from relearn.pipeline.runner import Stage, StageResult, run_stages
 
@@ -179,6 +179,7 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
     verdict of ours. Collected trajectories were graded right after their episode and are kept."""
     from envs.images import task_image
     from envs.verify import verify
+    from harness.collect import outcome_of
 
     trajectories, errors = _read_pool(pool_path(ctx))
     partial = verified_path(ctx).with_suffix(".jsonl.partial")
@@ -198,10 +199,7 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
             else:
                 task = tasks[trajectory.task_id]
                 verdict = verify(ctx.client(), task, trajectory.final_patch, task_image(ctx.client(), task, ctx.base_image()), log_dir=ctx.workdir / "verify-logs")
-                trajectory.outcome = Outcome(
-                    reward=verdict.reward, resolved=verdict.resolved, verdict_ref=verdict.log_path,
-                    verdict={"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied},
-                )  # fmt: skip
+                trajectory.outcome = outcome_of(verdict)
                 counts["graded now"] += 1
             writer.write(trajectory)
             progress.advance(bar)
