@@ -366,10 +366,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(404, {"error": {"message": "ModelServer answers POST only"}})
 
     def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload).encode()
+        self._send_bytes(status, "application/json", json.dumps(payload).encode(), headers)
+
+    def _send_events(self, events: list[dict[str, Any]], headers: dict[str, str] | None = None) -> None:
+        data = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
+        self._send_bytes(200, "text/event-stream", data, headers)
+
+    def _send_bytes(self, status: int, content_type: str, data: bytes, headers: dict[str, str] | None) -> None:
         try:
             self.send_response(status)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             for name, value in (headers or {}).items():
                 self.send_header(name, value)
@@ -377,19 +383,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (a timeout under test)
-
-    def _send_events(self, events: list[dict[str, Any]], headers: dict[str, str] | None = None) -> None:
-        data = b"".join(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode() for event in events)
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
         pass  # keep test output clean
