@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -220,6 +221,16 @@ class Judge:
         except ValidationError as exc:
             kind = "not JSON" if any(e["type"] == "json_invalid" for e in exc.errors()) else "schema violation"
             return None, f"{self.role} answer is {kind}: {exc.errors()[0]['msg']}", cost
+
+
+def judge_pair(judge1: str | None, judge2: str | None, spec: Callable[[str, str], PolicySpec]) -> tuple[Judge, Judge] | None:
+    """The two judges from their model names (judge 2 defaults to judge 1's model), or None
+    when neither is named: the offline heuristic reviewer. ``spec(model, role)`` says how
+    each is reached."""
+    first = judge1 or judge2
+    if first is None:
+        return None
+    return Judge(spec(first, "judge1"), "judge1"), Judge(spec(judge2 or first, "judge2"), "judge2")
 
 
 def _strip_fences(text: str) -> str:

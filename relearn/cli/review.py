@@ -44,7 +44,7 @@ def review_command(
     """
     # The judges' SDKs take seconds to import: loaded only when reviewing.
     from harness.policies import PolicySpec
-    from review.judges import Judge
+    from review.judges import judge_pair
     from review.run import review_pool
 
     if args[0] == "agree":
@@ -60,14 +60,11 @@ def review_command(
     if not pool.is_file():
         err.print(f"[red]error:[/red] no such pool: {pool}")
         raise typer.Exit(EXIT_USAGE)
-    judges = None
-    if judge1 or judge2:
-        def spec(model: str, url: str | None) -> PolicySpec:
-            return PolicySpec(kind=backend, model=model, base_url=url, api_key_env=api_key_env, price_in_per_mtok=price_in, price_out_per_mtok=price_out)  # type: ignore[arg-type]
+    def spec(model: str, role: str) -> PolicySpec:
+        url = (judge2_base_url or base_url) if role == "judge2" else base_url
+        return PolicySpec(kind=backend, model=model, base_url=url, api_key_env=api_key_env, price_in_per_mtok=price_in, price_out_per_mtok=price_out)  # type: ignore[arg-type]
 
-        first = judge1 or judge2
-        assert first is not None
-        judges = (Judge(spec(first, base_url), "judge1"), Judge(spec(judge2 or first, judge2_base_url or base_url), "judge2"))
+    judges = judge_pair(judge1, judge2, spec)
     total = sum(1 for _ in iter_lines(pool))
     progress = Progress(TextColumn("[bold]reviewing"), BarColumn(), MofNCompleteColumn(), TextColumn("${task.fields[spent]:.4f} spent"), TimeElapsedColumn(), console=err, transient=True)
     with progress:

@@ -210,19 +210,11 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
 
 def review_stage(ctx: Context) -> dict[str, Any]:
     from harness.policies import PolicySpec
-    from review.judges import Judge
+    from review.judges import judge_pair
     from review.run import review_pool
 
     r = ctx.config.review
-    judges = None
-    if r.judge1 or r.judge2:
-        first = r.judge1 or r.judge2
-        assert first is not None
-
-        def spec(model: str) -> PolicySpec:
-            return PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env)
-
-        judges = (Judge(spec(first), "judge1"), Judge(spec(r.judge2 or first), "judge2"))
+    judges = judge_pair(r.judge1, r.judge2, lambda model, _role: PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env))
     total = sum(1 for _ in open(verified_path(ctx), "rb"))
     with ctx.progress("reviewing") as progress:
         bar = progress.add_task("review", total=total)
