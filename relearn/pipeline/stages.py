@@ -41,6 +41,7 @@ class Context:
     console: Console
     _client: Any = None
     _base: str | None = None
+    _tokenizer: Any = None
     pool_url: str | None = None  # overrides [pool.collect].base_url (the demo's local policy)
     notes: list[str] = field(default_factory=list)
 
@@ -61,6 +62,14 @@ class Context:
 
             self._base = build_base(self.client(), log=lambda m: self.console.print(f"  [dim]{m}[/dim]"))
         return self._base
+
+    def tokenizer(self) -> Any:
+        """The masks tokenizer, loaded once for every variant."""
+        if self._tokenizer is None:
+            from relearn.tokenizers import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.config.masks.tokenizer)
+        return self._tokenizer
 
     def progress(self, label: str) -> Progress:
         return Progress(TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
@@ -215,7 +224,8 @@ def review_stage(ctx: Context) -> dict[str, Any]:
 
     r = ctx.config.review
     judges = judge_pair(r.judge1, r.judge2, lambda model, _role: PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env))
-    total = sum(1 for _ in open(verified_path(ctx), "rb"))
+    with open(verified_path(ctx), "rb") as pool:
+        total = sum(1 for _ in pool)
     with ctx.progress("reviewing") as progress:
         bar = progress.add_task("review", total=total)
         summary, ledger = review_pool(
@@ -237,13 +247,11 @@ def review_stage(ctx: Context) -> dict[str, Any]:
 def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
     from relearn.dataset import build_dataset, load_reviews
     from relearn.masks import MaskOptions
-    from relearn.tokenizers import load_tokenizer
 
     m = ctx.config.masks
     problems: list[str] = []
     reviews = load_reviews(reviews_path(ctx), problems)
-    tokenizer = load_tokenizer(m.tokenizer)
-    stats, _ = build_dataset(verified_path(ctx), reviews, tokenizer, m.tokenizer, MaskOptions(mode=variant, ctx=m.ctx), dataset_dir(ctx, variant))
+    stats, _ = build_dataset(verified_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, MaskOptions(mode=variant, ctx=m.ctx), dataset_dir(ctx, variant))
     return {
         "trajectories_in": stats["trajectories_in"],
         "trajectories_out": stats["trajectories_out"],
@@ -263,7 +271,6 @@ def upstream_stage(ctx: Context) -> dict[str, Any]:
         if not (upstream_dir(ctx) / "config.json").exists():
             raise FileNotFoundError(f"[train].init {upstream_dir(ctx)}: no config.json (not a Hugging Face model folder)")
         return {"model": str(upstream_dir(ctx))}
-    from relearn.tokenizers import load_tokenizer
     from relearn.train.model import build_model, parameter_count
 
     model = build_model(tiny=train.tiny, seed=train.seed)
@@ -271,7 +278,7 @@ def upstream_stage(ctx: Context) -> dict[str, Any]:
     target = upstream_dir(ctx)
     tmp = target.with_name(".upstream.tmp")
     model.save_pretrained(tmp)
-    load_tokenizer(ctx.config.masks.tokenizer).save_pretrained(tmp)
+    ctx.tokenizer().save_pretrained(tmp)
     tmp.replace(target)
     return {"model": f"tiny {train.tiny}", "parameters": parameter_count(model)}
 
