@@ -8,6 +8,7 @@ import base64
 import hashlib
 import http.client
 import io
+import ipaddress
 import json
 import os
 import socket
@@ -384,8 +385,15 @@ def _host_addresses(docker_client: docker.DockerClient, internal_gateway: str) -
     probe_socket.connect(("192.0.2.123", 9))  # no packet is sent: this only picks the route
     primary = probe_socket.getsockname()[0]
     probe_socket.close()
-    bridge = docker_client.networks.get("bridge").attrs["IPAM"]["Config"][0]["Gateway"]
+    bridge = _gateway_of(docker_client.networks.get("bridge"))
     return sorted({primary, bridge, internal_gateway})
+
+
+def _gateway_of(network: docker.models.networks.Network) -> str:
+    """The host's address on a Docker network. Docker 20.10 leaves ``Gateway`` out of the
+    default bridge's IPAM config; the bridge then holds the subnet's first address."""
+    config = network.attrs["IPAM"]["Config"][0]
+    return config.get("Gateway") or str(next(ipaddress.ip_network(config["Subnet"]).hosts()))
 
 
 def test_the_container_reaches_the_gateway_and_nothing_else(docker_client, base_image: str, calc_image: str, tmp_path: Path) -> None:  # noqa: ANN001
@@ -398,7 +406,7 @@ def test_the_container_reaches_the_gateway_and_nothing_else(docker_client, base_
     folder.mkdir()
     try:
         with Gateway(spec, Budget(), socket_path=folder / "gateway.sock") as gateway, open_route(docker_client, base_image, folder / "gateway.sock") as route:
-            internal_gateway = route.network.attrs["IPAM"]["Config"][0]["Gateway"]
+            internal_gateway = _gateway_of(route.network)
             assert route.network.attrs["Internal"] is True
             targets = [(route.address, RELAY_PORT), ("1.1.1.1", 443), ("8.8.8.8", 53)] + [(address, port) for address in _host_addresses(docker_client, internal_gateway)]
             with Container.start(docker_client, calc_image, workdir=TASK.workdir, network=route.network_name) as container:
