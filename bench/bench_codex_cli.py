@@ -33,13 +33,15 @@ from envs.images import build_base, task_image  # noqa: E402
 from envs.tasks import load_tasks  # noqa: E402
 from harness.agent import AgentConfig, run_episode  # noqa: E402
 from harness.budget import Budget  # noqa: E402
-from harness.codex_cli.backend import CodexCliConfig, run_codex_episode  # noqa: E402
+from harness.codex_cli.backend import run_codex_episode  # noqa: E402
+from harness.codex_cli.config import CodexCliConfig  # noqa: E402
 from harness.codex_cli.gateway import Gateway  # noqa: E402
 from harness.codex_cli.install import install  # noqa: E402
 from harness.codex_cli.network import RELAY_PORT, open_route  # noqa: E402
-from harness.policies import PolicySpec, make_policy  # noqa: E402
+from harness.policies.base import PolicySpec  # noqa: E402
+from harness.policies.make import make_policy
 from harness.tools.output import default_encoding  # noqa: E402
-from harness.trajectory import Source, Trajectory  # noqa: E402
+from records.trajectory import Source, Trajectory  # noqa: E402
 from tests.model_servers import ModelServer, ScriptedTurn  # noqa: E402
 from tests.scripted import solving_script, to_apply_patch  # noqa: E402
 

@@ -26,10 +26,11 @@ from envs.tasks import load_tasks  # noqa: E402
 from harness.agent import AgentConfig, run_episode  # noqa: E402
 from harness.budget import Budget  # noqa: E402
 from harness.collect import collect  # noqa: E402
-from harness.policies import PolicySpec, make_policy  # noqa: E402
+from harness.policies.base import PolicySpec  # noqa: E402
+from harness.policies.make import make_policy
 from harness.recorder import EpisodeRecorder  # noqa: E402
 from harness.tools.output import default_encoding  # noqa: E402
-from harness.trajectory import Source, Trajectory  # noqa: E402
+from records.trajectory import Source, Trajectory  # noqa: E402
 from tests.model_servers import ModelServer, ScriptedTurn  # noqa: E402
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"

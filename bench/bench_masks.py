@@ -5,7 +5,7 @@
 Pool: generated SWE-style agentic trajectories (one task, then rounds of reasoning,
 text, a shell or apply_patch call and its output) of about ``--tokens`` tokens each,
 with a few defects per trajectory. Ours: render once, tokenize once with offsets, mask
-by character spans (relearn.masks). Baseline: the per-turn approach most trainers use
+by character spans (relearn.masks.compile). Baseline: the per-turn approach most trainers use
 (render the prefix up to each assistant turn with the generation prompt and the prefix
 through that turn, tokenize both, take the difference as the turn's tokens), which
 costs O(turns x length). Also prints our time per token at 1/4, 1/2 and the full
@@ -23,10 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.exporters.hf_chat import to_chat_messages  # noqa: E402
-from harness.trajectory import Trajectory  # noqa: E402
-from relearn.masks import MaskOptions, compile_trajectory  # noqa: E402
-from relearn.tokenizers import load_tokenizer  # noqa: E402
-from review.records import Defect, Review  # noqa: E402
+from records.review import Defect, Review  # noqa: E402
+from records.trajectory import Trajectory  # noqa: E402
+from relearn.masks.compile import MaskOptions, compile_trajectory  # noqa: E402
+from relearn.masks.tokenizers import load_tokenizer  # noqa: E402
 
 WORDS = "the a function returns value when test fails because index off by one list parse token file path error we should check".split()
 

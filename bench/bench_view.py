@@ -12,7 +12,7 @@ writes). Measures, after imports:
 - ours, warm: the same once the background index has been saved beside the pool;
 - the same cold open on the zstd pool;
 - baseline: what a load-everything viewer does before it can show anything: parse the
-  whole pool (``harness.jsonl.read_trajectories``), then render the first trajectory.
+  whole pool (``records.pools.read_trajectories``), then render the first trajectory.
 
 Also prints the background index build time and the time to import the viewer.
 """
@@ -32,11 +32,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from harness.jsonl import JsonlWriter, read_trajectories  # noqa: E402
+from records.pool_index import PoolIndex, ReviewIndex  # noqa: E402
+from records.pools import JsonlWriter, read_trajectories  # noqa: E402
 from relearn.view.app import ViewerApp  # noqa: E402
 from relearn.view.catalog import Catalog  # noqa: E402
-from relearn.view.index import PoolIndex, ReviewIndex  # noqa: E402
-from relearn.view.render import RenderOptions, TrajectoryView  # noqa: E402
+from relearn.view.marks import RenderOptions  # noqa: E402
+from relearn.view.screen import TrajectoryView  # noqa: E402
 
 WORDS = "the a function returns value when test fails because index off by one list parse token file path error we should check".split()
 
@@ -138,7 +139,7 @@ def baseline(pool: Path, reviews: Path) -> float:
         for line in handle:
             data = json.loads(line)
             review_map[data["trajectory_id"]] = data
-    from review.records import Review
+    from records.review import Review
 
     first = trajectories[0]
     view = TrajectoryView(first, Review.model_validate(review_map[first.id]), total=len(trajectories))

@@ -21,7 +21,7 @@ from envs.docker_backend import DEFAULT_LIMITS, Limits
 from envs.images import task_image
 from envs.tasks import Task
 from envs.verify import Verdict, patch_hash, verify
-from harness.jsonl import JsonlWriter, RecordError, iter_lines, parse_json_line
+from records.pools import JsonlWriter, RecordError, iter_lines, parse_json_line
 
 
 @dataclass

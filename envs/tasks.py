@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from harness.jsonl import RecordError, iter_lines, parse_json_line, validation_error
+from records.pools import RecordError, iter_lines, parse_json_line, validation_error
 
 TaskKind = Literal["swebench", "openswe", "harbor"]
 

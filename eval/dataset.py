@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envs.tasks import Task, load_tasks
-from harness.jsonl import RecordError
+from records.pools import RecordError
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 

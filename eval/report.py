@@ -19,7 +19,7 @@ from statistics import mean, median
 from typing import Any
 
 from eval.run import differences, latest_trajectories, load_manifest
-from harness.jsonl import RecordError, iter_lines, write_text_atomic
+from records.pools import RecordError, iter_lines, write_text_atomic
 
 BOOTSTRAP_SAMPLES = 10_000
 SEED = 0

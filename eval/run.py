@@ -30,12 +30,13 @@ from envs.tasks import Task
 from eval.dataset import Selection, dataset_digest, load_dataset_tasks
 from harness.agent import SCAFFOLD_VERSION, AgentConfig
 from harness.budget import Budget
-from harness.codex_cli import backend as codex_backend
+from harness.codex_cli import config as codex_setup
 from harness.collect import CollectSummary, collect
-from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
-from harness.policies import PolicySpec, make_policy
+from harness.policies.base import PolicySpec
+from harness.policies.make import make_policy
 from harness.tools.toolbox import SCHEMAS
-from harness.trajectory import Trajectory
+from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
+from records.trajectory import Trajectory
 
 # Fields of the manifest that make two runs the same run (resume) or comparable.
 IDENTITY = ("scaffold", "budget", "dataset", "policy", "sampling", "seed")
@@ -59,7 +60,7 @@ class RunConfig:
     spend_cap_usd: float | None = None
     infra_retries: int = 1
     # The real Codex CLI as the agent instead of our own loop.
-    codex: codex_backend.CodexCliConfig | None = None
+    codex: codex_setup.CodexCliConfig | None = None
 
 
 def tools_digest() -> str:
@@ -67,12 +68,12 @@ def tools_digest() -> str:
 
 
 def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``probed``: what ``codex_backend.probe`` learned, for a codex-cli run."""
+    """``probed``: what ``codex_setup.probe`` learned, for a codex-cli run."""
     spec = config.spec
     if config.codex is not None:
         if probed is None:
             raise ValueError("a codex-cli run's manifest needs the probe of its tool schemas")
-        scaffold = codex_backend.scaffold(config.codex, spec.model, probed)
+        scaffold = codex_setup.scaffold(config.codex, spec.model, probed)
     else:
         scaffold = {"version": SCAFFOLD_VERSION, "tools_digest": tools_digest(), "tools": [t["function"]["name"] for t in SCHEMAS]}
     manifest = {
@@ -99,7 +100,7 @@ def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] |
             "package_integrity": codex.install.integrity,
             "binary_sha256": codex.install.sha256.get("codex"),
             "tool_schemas": probed["tools"],
-            "config_toml": codex_backend.toml(codex_backend.codex_config(codex, spec.model, "http://<relay>/v1", codex_backend.CODEX_HOME, spec.timeout_s)),
+            "config_toml": codex_setup.toml(codex_setup.codex_config(codex, spec.model, "http://<relay>/v1", codex_setup.CODEX_HOME, spec.timeout_s)),
             "catalog_entry_digest": scaffold["catalog_digest"],
         }
     return manifest
@@ -150,7 +151,7 @@ def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_
     spec = config.spec
     if config.seed is not None:
         spec.sampling = {**spec.sampling, "seed": config.seed}
-    probed = codex_backend.probe(config.codex, spec.model) if config.codex is not None else None
+    probed = codex_setup.probe(config.codex, spec.model) if config.codex is not None else None
     manifest = make_manifest(config, tasks, probed)
     out.mkdir(parents=True, exist_ok=True)
     if (out / "manifest.json").exists():

@@ -15,10 +15,10 @@ import docker
 from envs.docker_backend import Container
 from envs.tasks import Task
 from harness.budget import Budget, Ledger
-from harness.policies import ContextOverflow, Policy, PolicyError
+from harness.policies.base import ContextOverflow, Policy, PolicyError
 from harness.recorder import EpisodeRecorder
 from harness.tools.toolbox import Toolbox
-from harness.trajectory import ExitStatus, Message, Source, Trajectory, Usage
+from records.trajectory import ExitStatus, Message, Source, Trajectory, Usage
 
 SCAFFOLD_VERSION = "relearn-codex-1"
 SYSTEM_PROMPT = """You are a coding agent working in a software repository at {workdir}.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from harness.trajectory import ExitStatus, Usage
+from records.trajectory import ExitStatus, Usage
 
 
 @dataclass(frozen=True)

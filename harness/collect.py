@@ -33,14 +33,15 @@ from envs.images import task_image
 from envs.tasks import Task
 from envs.verify import Verdict, verify
 from harness.agent import SCAFFOLD_VERSION, AgentConfig, now, run_episode
-from harness.codex_cli.backend import AGENT as CODEX_AGENT
-from harness.codex_cli.backend import CodexCliConfig, run_codex_episode
+from harness.codex_cli.backend import run_codex_episode
+from harness.codex_cli.config import AGENT as CODEX_AGENT
+from harness.codex_cli.config import CodexCliConfig
 from harness.codex_cli.network import sweep_networks
-from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
-from harness.policies import Policy, PolicySpec
+from harness.policies.base import Policy, PolicySpec
 from harness.recorder import EpisodeRecorder
-from harness.trajectory import Outcome, Source, Trajectory
-from harness.trajectory import Policy as PolicyInfo
+from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
+from records.trajectory import Outcome, Source, Trajectory
+from records.trajectory import Policy as PolicyInfo
 
 
 def trajectory_id(task_id: str, spec: PolicySpec, attempt: int, agent: str = "builtin") -> str:

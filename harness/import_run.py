@@ -14,8 +14,8 @@ from pathlib import Path
 from types import ModuleType
 
 from harness.importers import FORMATS
-from harness.jsonl import JsonlWriter, RecordError, iter_lines, write_atomic
-from harness.trajectory import Trajectory, content_id
+from records.pools import JsonlWriter, RecordError, iter_lines, write_atomic
+from records.trajectory import Trajectory, content_id
 
 
 @dataclass

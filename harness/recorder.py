@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.jsonl import JsonlWriter, RecordError, iter_lines
-from harness.trajectory import ExitStatus, Message, Outcome, Trajectory, Usage
+from records.pools import JsonlWriter, RecordError, iter_lines
+from records.trajectory import ExitStatus, Message, Outcome, Trajectory, Usage
 
 
 class EpisodeRecorder:

@@ -18,7 +18,7 @@ from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.tasks import Task
 from envs.verify import Verdict, verify
 from harness.tools.toolbox import Toolbox
-from harness.trajectory import Trajectory
+from records.trajectory import Trajectory
 
 VOLATILE = [
     (re.compile(r"^Wall time: [0-9.]+ seconds$", re.MULTILINE), "Wall time: <t> seconds"),

@@ -12,8 +12,8 @@ import re
 from collections import Counter
 from typing import Any
 
-from harness.trajectory import Trajectory
-from review.records import Review, field_text
+from records.review import Review, field_text, primary_category
+from records.trajectory import Trajectory
 
 WORD = re.compile(r"\S+")
 
@@ -26,11 +26,6 @@ def cohen_kappa(a: list[str], b: list[str]) -> float:
     ca, cb = Counter(a), Counter(b)
     expected = sum(ca[label] * cb[label] for label in set(ca) | set(cb)) / (n * n)
     return 1.0 if expected == 1.0 else (observed - expected) / (1 - expected)
-
-
-def primary_category(review: Review) -> str:
-    categories = Counter(str(e.get("category", "other")) for e in review.errors)
-    return categories.most_common(1)[0][0] if categories else "none"
 
 
 def excluded_words(trajectory: Trajectory, review: Review) -> set[tuple[int, str, int]]:

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
-from harness.trajectory import Message, Trajectory
-from review.records import FIELD, Defect, field_text
+from records.review import FIELD, Defect, field_text
+from records.trajectory import Message, Trajectory
 
 MIN_FUZZY_CHARS = 12  # shorter quotes re-anchor by chance; they must match exactly
 _NEAR_MISS = 20.0  # a best score within this of the threshold is "below threshold", else "not found"

@@ -13,10 +13,11 @@ import json
 import re
 from typing import Any
 
-from harness.trajectory import Message, Trajectory, is_verified_positive
+from records.review import Defect, Review, numbered_steps
+from records.trajectory import Message, Trajectory, is_verified_positive
+from review.actions import command_key, is_inline_script, shell_script
 from review.grounding import ground
-from review.prefilters import Signal, command_key, is_inline_script, prefilter, shell_script
-from review.records import Defect, Review
+from review.prefilters import Signal, prefilter
 
 PROMPTS_VERSION = "heuristic-1"
 PROMPTS_HASH = hashlib.sha256(PROMPTS_VERSION.encode()).hexdigest()
@@ -25,7 +26,7 @@ _BASH_FENCE = re.compile(r"```(?:bash|sh)\s*\n")
 
 def heuristic_review(trajectory: Trajectory) -> Review:
     messages = trajectory.messages
-    steps = {index: n + 1 for n, index in enumerate(i for i, m in enumerate(messages) if m.role == "assistant" and m.generated)}
+    steps = {index: number for number, index in numbered_steps(trajectory).items()}
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
     errors: list[dict[str, Any]] = []
     defects: list[Defect] = []

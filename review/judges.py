@@ -20,12 +20,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from harness.jsonl import JsonlWriter, iter_lines
-from harness.policies import PolicyError, PolicySpec, make_policy
-from harness.trajectory import Message, Trajectory
+from harness.policies.base import PolicyError, PolicySpec
+from harness.policies.make import make_policy
+from records.pools import JsonlWriter, iter_lines
+from records.review import CATEGORIES, Defect, Review, numbered_steps
+from records.trajectory import Message, Trajectory
 from review.grounding import ground
 from review.prefilters import prefilter
-from review.records import CATEGORIES, Defect, Review
 
 PROMPTS = Path(__file__).parent / "prompts"
 OBSERVATION_CHARS = 2000
@@ -95,14 +96,8 @@ def elide(text: str, limit: int) -> str:
     return f"{text[:half]}\n[... {len(text) - 2 * half} characters elided ...]\n{text[-half:]}"
 
 
-def steps(trajectory: Trajectory) -> dict[int, int]:
-    """Step number (1-based, assistant messages only) -> message index."""
-    numbered = [i for i, m in enumerate(trajectory.messages) if m.role == "assistant" and m.generated]
-    return {n + 1: index for n, index in enumerate(numbered)}
-
-
 def render_for_reading(trajectory: Trajectory, hints: list[str]) -> str:
-    by_message = {index: step for step, index in steps(trajectory).items()}
+    by_message = {index: step for step, index in numbered_steps(trajectory).items()}
     lines: list[str] = []
     for index, message in enumerate(trajectory.messages):
         if message.role == "assistant" and index in by_message:
@@ -260,13 +255,13 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
         "prompts_hash": prompts_hash(),
     }
     cost = 0.0
-    hints = [f"step {step}: {signal.kind}: {signal.detail}" for signal in prefilter(trajectory) for step, index in steps(trajectory).items() if index == signal.message_index]
+    hints = [f"step {step}: {signal.kind}: {signal.detail}" for signal in prefilter(trajectory) for step, index in numbered_steps(trajectory).items() if index == signal.message_index]
     answer, problem, spent = judge1.ask(prompt("judge1"), render_for_reading(trajectory, hints), Judge1Output, cache, ledger)
     cost += spent
     if answer is None:
         return Review(**base, decision="reject", reason=f"judge_output_invalid: {problem}", cost_usd=cost)
     assert isinstance(answer, Judge1Output)
-    numbered = steps(trajectory)
+    numbered = numbered_steps(trajectory)
     errors = [e for e in answer.errors if e.step in numbered]
     dropped = len(answer.errors) - len(errors)
     review_errors = [{"step": e.step, "message_index": numbered[e.step], "category": e.category, "description": e.description, "evidence": e.evidence} for e in errors]

@@ -14,12 +14,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
-from harness.policies import PolicyError
-from harness.trajectory import Trajectory, is_verified_positive
+from harness.policies.base import PolicyError
+from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
+from records.review import Review, iter_reviews
+from records.trajectory import Trajectory, is_verified_positive
 from review.heuristic import heuristic_review
 from review.judges import CallCache, Judge, Ledger, SpendCapReached, review_trajectory
-from review.records import Review, iter_reviews
 
 
 @dataclass

@@ -17,13 +17,13 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from harness.jsonl import write_atomic
-from harness.trajectory import Trajectory
+from records.pools import write_atomic
+from records.trajectory import Trajectory
 from relearn.analyze.nll import Scorer, eligible_tokens, folder_fingerprint
 from relearn.analyze.passk import analyze, read_outcomes
 from relearn.analyze.pools import NamedPool
-from relearn.cli import app
-from relearn.render import render
+from relearn.cli.main import app
+from relearn.masks.template import render
 
 KW = {"preserve_thinking": True}
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -31,7 +31,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 @pytest.fixture(scope="module")
 def tok():  # noqa: ANN201
-    from relearn.tokenizers import load_tokenizer
+    from relearn.masks.tokenizers import load_tokenizer
 
     return load_tokenizer("qwen3.6")  # the shared on-disk cache: built once per machine
 
@@ -148,7 +148,7 @@ def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(tmp_pa
     broken.write_text("\n".join(lines) + "\n")
 
     out = tmp_path / "out"
-    monkeypatch.setattr("relearn.tokenizers.load_tokenizer", lambda _name: tok)  # the same one; loading a folder's is tested below
+    monkeypatch.setattr("relearn.masks.tokenizers.load_tokenizer", lambda _name: tok)  # the same one; loading a folder's is tested below
 
     def nll(ctx: int) -> object:
         pools_args = ["--pool", f"policy={pools / 'policy.jsonl'}", "--pool", f"random={pools / 'random.jsonl'}", "--pool", str(broken)]
@@ -222,7 +222,7 @@ def test_cli_nll_model_folder_and_usage_errors(tmp_path: Path, tok, lm: torch.nn
 
     small = tmp_path / "small"
     AutoModelForCausalLM.from_config(tiny_config("qwen3", vocab_size=1000)).save_pretrained(small)
-    monkeypatch.setattr("relearn.tokenizers.load_tokenizer", lambda _name: tok)  # loading it is tested above; the pairing here
+    monkeypatch.setattr("relearn.masks.tokenizers.load_tokenizer", lambda _name: tok)  # loading it is tested above; the pairing here
     mismatch = run("analyze", "nll", "--pool", str(pool), "--model", str(small), "--tokenizer", "qwen3.6", "-o", str(tmp_path / "b"), "--no-progress")
     assert mismatch.exit_code == 2 and "248,077 tokens but the model's vocabulary is 1,000" in mismatch.words
 

@@ -14,19 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.tools.apply_patch import (
-    AddFile,
-    ApplyPatchCommand,
-    DeleteFile,
-    FileChange,
-    PatchError,
-    UpdateFile,
-    apply_patch,
-    extract_heredoc,
-    match_apply_patch_command,
-    parse_patch,
-    summary,
-)
+from harness.tools.apply_patch import FileChange, apply_patch, summary
+from harness.tools.patch_grammar import AddFile, DeleteFile, PatchError, UpdateFile, parse_patch
+from harness.tools.patch_heredoc import ApplyPatchCommand, extract_heredoc, match_apply_patch_command
 
 
 def P(*lines: str) -> str:

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from harness.jsonl import read_trajectories, write_atomic
+from records.pools import read_trajectories, write_atomic
 from tests.codex_rollouts import legacy_session, session, write_rollout
 
 

@@ -31,18 +31,21 @@ from envs.tasks import Task, load_tasks
 from envs.verify import verify
 from harness.budget import Budget
 from harness.codex_cli import install as codex_install
-from harness.codex_cli.backend import CodexCliConfig, probe, run_codex_episode
-from harness.codex_cli.backend import scaffold as scaffold_of
-from harness.codex_cli.gateway import Gateway, requests
+from harness.codex_cli.backend import run_codex_episode
+from harness.codex_cli.config import CodexCliConfig, probe
+from harness.codex_cli.config import scaffold as scaffold_of
+from harness.codex_cli.gateway import Gateway
 from harness.codex_cli.network import RELAY_PORT, open_route
+from harness.codex_cli.responses_api import requests
 from harness.collect import collect
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
 from harness.importers import atif as atif_importer
 from harness.importers import codex as codex_importer
-from harness.jsonl import JsonlWriter, read_trajectories
-from harness.policies import PolicySpec, make_policy
-from harness.trajectory import ExitStatus, Source, Trajectory, tool_call_pairs
+from harness.policies.base import PolicySpec
+from harness.policies.make import make_policy
+from records.pools import JsonlWriter, read_trajectories
+from records.trajectory import ExitStatus, Source, Trajectory, tool_call_pairs
 from relearn.cli.harness import agent_options
 from relearn.cli.pool import check_trajectory
 from tests.model_servers import ModelServer, ScriptedTurn

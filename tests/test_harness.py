@@ -19,13 +19,14 @@ from envs.tasks import Task, load_tasks
 from harness.agent import AgentConfig, run_episode
 from harness.budget import Budget
 from harness.collect import collect, trajectory_id
-from harness.jsonl import read_trajectories
-from harness.passk import pass_at_k
-from harness.policies import PolicySpec, make_policy
+from harness.policies.base import PolicySpec
+from harness.policies.make import make_policy
 from harness.recorder import EpisodeRecorder, read_episode
 from harness.replay import replay
 from harness.tools.toolbox import Toolbox
-from harness.trajectory import ExitStatus, FunctionCall, Source, ToolCall, Trajectory
+from records.passk import pass_at_k
+from records.pools import read_trajectories
+from records.trajectory import ExitStatus, FunctionCall, Source, ToolCall, Trajectory
 from tests.model_servers import ModelServer, ScriptedTurn
 from tests.scripted import solving_script
 
@@ -219,7 +220,7 @@ def test_pass_at_k() -> None:
 def test_killed_recordings_read_back_as_incomplete(tmp_path: Path) -> None:
     spec = PolicySpec(kind="chat", model="m")
     recorder = EpisodeRecorder(tmp_path / "e.jsonl", header(TASK, spec))
-    from harness.trajectory import Message
+    from records.trajectory import Message
 
     recorder.message(Message(role="system", content="s"))
     recorder.message(Message(role="user", content="u"))

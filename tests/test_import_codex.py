@@ -10,8 +10,8 @@ import zstandard
 from harness.exporters.hf_chat import to_chat_messages
 from harness.import_run import discover, import_files
 from harness.importers import codex
-from harness.jsonl import read_trajectories
-from harness.trajectory import ExitStatus, Trajectory
+from records.pools import read_trajectories
+from records.trajectory import ExitStatus, Trajectory
 from tests.codex_rollouts import (
     PATCH,
     envelope,

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 from harness.importers import mini_swe_agent
-from harness.jsonl import read_trajectories, write_atomic
-from harness.trajectory import ExitStatus
+from records.pools import read_trajectories, write_atomic
+from records.trajectory import ExitStatus
 
 
 def _read(path: Path):  # noqa: ANN202

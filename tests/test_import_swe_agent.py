@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from harness.importers import swe_agent
-from harness.trajectory import ExitStatus
+from records.trajectory import ExitStatus
 
 
 def _document() -> dict:

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from harness.import_run import pool_index
-from harness.jsonl import (
+from records.pools import (
     JsonlWriter,
     RecordError,
     iter_lines,
@@ -14,7 +14,7 @@ from harness.jsonl import (
     read_trajectories_lenient,
     write_atomic,
 )
-from harness.trajectory import Trajectory
+from records.trajectory import Trajectory
 
 
 def _make(n: int) -> list[Trajectory]:

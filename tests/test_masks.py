@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, reject, settings
 from hypothesis import strategies as st
 
-from harness.trajectory import Trajectory
-from relearn.masks import MaskOptions, Rejected, _defect_render_span, compile_trajectory
-from relearn.render import render
-from review.records import Defect, Review
+from records.review import Defect, Review
+from records.trajectory import Trajectory
+from relearn.masks.compile import MaskOptions, Rejected, _defect_render_span, compile_trajectory
+from relearn.masks.template import render
 
 SPECIAL = ("<|", "|>", "<think", "</think", "<tool", "</tool", "<function", "</function", "<parameter", "</parameter")
 
@@ -25,7 +25,7 @@ def tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def tok(tokenizer_cache: Path):  # noqa: ANN201
-    from relearn.tokenizers import load_tokenizer
+    from relearn.masks.tokenizers import load_tokenizer
 
     return load_tokenizer("qwen3.6", cache_dir=tokenizer_cache)
 
@@ -61,7 +61,7 @@ BASE = [
 
 
 def defect(t: Trajectory, index: int, field: str, quote: str, occurrence: int = 0, category: str = "other") -> Defect:
-    from review.records import field_text
+    from records.review import field_text
 
     text = field_text(t.messages[index], field)
     assert text is not None
@@ -236,7 +236,7 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
 
 @st.composite
 def with_defects(draw: st.DrawFn) -> tuple[Trajectory, list[Defect]]:
-    from review.records import field_text
+    from records.review import field_text
 
     t = draw(trajectories())
     candidates = []
@@ -325,7 +325,7 @@ def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Pa
 
     import pyarrow.parquet as pq
 
-    from harness.jsonl import write_atomic
+    from records.pools import write_atomic
 
     good = trajectory(BASE)
     unverified = Trajectory.model_validate({"messages": BASE, "task_id": "other"})

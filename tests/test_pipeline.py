@@ -146,7 +146,7 @@ def test_pipeline_file_errors_name_the_file_and_field(tmp_path: Path, text: str,
 def test_cli_refuses_a_bad_pipeline_file_with_exit_2(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from relearn.cli import app
+    from relearn.cli.main import app
 
     path = tmp_path / "p.toml"
     path.write_text(PIPELINE.replace("format =", "fromat ="))
@@ -230,7 +230,7 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     fresh container; one without a known task is kept, counted as ungradable."""
     from envs.tasks import load_tasks
     from eval.dataset import MINI_SUITE
-    from harness.trajectory import Message, Trajectory
+    from records.trajectory import Message, Trajectory
     from relearn.pipeline.stages import Context, pool_path, verified_path, verify_stage
 
     gold = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}["mini__calc-1"].patch

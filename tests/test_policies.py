@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from harness.policies import ContextOverflow, PolicyError, PolicySpec, make_policy
-from harness.trajectory import FunctionCall, Message, ToolCall
+from harness.policies.base import ContextOverflow, PolicyError, PolicySpec
+from harness.policies.make import make_policy
+from records.trajectory import FunctionCall, Message, ToolCall
 from tests.model_servers import ModelServer, ScriptedTurn, context_overflow
 
 PROTOCOLS = ["chat", "responses", "anthropic"]

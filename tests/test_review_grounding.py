@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.trajectory import Trajectory
+from records.review import field_text
+from records.trajectory import Trajectory
 from review.grounding import GroundingResult, collapse, ground
-from review.records import field_text
 
 REASONING = "The failure says parse() returns None for empty input.\nI think the bug is in tokenize(), not parse()."
 CONTENT = "Let me   check\n    the tokenizer first.\nThen run the tests."

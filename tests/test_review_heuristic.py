@@ -13,11 +13,11 @@ import pytest
 
 from envs.tasks import Task, load_tasks
 from harness.importers import codex, mini_swe_agent
-from harness.trajectory import Trajectory
-from relearn.masks import MaskOptions, compile_trajectory
+from records.review import CATEGORIES, Review, field_text
+from records.trajectory import Trajectory
+from relearn.masks.compile import MaskOptions, compile_trajectory
 from review.heuristic import PROMPTS_VERSION, heuristic_review
 from review.prefilters import prefilter
-from review.records import CATEGORIES, Review, field_text
 from tests.scripted import to_apply_patch
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
@@ -300,7 +300,7 @@ def test_prompts_hash_is_of_the_version() -> None:
 
 @pytest.fixture(scope="module")
 def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from relearn.tokenizers import load_tokenizer
+    from relearn.masks.tokenizers import load_tokenizer
 
     return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
 

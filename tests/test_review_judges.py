@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.jsonl import write_atomic
-from harness.policies import PolicySpec
-from harness.trajectory import Trajectory
+from harness.policies.base import PolicySpec
+from records.pools import write_atomic
+from records.review import field_text
+from records.trajectory import Trajectory
 from review.judges import Judge, prompts_hash
-from review.records import field_text
 from review.run import review_pool
 from tests.model_servers import ModelServer, ScriptedTurn
 

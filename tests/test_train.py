@@ -24,18 +24,20 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from relearn.dataset import SCHEMA
+from relearn.masks.shards import SCHEMA
+from relearn.train.checkpoints import read_metrics, step_at
 from relearn.train.data import Sample, collate, load_samples, shard_sequence
-from relearn.train.loop import TrainOptions, read_metrics, step_at, train
+from relearn.train.loop import train
 from relearn.train.loss import masked_loss, step_denominator
 from relearn.train.model import QWEN_VOCAB, RossLM, build_model, enable_activation_checkpointing
+from relearn.train.options import TrainOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 VOCAB_USED = 5000  # token ids drawn below this; the model still has the full vocabulary
 
 
 def write_dataset(path: Path, rows: list[tuple[list[int], list[int]]]) -> Path:
-    """A shard with relearn.dataset's schema; rows are (input_ids, loss_mask)."""
+    """A shard with relearn.masks.shards's schema; rows are (input_ids, loss_mask)."""
     path.mkdir(parents=True, exist_ok=True)
     records = [
         {

@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from relearn.train.checkpoints import read_metrics
 from relearn.train.deepspeed_config import deepspeed_config, extensions_dir
-from relearn.train.loop import TrainOptions, read_metrics, train
+from relearn.train.loop import train
+from relearn.train.options import TrainOptions
 from tests.test_train import random_rows, write_dataset
 
 ROOT = Path(__file__).resolve().parent.parent

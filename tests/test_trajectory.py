@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from harness.trajectory import ExitStatus, Message, Trajectory, content_id
+from records.trajectory import ExitStatus, Message, Trajectory, content_id
 
 
 def _trajectory(**overrides: object) -> Trajectory:

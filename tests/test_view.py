@@ -15,15 +15,16 @@ from rich.console import Console
 from rich.style import Style
 from typer.testing import CliRunner
 
-from harness.jsonl import JsonlWriter, read_trajectories, write_atomic
-from harness.trajectory import Trajectory
-from relearn.cli import app as cli_app
-from relearn.view import offsets
+from records import byte_offsets as offsets
+from records.pool_index import PoolIndex, ReviewIndex
+from records.pools import JsonlWriter, read_trajectories, write_atomic
+from records.review import Defect, Review, field_text
+from records.trajectory import Trajectory
+from relearn.cli.main import app as cli_app
 from relearn.view.app import ViewerApp
 from relearn.view.catalog import Catalog, DatasetInfo, Filter
-from relearn.view.index import PoolIndex, ReviewIndex
-from relearn.view.render import RenderOptions, TrajectoryView
-from review.records import Defect, Review, field_text
+from relearn.view.marks import RenderOptions
+from relearn.view.screen import TrajectoryView
 
 PATCH_INPUT = "*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n"
 LONG_OUTPUT = "\n".join(["Exit code: 0"] + [f"line {i}: needle-middle" if i == 30 else f"line {i}: calc.py ok" for i in range(60)])

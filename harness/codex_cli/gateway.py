@@ -28,7 +28,6 @@ It listens on a Unix socket (the relay's end, see ``network``) or on a loopback 
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import secrets
@@ -37,8 +36,6 @@ import threading
 import time
 import urllib.error
 import urllib.request
-import zlib
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -47,9 +44,18 @@ from typing import Any
 import zstandard
 
 from harness.budget import Budget, Ledger
-from harness.jsonl import JsonlWriter, iter_lines
-from harness.policies import PolicySpec, is_context_overflow
-from harness.trajectory import ExitStatus, Usage
+from harness.codex_cli.responses_api import (
+    complete_response,
+    decoded_body,
+    error_body,
+    events,
+    generated_token_ids,
+    retry_after_s,
+    usage_of,
+)
+from harness.policies.base import PolicySpec, is_context_overflow
+from records.pools import JsonlWriter
+from records.trajectory import ExitStatus, Usage
 
 # What a refusal says, per budget: Codex shows the message, our exit status takes the kind.
 BUDGET_FIELDS = {
@@ -170,17 +176,17 @@ class Gateway:
         path = request.path.split("?", 1)[0]
         if request.command != "POST" or not path.endswith("/responses"):
             # Codex may probe other endpoints (model discovery); the gateway serves one.
-            self._finish(request, received, at, path, None, 404, _error("not_found", f"the relearn gateway serves POST /v1/responses, not {request.command} {path}"))
+            self._finish(request, received, at, path, None, 404, error_body("not_found", f"the relearn gateway serves POST /v1/responses, not {request.command} {path}"))
             return
         if request.headers.get("Authorization") != f"Bearer {self.token}":
-            self._finish(request, received, at, path, None, 401, _error("invalid_api_key", "the relearn gateway does not know this key"))
+            self._finish(request, received, at, path, None, 401, error_body("invalid_api_key", "the relearn gateway does not know this key"))
             return
         try:
-            body = json.loads(_decoded_body(request))
+            body = json.loads(decoded_body(request))
             if not isinstance(body, dict):
                 raise ValueError("not a JSON object")
         except (ValueError, OSError, zstandard.ZstdError) as exc:
-            self._finish(request, received, at, path, None, 400, _error("invalid_request_error", f"request body: {exc}"))
+            self._finish(request, received, at, path, None, 400, error_body("invalid_request_error", f"request body: {exc}"))
             return
         with self._lock:
             if self.tools is None and isinstance(body.get("tools"), list):
@@ -198,7 +204,7 @@ class Gateway:
         status, payload, attempts, failure = self._send(upstream_body)
         upstream_ms = (time.monotonic() - started) * 1000
         if status != 200 or not isinstance(payload, dict):
-            error = payload if isinstance(payload, dict) else _error("upstream_error", failure or f"HTTP {status}")
+            error = payload if isinstance(payload, dict) else error_body("upstream_error", failure or f"HTTP {status}")
             text = json.dumps(error)
             kind = ExitStatus.context_overflow if status == 400 and is_context_overflow(text) else ExitStatus.policy_error
             with self._lock:
@@ -208,11 +214,11 @@ class Gateway:
             self._finish(request, received, at, path, body, out_status, error, overrides=overrides, upstream=(status, attempts, upstream_ms))
             return
         response = payload
-        notes = _complete(response)
+        notes = complete_response(response)
         usage = usage_of(response)
         cost = self.spec.cost_usd(usage)
         usage.cost_usd = cost
-        token_ids = _generated_token_ids(response)
+        token_ids = generated_token_ids(response)
         with self._lock:
             self.ledger.tokens += (usage.input_tokens or 0) + (usage.output_tokens or 0)
             self.ledger.cost_usd += cost
@@ -233,7 +239,7 @@ class Gateway:
             ExitStatus.cost_exhausted: round(self.ledger.cost_usd, 6),
         }[reason]
         message = f"relearn gateway: the episode's budget is spent ({reason.value}: {spent} of {limit} {unit}, {field}); no further model calls"
-        return _error("budget_exhausted", message, code=reason.value)
+        return error_body("budget_exhausted", message, code=reason.value)
 
     def _upstream_body(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The request as the policy server gets it, and what was changed (recorded)."""
@@ -272,7 +278,7 @@ class Gateway:
                 except ValueError:
                     payload = None
                 status, failure = exc.code, f"HTTP {exc.code}: {raw[:600].decode(errors='replace')}"
-                retry_after = _retry_after(exc.headers.get("Retry-After"))
+                retry_after = retry_after_s(exc.headers.get("Retry-After"))
                 if status not in RETRYABLE and status < 500:
                     return status, payload, attempt, failure
             except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
@@ -349,117 +355,6 @@ class Gateway:
         if "tools" in body:
             self._previous_tools = body["tools"]
         return stored
-
-
-def requests(path: Path) -> Iterator[dict[str, Any]]:
-    """Every call of a gateway record with its request rebuilt whole."""
-    previous_input: list[Any] = []
-    previous_tools: Any = None
-    for _number, text in iter_lines(path):
-        record = json.loads(text)
-        stored = record.get("request")
-        if stored is not None:
-            request = dict(stored)
-            if "input_continues" in request:
-                request["input"] = previous_input[: request.pop("input_continues")] + request.pop("input_added")
-            if request.pop("tools_unchanged", False):
-                request["tools"] = previous_tools
-            if isinstance(request.get("input"), list):
-                previous_input = request["input"]
-            if "tools" in request:
-                previous_tools = request["tools"]
-            record["request"] = request
-        yield record
-
-
-def events(response: dict[str, Any]) -> list[dict[str, Any]]:
-    """A whole Responses API answer as the event stream Codex reads."""
-    final = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}.get(response.get("status") or "completed", "response.completed")
-    stream: list[dict[str, Any]] = [{"type": "response.created", "response": {**response, "status": "in_progress", "output": []}}]
-    for index, item in enumerate(response.get("output") or []):
-        stream.append({"type": "response.output_item.added", "output_index": index, "item": item})
-        stream.append({"type": "response.output_item.done", "output_index": index, "item": item})
-    stream.append({"type": final, "response": response})
-    for number, event in enumerate(stream):
-        event["sequence_number"] = number
-    return stream
-
-
-def usage_of(response: dict[str, Any]) -> Usage:
-    raw = response.get("usage") or {}
-    cached = (raw.get("input_tokens_details") or {}).get("cached_tokens")
-    reasoning = (raw.get("output_tokens_details") or {}).get("reasoning_tokens")
-    return Usage(
-        input_tokens=raw.get("input_tokens"),
-        cached_input_tokens=cached,
-        output_tokens=raw.get("output_tokens"),
-        reasoning_output_tokens=reasoning,
-        total_tokens=raw.get("total_tokens"),
-    )
-
-
-def _complete(response: dict[str, Any]) -> list[str]:
-    """Fill what Codex needs and some servers leave out: an id and a usage object."""
-    notes = []
-    if not response.get("id"):
-        response["id"] = "resp_relearn_" + secrets.token_hex(8)
-        notes.append("the policy server's response had no id; one was given")
-    if not isinstance(response.get("usage"), dict):
-        response["usage"] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
-        notes.append("the policy server's response had no usage; zeros were sent to Codex (token and cost budgets cannot count this call)")
-    if not isinstance(response.get("output"), list):
-        response["output"] = []
-        notes.append("the policy server's response had no output list")
-    return notes
-
-
-def _generated_token_ids(response: dict[str, Any]) -> list[int] | None:
-    """vLLM's ``output_messages`` (asked for with ``enable_response_messages``): the
-    raw generated messages with their token ids."""
-    messages = response.get("output_messages")
-    if not isinstance(messages, list):
-        return None
-    ids: list[int] = []
-    for message in messages:
-        tokens = message.get("tokens") if isinstance(message, dict) else None
-        if isinstance(tokens, list):
-            ids.extend(int(t) for t in tokens)
-    return ids or None
-
-
-def _decoded_body(request: BaseHTTPRequestHandler) -> bytes:
-    if request.headers.get("Transfer-Encoding", "").lower() == "chunked":
-        raw = b""
-        while True:
-            size = int(request.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
-            if size == 0:
-                request.rfile.readline()
-                break
-            raw += request.rfile.read(size)
-            request.rfile.readline()
-    else:
-        raw = request.rfile.read(int(request.headers.get("Content-Length") or 0))
-    encoding = (request.headers.get("Content-Encoding") or "identity").lower()
-    if encoding == "zstd":
-        return zstandard.ZstdDecompressor().decompressobj().decompress(raw)
-    if encoding == "gzip":
-        return gzip.decompress(raw)
-    if encoding == "deflate":
-        return zlib.decompress(raw)
-    if encoding != "identity":
-        raise ValueError(f"unsupported Content-Encoding {encoding!r}")
-    return raw
-
-
-def _error(kind: str, message: str, *, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code or kind}}
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None
 
 
 def _now() -> str:

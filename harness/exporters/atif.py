@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.trajectory import Message, Trajectory, Usage
+from records.trajectory import Message, Trajectory, Usage
 
 ATIF_VERSION = "ATIF-v1.7"
 # Keys the ATIF importer writes into Message.extra for its own bookkeeping; any other

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from harness.trajectory import Message, Trajectory
+from records.trajectory import Message, Trajectory
 
 INSTRUCTION_ROLES = ("system", "developer")
 

@@ -24,7 +24,7 @@ from harness.importers.base import (
     read_json_document,
     text_of_parts,
 )
-from harness.trajectory import (
+from records.trajectory import (
     FunctionCall,
     Message,
     Policy,

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.jsonl import RecordError, validation_error
-from harness.trajectory import FunctionCall, Message, ToolCall, Trajectory
+from records.pools import RecordError, validation_error
+from records.trajectory import FunctionCall, Message, ToolCall, Trajectory
 
 
 @dataclass

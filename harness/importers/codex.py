@@ -22,7 +22,6 @@ Every line that maps to no message is kept verbatim under ``source.records``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,51 +31,31 @@ from harness.importers.base import (
     Fields,
     ImportResult,
     fail,
-    parse_arguments,
     read_guarded,
 )
-from harness.jsonl import RecordError, iter_lines
-from harness.trajectory import (
+from harness.importers.codex_fields import (
+    KNOWN_LINE_TYPES,
+    KNOWN_UNMAPPED_ITEMS,
+    MIRROR_EVENTS,
+    extra_fields,
+    loads,
+    tool_call_of,
+    tool_output_parts,
+    usage_counts,
+)
+from records.pools import RecordError, iter_lines
+from records.trajectory import (
     ContextReset,
     ExitStatus,
-    FunctionCall,
     Message,
     Policy,
     Source,
-    ToolCall,
     Trajectory,
     Usage,
 )
 
 FORMAT = "codex"
 SUFFIXES = (".jsonl", ".jsonl.zst")
-
-# Event kinds that only mirror a response item (kept once, as the message).
-MIRROR_EVENTS = {"user_message", "agent_message"}
-# Response item kinds we know that have no chat message of their own.
-KNOWN_UNMAPPED_ITEMS = {
-    "web_search_call",
-    "tool_search_call",
-    "tool_search_output",
-    "image_generation_call",
-    "ghost_snapshot",
-    "compaction",
-    "other",
-}
-KNOWN_LINE_TYPES = {
-    "session_meta",
-    "turn_context",
-    "response_item",
-    "event_msg",
-    "compacted",
-    "world_state",
-    "token_usage_record",
-    "security_risk_score",
-    "inter_agent_communication",
-    "inter_agent_communication_metadata",
-    "realtime_item",
-}
-USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
 
 
 def discover(root: Path) -> list[Path]:
@@ -125,7 +104,7 @@ class _RolloutReader:
         for number, text in iter_lines(self.path):
             seen_any = True
             try:
-                data = _loads(self.name, number, text)
+                data = loads(self.name, number, text)
                 self.line(number, data)
             except RecordError as exc:
                 if not self.salvage:
@@ -246,7 +225,7 @@ class _RolloutReader:
                 texts.append(part.str("text", default="") or "")
             else:
                 plain = False
-        extra = _extra(item.data, ("type", "role", "content"))
+        extra = extra_fields(item.data, ("type", "role", "content"))
         if not plain or len(texts) != 1:
             extra["content_parts"] = item.data.get("content", [])
         if role == "assistant":
@@ -266,37 +245,13 @@ class _RolloutReader:
         text = "\n\n".join(content) if content else "\n\n".join(summary)
         kind = "content" if content else ("summary" if summary else "encrypted")
         extra = dict(target.extra or {})
-        extra.setdefault("reasoning_items", []).append({**_extra(item.data, ("type",)), "reasoning_kind": kind})
+        extra.setdefault("reasoning_items", []).append({**extra_fields(item.data, ("type",)), "reasoning_kind": kind})
         target.extra = extra
         target.reasoning_content = text if target.reasoning_content is None else target.reasoning_content + "\n\n" + text
 
     def tool_call(self, number: int, kind: str, item: Fields, timestamp: str | None) -> None:
-        call_id = item.str("call_id") or item.str("id")
-        if not call_id:
-            raise fail(self.name, number, f"{item.prefix}.call_id".lstrip("."), "missing")
-        raw = None
-        if kind == "function_call":
-            name = item.str("name", required=True) or ""
-            arguments, raw = parse_arguments(item.str("arguments", default="") or "")
-            if raw is not None:
-                self.diag.warn(number, f"call {call_id}: arguments are not a JSON object (kept verbatim in raw_arguments)")
-            call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments), raw_arguments=raw)
-        elif kind == "custom_tool_call":
-            name = item.str("name", required=True) or ""
-            call = ToolCall(id=call_id, type="custom", function=FunctionCall(name=name, arguments={"input": item.str("input", default="")}))
-        else:
-            # The model's local_shell action is what Codex's shell tool takes.
-            action = item.obj("action", required=True)
-            assert action is not None
-            arguments = {}
-            for src, dst in (("command", "command"), ("working_directory", "workdir"), ("timeout_ms", "timeout_ms"), ("env", "env"), ("user", "user")):
-                if action.data.get(src) is not None:
-                    arguments[dst] = action.data[src]
-            if "command" not in arguments:
-                self.diag.warn(number, f"local_shell_call {call_id}: action has no command")
-            name = "shell"
-            call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments))
-        call.extra = {**_extra(item.data, ("type", "name", "arguments", "input", "call_id", "action")), "codex_type": kind}
+        call = tool_call_of(self.name, number, kind, item, self.diag)
+        call_id, name = call.id, call.function.name
         target = self.assistant_for("tool_calls", timestamp)
         target.tool_calls = [*(target.tool_calls or []), call]
         if call_id in self.open_calls or call_id in self.answered:
@@ -313,9 +268,9 @@ class _RolloutReader:
         _line, name = self.open_calls.pop(call_id)
         self.answered.add(call_id)
         output = item.data.get("output")
-        content, metadata, extra = _tool_output(self.name, number, item.prefix, output)
+        content, metadata, extra = tool_output_parts(self.name, number, item.prefix, output)
         metadata = {**self.exec_metadata.pop(call_id, {}), **metadata}
-        extra.update(_extra(item.data, ("type", "call_id", "output")))
+        extra.update(extra_fields(item.data, ("type", "call_id", "output")))
         extra["codex_type"] = item.data["type"]
         self.results[call_id] = len(self.messages)
         self.messages.append(
@@ -337,7 +292,7 @@ class _RolloutReader:
         response_id = fields.str("response_id")
         if self.group:
             if usage is not None:
-                self.group[-1].usage = _usage(usage)
+                self.group[-1].usage = usage_counts(usage)
             if response_id:
                 for message in self.group:
                     message.extra = {**(message.extra or {}), "response_id": response_id}
@@ -351,9 +306,9 @@ class _RolloutReader:
                 last = info.obj("last_token_usage")
                 total = info.obj("total_token_usage")
                 if last is not None and self.group and not self.usage_records:
-                    self.group[-1].usage = _usage(last)
+                    self.group[-1].usage = usage_counts(last)
                 if total is not None:
-                    self.total_usage = _usage(total)
+                    self.total_usage = usage_counts(total)
             self.end_call()
             self.keep(number, line)
             return
@@ -480,62 +435,7 @@ class _RolloutReader:
         return trajectory
 
 
-def _loads(path: str, number: int, text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(text.rstrip("\n")) - 1
-        hint = " (the line is truncated)" if truncated else ""
-        raise fail(path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
-
-
 def _has(message: Message, part: str) -> bool:
     return getattr(message, "reasoning_content" if part == "reasoning" else part) is not None
 
 
-def _extra(data: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
-    return {k: v for k, v in data.items() if k not in known}
-
-
-def _usage(fields: Fields) -> Usage:
-    values = {}
-    for key in USAGE_KEYS:
-        value = fields.get(key, int)
-        if value is not None:
-            values[key] = value
-    return Usage(**values)
-
-
-def _tool_output(path: str, number: int, prefix: str, output: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Text, metadata (exit code, duration) and leftovers of a tool output."""
-    field = f"{prefix}.output".lstrip(".")
-    if output is None:
-        raise fail(path, number, field, "missing")
-    if isinstance(output, list):
-        texts = []
-        for index, part in enumerate(output):
-            if not isinstance(part, dict):
-                raise fail(path, number, f"{field}[{index}]", f"expected an object, got {type(part).__name__}")
-            if isinstance(part.get("text"), str):
-                texts.append(part["text"])
-        extra = {} if all(isinstance(p.get("text"), str) and set(p) <= {"type", "text"} for p in output) and len(output) == 1 else {"content_parts": output}
-        return "\n".join(texts), {}, extra
-    if isinstance(output, dict):
-        # Some writers store the legacy {"output", "metadata"} shape unencoded.
-        return _tool_output(path, number, prefix, json.dumps(output))
-    if not isinstance(output, str):
-        raise fail(path, number, field, f"expected string or array, got {type(output).__name__}")
-    # Legacy Codex encoded {"output": ..., "metadata": {"exit_code", "duration_seconds"}} as a string.
-    if output.startswith("{") and '"output"' in output:
-        try:
-            decoded = json.loads(output)
-        except json.JSONDecodeError:
-            decoded = None
-        if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):
-            metadata = decoded.get("metadata") if isinstance(decoded.get("metadata"), dict) else {}
-            extra = {"output_encoding": "legacy_json"}
-            leftover = {k: v for k, v in decoded.items() if k not in ("output", "metadata")}
-            if leftover:
-                extra["output_fields"] = leftover
-            return decoded["output"], dict(metadata), extra
-    return output, {}, {}

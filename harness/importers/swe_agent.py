@@ -23,7 +23,7 @@ from harness.importers.base import (
     read_guarded,
     read_json_document,
 )
-from harness.trajectory import ExitStatus, Message, Policy, Source, Trajectory, Usage
+from records.trajectory import ExitStatus, Message, Policy, Source, Trajectory, Usage
 
 FORMAT = "swe-agent"
 ROLES = {"system", "user", "assistant", "tool"}

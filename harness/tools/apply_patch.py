@@ -1,21 +1,4 @@
-"""Codex CLI's ``apply_patch`` patch format, in pure Python.
-
-The format (Codex's freeform tool, Lark grammar ``tool_apply_patch.lark``, parser
-``codex-rs/apply-patch/src/parser.rs``)::
-
-    *** Begin Patch
-    *** Environment ID: <name>          (optional, ignored)
-    *** Add File: path/new.py
-    +line 1
-    *** Delete File: path/old.py
-    *** Update File: path/file.py
-    *** Move to: path/renamed.py        (optional)
-    @@ def foo():                       (optional header; several may be stacked)
-     context line
-    -removed line
-    +added line
-    *** End of File                     (optional: the hunk matches at the end of the file)
-    *** End Patch
+"""Applying Codex CLI's ``apply_patch`` patches (the format: ``harness.tools.patch_grammar``).
 
 This module only computes changes: :func:`apply_patch` takes a ``read`` callback and
 returns :class:`FileChange` records; it never touches a filesystem. The caller writes them.
@@ -62,55 +45,13 @@ Behaviour, and where it deliberately differs from Codex (the caller and the mode
 
 from __future__ import annotations
 
-import posixpath
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = [
-    "AddFile",
-    "ApplyPatchCommand",
-    "Chunk",
-    "DeleteFile",
-    "FileChange",
-    "PatchError",
-    "PatchOp",
-    "UpdateFile",
-    "apply_patch",
-    "extract_heredoc",
-    "match_apply_patch_command",
-    "parse_patch",
-    "summary",
-]
+from harness.tools.patch_grammar import END_OF_FILE, AddFile, Chunk, DeleteFile, PatchError, UpdateFile, clip, parse_patch, quote
 
-BEGIN_PATCH = "*** Begin Patch"
-END_PATCH = "*** End Patch"
-END_OF_FILE = "*** End of File"
-ENVIRONMENT_ID = "*** Environment ID:"
-MOVE_TO = "*** Move to:"
-
-_FILE_MARKER = re.compile(r"^\*\*\* (Add|Delete|Update) File:(.*)$")
-# "@@ -12,7 +12,8 @@ tail": models sometimes copy unified-diff headers; the numbers mean nothing here.
-_RANGE_HEADER = re.compile(r"^-\d+(?:,\d+)?\s+\+\d+(?:,\d+)?\s*@@(.*)$")
-_WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]")
-_VALID_HEADERS = "'*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'"
-_QUOTE_LIMIT = 200  # characters of one line quoted in an error message
-_EXPECTED_LIMIT = 40  # lines of a hunk quoted in an error message
-_NAME_MAX, _PATH_MAX = 255, 4096  # Linux limits, in bytes: longer paths cannot be written anyway
-
-
-class PatchError(Exception):
-    """A patch that cannot be parsed or applied. ``str(err)`` is written for the model to read.
-
-    ``line`` is the 1-based line in the patch text and ``path`` the file concerned, when known.
-    """
-
-    def __init__(self, message: str, *, line: int | None = None, path: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.line = line
-        self.path = path
+EXPECTED_LIMIT = 40  # lines of a hunk quoted in an error message
 
 
 @dataclass(frozen=True)
@@ -125,267 +66,6 @@ class FileChange:
     kind: Literal["add", "delete", "update"]
     move_to: str | None = None
     new_content: str | None = None
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """One ``@@`` hunk of an Update File. ``lines`` holds (' ' | '-' | '+', text) pairs."""
-
-    headers: tuple[str, ...]
-    lines: tuple[tuple[str, str], ...]
-    end_of_file: bool
-    line: int  # patch line where the hunk starts (its first @@ or first change line)
-
-
-@dataclass(frozen=True)
-class AddFile:
-    path: str
-    content: str
-    line: int
-
-
-@dataclass(frozen=True)
-class DeleteFile:
-    path: str
-    line: int
-
-
-@dataclass(frozen=True)
-class UpdateFile:
-    path: str
-    move_to: str | None
-    chunks: tuple[Chunk, ...]
-    line: int
-
-
-PatchOp = AddFile | DeleteFile | UpdateFile
-
-
-# --------------------------------------------------------------------------- parsing
-
-
-def parse_patch(text: str) -> list[PatchOp]:
-    """Parse patch text into file operations; raise PatchError naming the patch line.
-
-    Also accepts the patch wrapped in a heredoc (``<<'EOF'`` ... ``EOF``, with or without a
-    leading ``apply_patch``), as Codex's lenient mode does. Checks paths, not files.
-    """
-    if not isinstance(text, str):
-        raise PatchError(f"the patch must be text, got {type(text).__name__}")
-    lines = _split_lines(text)
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is None:
-        raise PatchError(f"the patch is empty; it must start with '{BEGIN_PATCH}' and end with '{END_PATCH}'")
-    if lines[first].strip() != BEGIN_PATCH:
-        wrapped = _split_heredoc(text, require_command=False)
-        if wrapped is not None and wrapped.body.strip():
-            body_lines = _split_lines(wrapped.body)
-            return _parse_lines(body_lines, wrapped.body_line - 1)
-        raise PatchError(
-            f"the first line of the patch must be '{BEGIN_PATCH}', got {_quote(lines[first])} (patch line {first + 1})",
-            line=first + 1,
-        )
-    return _parse_lines(lines, 0)
-
-
-def _split_lines(text: str) -> list[str]:
-    # Split on "\n" only (str.splitlines would also split on \f, \x1c, \u2028 ...), and drop
-    # one "\r" per line: CRLF in the patch text is transport, not content.
-    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
-
-
-def _parse_lines(lines: list[str], offset: int) -> list[PatchOp]:
-    """Parse ``lines`` (patch line ``offset + i + 1`` is ``lines[i]``)."""
-    nonblank = [i for i, line in enumerate(lines) if line.strip()]
-    if not nonblank or lines[nonblank[0]].strip() != BEGIN_PATCH:
-        where = nonblank[0] if nonblank else 0
-        got = lines[where] if nonblank else ""
-        raise PatchError(
-            f"the first line of the patch must be '{BEGIN_PATCH}', got {_quote(got)} (patch line {offset + where + 1})",
-            line=offset + where + 1,
-        )
-    first, last = nonblank[0], nonblank[-1]
-    if last == first or lines[last].strip() != END_PATCH:
-        earlier = any(line.strip() == END_PATCH for line in lines[first + 1 : last])
-        raise PatchError(
-            f"the last line of the patch must be '{END_PATCH}'; the patch ends at line {offset + last + 1} "
-            f"with {_quote(lines[last])}. " + (f"Nothing may follow '{END_PATCH}'." if earlier else f"Is '{END_PATCH}' missing?"),
-            line=offset + last + 1,
-        )
-    return _Parser(lines, first + 1, last, offset).parse()
-
-
-class _Parser:
-    """Line-by-line parser over lines[start:stop] (the text between the envelope lines)."""
-
-    def __init__(self, lines: list[str], start: int, stop: int, offset: int) -> None:
-        self.lines = lines
-        self.i = start
-        self.stop = stop
-        self.offset = offset
-
-    def lineno(self, i: int | None = None) -> int:
-        return self.offset + (self.i if i is None else i) + 1
-
-    def error(self, message: str, *, i: int | None = None, path: str | None = None) -> PatchError:
-        n = self.lineno(i)
-        return PatchError(f"invalid patch at line {n}: {message}", line=n, path=path)
-
-    def parse(self) -> list[PatchOp]:
-        ops: list[PatchOp] = []
-        while self.i < self.stop:
-            raw = self.lines[self.i]
-            marker = raw.strip()
-            if not marker:  # blank lines between operations (Codex rejects them; harmless)
-                self.i += 1
-                continue
-            if marker.startswith(ENVIRONMENT_ID) and not ops:
-                self.i += 1  # Newer Codex names the execution environment here; nothing to do.
-                continue
-            match = _FILE_MARKER.match(marker)
-            if match is None:
-                raise self._unknown_line(raw)
-            kind, raw_path = match.group(1), match.group(2)
-            path = self.path(raw_path, f"*** {kind} File")
-            if kind == "Add":
-                ops.append(self.add_file(path))
-            elif kind == "Delete":
-                ops.append(DeleteFile(path=path, line=self.lineno()))
-                self.i += 1
-            else:
-                ops.append(self.update_file(path))
-        return ops
-
-    def _unknown_line(self, raw: str) -> PatchError:
-        marker = raw.strip()
-        if marker == END_PATCH:
-            return self.error(f"'{END_PATCH}' before the end of the patch; a patch has exactly one, on its last line")
-        if marker == BEGIN_PATCH:
-            return self.error(f"a second '{BEGIN_PATCH}'; send one patch at a time")
-        if marker.startswith(MOVE_TO):
-            return self.error(f"'{MOVE_TO}' must come right after its '*** Update File:' line")
-        if marker == END_OF_FILE:
-            return self.error(f"'{END_OF_FILE}' must directly follow the lines of an update hunk")
-        if marker.startswith(ENVIRONMENT_ID):
-            return self.error(f"'{ENVIRONMENT_ID}' may only come right after '{BEGIN_PATCH}'")
-        return self.error(f"{_quote(raw)} is not a valid file operation header. Valid headers: {_VALID_HEADERS}")
-
-    def path(self, raw: str, what: str) -> str:
-        path = raw.strip()
-        if not path:
-            raise self.error(f"'{what}:' needs a path")
-        if "\x00" in path:
-            raise self.error(f"the path {_quote(path)} contains a NUL character", path=path)
-        if path.startswith(("/", "\\")) or _WINDOWS_ABSOLUTE.match(path):
-            raise self.error(f"absolute path {_quote(path)} is not allowed; use a path relative to the working directory", path=path)
-        if path.startswith("~"):
-            raise self.error(f"the path {_quote(path)} starts with '~'; use a path relative to the working directory", path=path)
-        if path.endswith("/"):
-            raise self.error(f"the path {_quote(path)} names a directory; apply_patch works on files", path=path)
-        norm = posixpath.normpath(path)
-        if norm == ".":
-            raise self.error(f"the path {_quote(path)} does not name a file", path=path)
-        if len(norm.encode("utf-8", "surrogatepass")) > _PATH_MAX or any(
-            len(part.encode("utf-8", "surrogatepass")) > _NAME_MAX for part in norm.split("/")
-        ):
-            raise self.error(f"the path {_quote(path)} is too long for a file name", path=_clip(path))
-        if norm == ".." or norm.startswith("../"):
-            raise self.error(f"the path {_quote(path)} escapes the working directory ('..' is not allowed to leave it)", path=path)
-        return norm
-
-    def add_file(self, path: str) -> AddFile:
-        start = self.i
-        self.i += 1
-        content: list[str] = []
-        while self.i < self.stop and self.lines[self.i].startswith("+"):
-            content.append(self.lines[self.i][1:])
-            self.i += 1
-        if self.i < self.stop and not self.lines[self.i].lstrip().startswith("*"):
-            # Anything else ends the file; a '+' line after it means the model forgot a '+'.
-            j = self.i
-            while j < self.stop and not self.lines[j].strip():
-                j += 1
-            if j > self.i and j < self.stop and self.lines[j].startswith("+"):
-                raise self.error(
-                    f"blank line inside the content of '*** Add File: {path}'; every line of an added file, "
-                    "empty ones included, must start with '+'",
-                    path=path,
-                )
-            if j == self.i:
-                raise self.error(
-                    f"{_quote(self.lines[self.i])} in '*** Add File: {path}': every line of an added file must start with '+'",
-                    path=path,
-                )
-        text = "\n".join(content) + "\n" if content else ""
-        return AddFile(path=path, content=text, line=self.lineno(start))
-
-    def update_file(self, path: str) -> UpdateFile:
-        start = self.i
-        self.i += 1
-        move_to: str | None = None
-        if self.i < self.stop and self.lines[self.i].strip().startswith(MOVE_TO):
-            move_to = self.path(self.lines[self.i].strip()[len(MOVE_TO) :], "*** Move to")
-            self.i += 1
-            if move_to == path:
-                move_to = None  # moving a file onto itself is a plain update
-        chunks: list[Chunk] = []
-        headers: list[str] = []
-        body: list[tuple[str, str]] = []
-        chunk_start: int | None = None
-        after_eof = False
-
-        def flush(end_of_file: bool) -> None:
-            nonlocal headers, body, chunk_start
-            assert chunk_start is not None
-            chunks.append(Chunk(tuple(headers), tuple(body), end_of_file, self.lineno(chunk_start)))
-            headers, body, chunk_start = [], [], None
-
-        while self.i < self.stop:
-            raw = self.lines[self.i]
-            if raw.startswith("@@"):
-                if body:
-                    flush(False)
-                header = raw[2:].strip()
-                ranged = _RANGE_HEADER.match(header)
-                if ranged is not None:
-                    header = ranged.group(1).strip()
-                if header:
-                    headers.append(header)
-                chunk_start = self.i if chunk_start is None else chunk_start
-                after_eof = False
-            elif raw.strip() == END_OF_FILE:
-                if not body:
-                    raise self.error(f"'{END_OF_FILE}' must follow the lines of a hunk (in '*** Update File: {path}')", path=path)
-                flush(True)
-                after_eof = True
-            elif raw.startswith("*") or _FILE_MARKER.match(raw.strip()) or raw.strip() == END_PATCH:
-                break  # the next file operation (even if indented), or an unknown marker for parse()
-            elif chunk_start is None and not raw.strip():
-                pass  # blank lines before a hunk starts (Codex skips them too)
-            elif raw[:1] in ("", " ", "+", "-"):
-                if after_eof:
-                    raise self.error(f"hunk lines after '{END_OF_FILE}' need a new '@@' line first", path=path)
-                if chunk_start is None:
-                    chunk_start = self.i
-                # A completely empty line is an empty context line (editors and models drop the space).
-                body.append((raw[0], raw[1:]) if raw else (" ", ""))
-            else:
-                raise self.error(
-                    f"unexpected line {_quote(raw)} in the hunk for '{path}'. Every hunk line must start with "
-                    "' ' (context), '+' (added) or '-' (removed); a hunk starts with '@@'",
-                    path=path,
-                )
-            self.i += 1
-        if chunk_start is not None:
-            if not body:
-                raise self.error(f"the '@@' hunk for '{path}' has no lines", i=chunk_start, path=path)
-            flush(False)
-        if not chunks and move_to is None:
-            raise self.error(f"'*** Update File: {path}' has no hunks; nothing to change", i=start, path=path)
-        return UpdateFile(path=path, move_to=move_to, chunks=tuple(chunks), line=self.lineno(start))
-
-
-# --------------------------------------------------------------------------- applying
 
 
 def apply_patch(text: str, read: Callable[[str], str | None]) -> list[FileChange]:
@@ -604,7 +284,7 @@ class _Matcher:
 def _context_error(op: UpdateFile, chunk: Chunk, matcher: _Matcher, pos: int, header: str | None = None) -> PatchError:
     path = op.path
     if header is not None:
-        message = f"failed to find the context line {_quote(header)} (from the '@@' of the hunk at patch line {chunk.line}) in {path}"
+        message = f"failed to find the context line {quote(header)} (from the '@@' of the hunk at patch line {chunk.line}) in {path}"
         if pos > 0:
             message += f" after line {pos}"
         earlier = matcher.seek([header], 0, eof=False)
@@ -612,8 +292,8 @@ def _context_error(op: UpdateFile, chunk: Chunk, matcher: _Matcher, pos: int, he
             message += f"; it occurs at line {earlier + 1}, before the previous hunk. Hunks must follow the file's order"
         return PatchError(message, line=chunk.line, path=path)
     old = [text for kind, text in chunk.lines if kind != "+"]
-    shown = old[:_EXPECTED_LIMIT]
-    quoted = "\n".join(_clip(line) for line in shown)
+    shown = old[:EXPECTED_LIMIT]
+    quoted = "\n".join(clip(line) for line in shown)
     if len(old) > len(shown):
         quoted += f"\n... ({len(old) - len(shown)} more lines)"
     where = "at the end of" if chunk.end_of_file else "in"
@@ -641,99 +321,10 @@ def _near_miss(matcher: _Matcher, old: list[str], pos: int, eof: bool) -> str:
         if k > best_len:
             best_at, best_len = i, k
     if best_len == 0:
-        return f"The first expected line, {_quote(old[0])}, does not occur in the file."
+        return f"The first expected line, {quote(old[0])}, does not occur in the file."
     if best_at + best_len >= len(keys):
         return f"The first {best_len} expected line(s) match at line {best_at + 1}, but the file ends there."
     return (
         f"The first {best_len} expected line(s) match at line {best_at + 1}; then the file has "
-        f"{_quote(matcher.lines[best_at + best_len])} where the patch expects {_quote(old[best_len])}."
+        f"{quote(matcher.lines[best_at + best_len])} where the patch expects {quote(old[best_len])}."
     )
-
-
-def _clip(line: str) -> str:
-    return line if len(line) <= _QUOTE_LIMIT else line[:_QUOTE_LIMIT] + f"... ({len(line)} chars)"
-
-
-def _quote(line: str) -> str:
-    return repr(_clip(line))
-
-
-# --------------------------------------------------------------------------- heredoc form
-
-
-@dataclass(frozen=True)
-class ApplyPatchCommand:
-    """A shell command that is an apply_patch heredoc invocation."""
-
-    patch: str
-    workdir: str | None  # from a leading ``cd <dir> &&``; None when absent
-
-
-@dataclass(frozen=True)
-class _Heredoc:
-    body: str
-    workdir: str | None
-    body_line: int  # 1-based line of the command where the body starts
-
-
-_HEREDOC_HEAD = re.compile(
-    r"""^[ \t]*
-    (?:cd[ \t]+(?P<cd>'[^'\n]*'|"[^"\n]*"|[^\s;&|<>'"()`$]+)[ \t]*&&[ \t]*)?
-    (?P<cmd>(?:apply_patch|applypatch)[ \t]*)?
-    <<(?P<dash>-?)[ \t]*
-    (?:'(?P<sq>[^'\n]+)'|"(?P<dq>[^"\n]+)"|(?P<bare>[A-Za-z0-9_.\-]+))
-    [ \t]*$""",
-    re.VERBOSE,
-)
-
-
-def match_apply_patch_command(command: str) -> ApplyPatchCommand | None:
-    """Recognise ``[cd DIR &&] apply_patch <<'EOF' ... EOF`` (or applypatch, <<EOF, <<"X", <<-X).
-
-    The invocation must be the whole command: anything after the terminator line, or a
-    second command on the first line, means it is not intercepted (as in Codex). A body
-    with no terminator runs to the end of the command, as bash reads it. Unquoted
-    delimiters are not expanded: the body is taken literally, as Codex does.
-    """
-    if not isinstance(command, str):
-        return None
-    found = _split_heredoc(command, require_command=True)
-    return None if found is None else ApplyPatchCommand(found.body, found.workdir)
-
-
-def extract_heredoc(command: str) -> str | None:
-    """The patch text if ``command`` is ``apply_patch <<'EOF' ... EOF``, else None.
-
-    A ``cd DIR && apply_patch <<...`` command returns None here (its paths are relative to
-    DIR); use :func:`match_apply_patch_command` to handle that form too.
-    """
-    found = match_apply_patch_command(command)
-    return found.patch if found is not None and found.workdir is None else None
-
-
-def _split_heredoc(command: str, *, require_command: bool) -> _Heredoc | None:
-    lines = command.split("\n")
-    first = next((i for i, line in enumerate(lines) if line.strip()), None)
-    if first is None:
-        return None
-    head = _HEREDOC_HEAD.match(lines[first].rstrip("\r"))
-    if head is None or (require_command and head.group("cmd") is None):
-        return None
-    if head.group("cmd") is None and head.group("cd") is not None:
-        return None
-    delimiter = head.group("sq") or head.group("dq") or head.group("bare")
-    body: list[str] = []
-    rest: list[str] = []
-    for j in range(first + 1, len(lines)):
-        line = lines[j].rstrip("\r")
-        candidate = line.lstrip("\t") if head.group("dash") else line
-        if candidate.rstrip() == delimiter:
-            rest = lines[j + 1 :]
-            break
-        body.append(candidate)
-    if any(line.strip() for line in rest):
-        return None  # more commands after the heredoc: not a plain apply_patch call
-    workdir = head.group("cd")
-    if workdir is not None and workdir[:1] in ("'", '"'):
-        workdir = workdir[1:-1]
-    return _Heredoc("\n".join(body).rstrip("\n"), workdir, first + 2)

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.docker_backend import Container
-from harness.tools.apply_patch import PatchError, apply_patch, match_apply_patch_command, summary
+from harness.tools.apply_patch import apply_patch, summary
 from harness.tools.output import format_exec_output, truncate_middle
-from harness.trajectory import ToolCall
+from harness.tools.patch_grammar import PatchError
+from harness.tools.patch_heredoc import match_apply_patch_command
+from records.trajectory import ToolCall
 
 SHELL_SCHEMA = {
     "type": "function",

@@ -1,6 +1,7 @@
-"""The analyses of the ROSS paper's section 2, over pools of trajectories.
+"""``relearn analyze``: the analyses of the ROSS paper's section 2, which compare named pools
+with each other, or under a model (``relearn stats`` only counts what one pool family holds).
 
-  pools   named pools on the command line (``NAME=PATH``), read with line numbers
+  pools   named pools on the command line (``NAME=PATH``)
   nll     compatibility: token-level NLL of each pool's eligible tokens under a model
   passk   complementarity: per-problem success rates, unbiased pass@k curves, problems
           solved by one pool and not another

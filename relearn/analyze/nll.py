@@ -1,7 +1,7 @@
 """Compatibility: how likely a model finds each pool's own assistant tokens.
 
 Each trajectory is rendered over the chat template and its eligible tokens A found exactly
-as ``relearn masks`` finds them (``relearn.render`` + ``relearn.masks.compile_one`` with no
+as ``relearn masks`` finds them (``relearn.masks.template`` + ``relearn.masks.compile.compile_one`` with no
 defects, VALIDATE included); its NLL is the mean of ``-log π(z_t | z_<t)`` over A, every
 other token staying in the sequence as context. Pools whose tokens the model already finds
 likely (historical rollouts of the same policy line) are compatible with it; an external
@@ -29,11 +29,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.jsonl import JsonlWriter, RecordError, iter_lines
-from harness.trajectory import Trajectory, is_verified_positive
-from relearn.analyze.pools import NamedPool, iter_pool
-from relearn.masks import Rejected, Sample, compile_one
-from relearn.render import RenderError, render
+from records.pools import JsonlWriter, RecordError, iter_lines, iter_pool
+from records.trajectory import Trajectory, is_verified_positive
+from relearn.analyze.pools import NamedPool
+from relearn.masks.compile import Rejected, Sample, compile_one
+from relearn.masks.template import RenderError, render
 
 SCORES_FILE = "nll-scores.jsonl"
 BOOTSTRAP_SAMPLES = 10_000

@@ -2,7 +2,7 @@
 
 The paper's point: historical rollouts solve problems the current policy no longer solves,
 so relearning from them can add what the policy lost. Per pool we give each problem's
-success rate, the unbiased pass@k curve (Chen et al., 2021; ``harness.passk.pass_at_k``,
+success rate, the unbiased pass@k curve (Chen et al., 2021; ``records.passk.pass_at_k``,
 the estimator every verb shares) and, over the problems the pools share, the problems
 solved by one pool and not by another.
 
@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.jsonl import RecordError
-from harness.passk import pass_at_k_table
-from harness.trajectory import Outcome, Trajectory, is_verified_positive
-from relearn.analyze.pools import NamedPool, iter_pool
+from records.passk import pass_at_k_table
+from records.pools import RecordError, iter_pool
+from records.trajectory import Outcome, Trajectory, is_verified_positive
+from relearn.analyze.pools import NamedPool
 
 
 @dataclass

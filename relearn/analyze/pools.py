@@ -1,15 +1,11 @@
-"""Named pools: ``--pool historical=a.jsonl --pool current=b.jsonl``, read record by record
-with the line each record came from, so that every rejection can name its file and line."""
+"""Named pools on the command line: ``--pool historical=a.jsonl --pool current=b.jsonl``
+(read with ``records.pools.iter_pool``, which gives each record's line)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from harness.jsonl import RecordError, iter_lines, parse_json_line, parse_trajectory
-from harness.trajectory import Trajectory
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
 
@@ -56,33 +52,3 @@ def parse_pools(specs: list[str]) -> list[NamedPool]:
             raise PoolSpecError(f"two pools are named {pool.name!r}; name them apart with NAME=PATH")
         seen.add(pool.name)
     return pools
-
-
-def iter_pool(path: Path, errors: list[RecordError], limit: int | None = None) -> Iterator[tuple[int, Trajectory]]:
-    """``(line, trajectory)`` for each readable record among the first ``limit`` records; a bad
-    record goes to ``errors`` (located) and the rest of the pool goes on."""
-    seen = 0
-    try:
-        for number, text in iter_lines(path):
-            if limit is not None and seen >= limit:
-                return
-            seen += 1
-            try:
-                yield number, parse_trajectory(path, number, parse_json_line(path, number, text))
-            except RecordError as exc:
-                errors.append(exc)
-    except RecordError as exc:  # an unreadable file (not UTF-8, broken zstd): what was read stands
-        errors.append(exc)
-
-
-def count_records(path: Path, limit: int | None = None) -> int:
-    """Records the progress bar will see (an unreadable file counts what can be read)."""
-    count = 0
-    try:
-        for _ in iter_lines(path):
-            count += 1
-            if limit is not None and count >= limit:
-                break
-    except RecordError:
-        pass
-    return count

@@ -1,4 +1,4 @@
-"""The ``relearn`` command: one entry point, one verb per pipeline stage.
+"""The ``relearn`` command: one entry point (``main``), one module per group of verbs.
 
 Exit codes, the same for every verb:
   0  everything asked for was done
@@ -7,34 +7,3 @@ Exit codes, the same for every verb:
   3  (relearn run, relearn demo) a stage failed; the stages after it did not run
 """
 
-from __future__ import annotations
-
-import typer
-
-from relearn.cli import analyze, envs, evaluate, harness, masks, pool, review, run, serve, stats, train, view
-
-app = typer.Typer(
-    name="relearn",
-    help="ROSS: relearn from self-generated agentic rollouts through selective supervision.\n\n"
-    "Pipeline: import/collect -> verify -> review -> masks -> train -> eval.",
-    no_args_is_help=True,
-    add_completion=False,
-    rich_markup_mode="rich",
-    pretty_exceptions_enable=False,
-)
-pool.register(app)
-envs.register(app)
-masks.register(app)
-harness.register(app)
-evaluate.register(app)
-review.register(app)
-train.register(app)
-view.register(app)
-stats.register(app)
-analyze.register(app)
-serve.register(app)
-run.register(app)
-
-
-def main() -> None:
-    app()

@@ -16,8 +16,8 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.jsonl import write_text_atomic
-from relearn.analyze.pools import NamedPool, PoolSpecError, count_records, parse_pools
+from records.pools import count_records, write_text_atomic
+from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 analyze_app = typer.Typer(
@@ -67,7 +67,7 @@ def _loader(model: str | None, tiny: str | None, seed: int, tokenizer: str, attn
         import torch
 
         from relearn.analyze.nll import Scorer
-        from relearn.tokenizers import load_tokenizer
+        from relearn.masks.tokenizers import load_tokenizer
         from relearn.train.model import build_model
 
         try:

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from envs import docker_backend
 from envs.images import build_base
 from harness.budget import Budget
-from harness.trajectory import Trajectory
+from records.trajectory import Trajectory
 from relearn.cli.envs import docker_client, terminate_cleanly
 from relearn.cli.harness import AgentArg, ReasoningEffortArg, agent_options
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
@@ -56,7 +56,7 @@ def run_command(
     from eval.dataset import Selection
     from eval.report import write_report
     from eval.run import ManifestMismatch, RunConfig, run_eval
-    from harness.policies import PolicySpec
+    from harness.policies.base import PolicySpec
 
     policy, codex = agent_options(agent, policy, reasoning_effort)
     client = docker_client()

@@ -13,12 +13,12 @@ from envs import docker_backend
 from envs.images import build_base, task_image
 from harness.budget import Budget
 from harness.codex_cli.install import InstallError, installed
-from harness.jsonl import RecordError, read_trajectories_lenient
+from records.pools import RecordError, read_trajectories_lenient
 from relearn.cli.envs import TasksArg, docker_client, load_task_list, terminate_cleanly
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 if TYPE_CHECKING:
-    from harness.codex_cli.backend import CodexCliConfig
+    from harness.codex_cli.config import CodexCliConfig
 
 AGENTS = ("builtin", "codex-cli")
 AgentArg = Annotated[str, typer.Option("--agent", help="builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).")]
@@ -28,7 +28,7 @@ ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_r
 def agent_options(agent: str, policy: str | None, reasoning_effort: str | None) -> tuple[str, CodexCliConfig | None]:
     """(endpoint protocol, Codex config or None) from the shared --agent options; exits
     with a usage error naming the option that does not fit."""
-    from harness.codex_cli.backend import CodexCliConfig
+    from harness.codex_cli.config import CodexCliConfig
 
     if agent not in AGENTS:
         err.print(f"[red]error:[/red] --agent must be one of {', '.join(AGENTS)}, not {agent!r}")
@@ -76,8 +76,9 @@ def collect_command(
     # The SDKs and swebench take seconds to import: only the verb that runs loads them.
     from harness.agent import AgentConfig
     from harness.collect import collect
-    from harness.passk import pass_at_k_table
-    from harness.policies import PolicySpec, make_policy
+    from harness.policies.base import PolicySpec
+    from harness.policies.make import make_policy
+    from records.passk import pass_at_k_table
 
     policy, codex = agent_options(agent, policy, reasoning_effort)
     client = docker_client()

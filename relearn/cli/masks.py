@@ -9,11 +9,11 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.jsonl import iter_lines
+from records.pools import iter_lines
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
-from relearn.dataset import build_dataset, load_reviews
-from relearn.masks import MODES, MaskOptions
-from relearn.render import PREFIX_CHECKS
+from relearn.masks.compile import MODES, MaskOptions
+from relearn.masks.shards import build_dataset, load_reviews
+from relearn.masks.template import PREFIX_CHECKS
 
 
 def masks_command(
@@ -42,7 +42,7 @@ def masks_command(
     if mode != "positive" and reviews is None:
         err.print(f"[red]error:[/red] --mode {mode} needs --reviews")
         raise typer.Exit(EXIT_USAGE)
-    from relearn.tokenizers import load_tokenizer  # transformers is slow to import; only here
+    from relearn.masks.tokenizers import load_tokenizer  # transformers is slow to import; only here
 
     try:
         tok = load_tokenizer(tokenizer)

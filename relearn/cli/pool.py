@@ -21,8 +21,8 @@ from rich.table import Table
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
 from harness.import_run import ImportSummary, discover, import_files
-from harness.jsonl import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
-from harness.trajectory import Trajectory, tool_call_pairs
+from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
+from records.trajectory import Trajectory, tool_call_pairs
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 

@@ -11,10 +11,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.jsonl import RecordError, iter_lines, read_trajectories_lenient
+from records.pools import RecordError, iter_lines, read_trajectories_lenient
+from records.review import Review, iter_reviews
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from review.agreement import agreement
-from review.records import Review, iter_reviews
 
 if TYPE_CHECKING:
     from review.judges import Ledger
@@ -43,7 +43,7 @@ def review_command(
     categories, span F1 and the share of correct tokens wrongly excluded.
     """
     # The judges' SDKs take seconds to import: loaded only when reviewing.
-    from harness.policies import PolicySpec
+    from harness.policies.base import PolicySpec
     from review.judges import judge_pair
     from review.run import review_pool
 

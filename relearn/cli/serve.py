@@ -40,7 +40,7 @@ def serve_command(
     """
     import torch
 
-    from eval.serve import serve
+    from relearn.serve.server import serve
 
     if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
         err.print(f"[red]--device must be cpu or cuda, not {device!r}[/red]")
@@ -54,7 +54,7 @@ def serve_command(
     try:
         tok: Any = None
         if tokenizer is not None:
-            from relearn.tokenizers import load_tokenizer
+            from relearn.masks.tokenizers import load_tokenizer
 
             tok = load_tokenizer(tokenizer)
         with err.status(f"loading {model_dir}"):

@@ -11,10 +11,10 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from harness.jsonl import write_text_atomic
+from records.pool_index import PoolIndex, ReviewIndex
+from records.pools import write_text_atomic
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from relearn.view.catalog import DatasetInfo, UsageError
-from relearn.view.index import PoolIndex, ReviewIndex
 
 
 def _pct(value: float | None) -> str:
@@ -166,7 +166,7 @@ def stats_command(
     beside each file, so a rerun over a 100k pool reads no record. Exit 1 when some records
     are unreadable (listed with file, line and field).
     """
-    from relearn.stats import GROUP_KEYS, compute
+    from relearn.stats.compute import GROUP_KEYS, compute
     from relearn.stats.plots import write_plots
 
     try:

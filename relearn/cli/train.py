@@ -66,7 +66,9 @@ def train_command(
     """
     import os
 
-    from relearn.train.loop import TrainOptions, UsageError, train  # torch/transformers: import only when training
+    # torch/transformers: import only when training
+    from relearn.train.loop import train
+    from relearn.train.options import TrainOptions, UsageError
 
     if local_rank is not None:  # the `deepspeed` launcher passes --local_rank; torchrun sets the variable
         os.environ.setdefault("LOCAL_RANK", str(local_rank))

@@ -13,11 +13,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from harness.jsonl import RecordError
+from records.pool_index import PoolIndex, ReviewIndex
+from records.pools import RecordError
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, show_problems
 from relearn.view.catalog import FILTER_HELP, Catalog, DatasetInfo, Filter, UsageError
-from relearn.view.index import PoolIndex, ReviewIndex
-from relearn.view.render import RenderOptions, load_view
+from relearn.view.marks import RenderOptions
+from relearn.view.screen import load_view
 
 
 class Format(StrEnum):

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.jsonl import write_text_atomic
+from records.pools import write_text_atomic
 from relearn.pipeline.config import VARIANT_NAMES
 from relearn.pipeline.runner import Stage, read_stamp
 
@@ -48,7 +48,7 @@ def loss_chart(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
 def write_pipeline_report(workdir: Path, stages: list[Stage], eval_names: list[str], train_dirs: dict[str, Path], eval_dirs: dict[str, Path], out: Path) -> dict[str, Any]:
     """Read every finished stage's stamp and outputs; write report.md/json and the PNGs into ``out``."""
     from eval.report import compare, compare_chart, compare_markdown
-    from relearn.train.loop import read_metrics
+    from relearn.train.checkpoints import read_metrics
 
     out.mkdir(parents=True, exist_ok=True)
     counts = {s.name: (read_stamp(workdir, s.name) or {}).get("counts", {}) for s in stages if s.name != "report"}

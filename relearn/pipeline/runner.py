@@ -31,7 +31,7 @@ from typing import Any
 
 from rich.console import Console
 
-from harness.jsonl import write_text_atomic
+from records.pools import write_text_atomic
 
 STATE_DIR = ".pipeline"
 

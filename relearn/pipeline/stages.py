@@ -27,8 +27,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from harness.jsonl import JsonlWriter, RecordError, read_trajectories_lenient
-from harness.trajectory import Trajectory
+from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
+from records.trajectory import Trajectory
 from relearn.pipeline.config import PipelineConfig
 from relearn.pipeline.runner import Stage, StageResult, run_stages
 
@@ -66,7 +66,7 @@ class Context:
     def tokenizer(self) -> Any:
         """The masks tokenizer, loaded once for every variant."""
         if self._tokenizer is None:
-            from relearn.tokenizers import load_tokenizer
+            from relearn.masks.tokenizers import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.config.masks.tokenizer)
         return self._tokenizer
@@ -153,7 +153,8 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
     from harness.agent import AgentConfig
     from harness.budget import Budget
     from harness.collect import collect
-    from harness.policies import PolicySpec, make_policy
+    from harness.policies.base import PolicySpec
+    from harness.policies.make import make_policy
 
     c = pool.collect
     assert c is not None
@@ -218,7 +219,7 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
 
 
 def review_stage(ctx: Context) -> dict[str, Any]:
-    from harness.policies import PolicySpec
+    from harness.policies.base import PolicySpec
     from review.judges import judge_pair
     from review.run import review_pool
 
@@ -245,8 +246,8 @@ def review_stage(ctx: Context) -> dict[str, Any]:
 
 
 def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
-    from relearn.dataset import build_dataset, load_reviews
-    from relearn.masks import MaskOptions
+    from relearn.masks.compile import MaskOptions
+    from relearn.masks.shards import build_dataset, load_reviews
 
     m = ctx.config.masks
     problems: list[str] = []
@@ -284,7 +285,8 @@ def upstream_stage(ctx: Context) -> dict[str, Any]:
 
 
 def train_stage(ctx: Context, variant: str) -> dict[str, Any]:
-    from relearn.train.loop import TrainOptions, train
+    from relearn.train.loop import train
+    from relearn.train.options import TrainOptions
 
     t = ctx.config.train
     assert t is not None
@@ -310,9 +312,9 @@ def eval_stage(ctx: Context, name: str, model_dir: Path) -> dict[str, Any]:
     from eval.dataset import Selection
     from eval.report import write_report
     from eval.run import RunConfig, run_eval
-    from eval.serve import serve
     from harness.budget import Budget
-    from harness.policies import PolicySpec
+    from harness.policies.base import PolicySpec
+    from relearn.serve.server import serve
 
     e = ctx.config.eval
     assert e is not None

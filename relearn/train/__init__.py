@@ -5,7 +5,10 @@ Modules, from the inside out:
   data              Parquet shards -> validated samples -> per-epoch plans -> padded or packed micro-batches
   model             building/loading causal LMs (tiny test configs included) and the loss-computing wrapper
   deepspeed_config  the DeepSpeed config generated from the command-line flags
-  loop              run management: engine, schedule, checkpoints, resume, metrics, final Hugging Face weights
+  options           the flags, the settings that define a run, and the checks that refuse bad ones
+  engines           plain PyTorch or DeepSpeed, the process group, the learning-rate schedule
+  checkpoints       the run folder: checkpoints, identity, metrics, final Hugging Face weights
+  loop              ``train()``: the loop itself, on one screen
 
 Heavy imports (torch, transformers, deepspeed) live in those modules, never here, so that
 ``import relearn.train`` stays cheap for the command line.

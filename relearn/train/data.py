@@ -1,6 +1,6 @@
 """Training data: Parquet shards -> validated samples -> per-epoch plans -> micro-batches.
 
-The shard schema is ``relearn.dataset.SCHEMA``; the trainer needs ``sample_id``,
+The shard schema is ``relearn.masks.shards.SCHEMA``; the trainer needs ``sample_id``,
 ``trajectory_id``, ``input_ids`` (int32) and ``loss_mask`` (uint8, 1 = supervised target).
 
 Order of work in a run, and why it is all decided up front:
@@ -80,7 +80,7 @@ def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tupl
         table = pq.read_table(file, columns=None)
         missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
         if missing:
-            raise DataError(f"{file}: missing column(s) {', '.join(missing)} (see relearn.dataset.SCHEMA)")
+            raise DataError(f"{file}: missing column(s) {', '.join(missing)} (see relearn.masks.shards.SCHEMA)")
         table = table.combine_chunks()
         ids_col = table.column("input_ids").chunk(0) if table.num_rows else None
         mask_col = table.column("loss_mask").chunk(0) if table.num_rows else None

@@ -1,3 +1,4 @@
-"""``relearn view``: a lazy index over pools and reviews (``index``, ``offsets``), the pool
-joined with reviews and dataset figures and its filters (``catalog``), the rich rendering
-shared by the viewer and ``--print`` (``render``), and the Textual viewer (``app``)."""
+"""``relearn view``: the pool joined with its reviews and dataset figures, and its filters
+(``catalog``, over the indexes in ``records.pool_index``); how a message is shown with its
+defects marked (``marks``); a trajectory on screen, step by step (``screen``); and the
+Textual viewer (``app``). ``relearn view --print`` writes the same screens to stdout."""

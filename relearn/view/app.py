@@ -19,9 +19,10 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Input, Static
 
-from harness.jsonl import RecordError
+from records.pools import RecordError
 from relearn.view.catalog import FILTER_HELP, Catalog, Filter
-from relearn.view.render import STYLES, RenderOptions, TrajectoryView, load_view
+from relearn.view.marks import STYLES, RenderOptions
+from relearn.view.screen import TrajectoryView, load_view
 
 HELP = """\
 h / ←    previous step          l / →    next step

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from relearn.view.index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
-from review.records import CATEGORIES
+from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
+from records.review import CATEGORIES
 
 PER_TURN_SUFFIX = re.compile(r"#m\d+$")
 

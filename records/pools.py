@@ -19,7 +19,7 @@ from typing import IO, Any
 import zstandard
 from pydantic import ValidationError
 
-from harness.trajectory import Trajectory
+from records.trajectory import Trajectory
 
 
 @dataclass
@@ -70,11 +70,6 @@ def parse_json_line(path: str | Path, number: int, text: str) -> Any:
         raise RecordError(str(path), number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
 
 
-def iter_json(path: str | Path) -> Iterator[tuple[int, Any]]:
-    for number, text in iter_lines(path):
-        yield number, parse_json_line(path, number, text)
-
-
 def field_path(loc: tuple[Any, ...]) -> str:
     """Turn a pydantic error location into ``messages[3].tool_calls[0].id``."""
     out = ""
@@ -101,22 +96,64 @@ def parse_trajectory(path: str | Path, line: int | None, data: Any) -> Trajector
         raise validation_error(path, line, exc) from None
 
 
-def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
-    """Stream trajectories; the first bad record raises a located RecordError."""
-    for number, data in iter_json(path):
-        yield parse_trajectory(path, number, data)
+def json_record_error(path: str | Path, line: int | None, data: bytes, exc: ValidationError) -> RecordError:
+    """Locate a failed ``model_validate_json`` of one record's bytes: a JSON syntax error
+    is reported as ``parse_json_line`` reports it, anything else by its field."""
+    if any(e["type"] == "json_invalid" for e in exc.errors()):
+        try:
+            parse_json_line(path, line or 0, data.decode("utf-8", errors="replace"))
+        except RecordError as located:
+            return located
+    return validation_error(path, line, exc)
 
 
-def read_trajectories_lenient(path: str | Path, errors: list[RecordError]) -> Iterator[Trajectory]:
-    """Stream trajectories, collecting bad records in ``errors`` and going on."""
+def iter_pool(path: str | Path, errors: list[RecordError], limit: int | None = None) -> Iterator[tuple[int, Trajectory]]:
+    """The pool reader: ``(line, trajectory)`` for each readable record among the first
+    ``limit`` records. A bad record goes to ``errors`` (located) and the rest of the pool
+    goes on; an unreadable file (not UTF-8, broken zstd) ends the read, and what was read
+    before it stands."""
+    seen = 0
     try:
         for number, text in iter_lines(path):
+            if limit is not None and seen >= limit:
+                return
+            seen += 1
             try:
-                yield parse_trajectory(path, number, parse_json_line(path, number, text))
+                yield number, parse_trajectory(path, number, parse_json_line(path, number, text))
             except RecordError as exc:
                 errors.append(exc)
     except RecordError as exc:
         errors.append(exc)
+
+
+def read_trajectories_lenient(path: str | Path, errors: list[RecordError]) -> Iterator[Trajectory]:
+    """``iter_pool`` without the line numbers."""
+    for _line, trajectory in iter_pool(path, errors):
+        yield trajectory
+
+
+def read_trajectories(path: str | Path) -> Iterator[Trajectory]:
+    """Stream trajectories; the first bad record raises its located RecordError."""
+    errors: list[RecordError] = []
+    for _line, trajectory in iter_pool(path, errors):
+        if errors:
+            raise errors[0]
+        yield trajectory
+    if errors:
+        raise errors[0]
+
+
+def count_records(path: str | Path, limit: int | None = None) -> int:
+    """Records a progress bar will see (an unreadable file counts what can be read)."""
+    count = 0
+    try:
+        for _ in iter_lines(path):
+            count += 1
+            if limit is not None and count >= limit:
+                break
+    except RecordError:
+        pass
+    return count
 
 
 def dumps(record: Trajectory | dict[str, Any]) -> str:

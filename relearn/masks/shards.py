@@ -20,10 +20,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.jsonl import RecordError, read_trajectories_lenient, write_text_atomic
-from harness.trajectory import Trajectory
-from relearn.masks import MaskOptions, Rejected, Sample, compile_trajectory
-from review.records import Review, iter_reviews
+from records.pools import RecordError, read_trajectories_lenient, write_text_atomic
+from records.review import Review, iter_reviews
+from records.trajectory import Trajectory
+from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_trajectory
 
 SCHEMA = pa.schema(
     [

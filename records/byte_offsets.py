@@ -2,7 +2,7 @@
 reading the ones before it: the index under ``relearn view`` and ``relearn stats``.
 
 Plain files are indexed by byte offset. zstd files are indexed by frame: the pool
-writer (``harness.jsonl.JsonlWriter``) ends a frame at every record, so a record is read
+writer (``records.pools.JsonlWriter``) ends a frame at every record, so a record is read
 by seeking to its frame and decompressing a few kilobytes. Frame boundaries are found
 by walking the frame and block headers (RFC 8878), which costs no decompression.
 A file with large frames that hold many records (``write_atomic`` writes one frame

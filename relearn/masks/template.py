@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.exporters.hf_chat import chat_messages_with_sources
-from harness.trajectory import Message, Trajectory
+from records.trajectory import Message, Trajectory
 
 PREFIX_CHECKS = ("every", "header", "off")
 
@@ -209,6 +209,22 @@ def normalised_messages(trajectory: Trajectory) -> list[Message]:
     return out
 
 
+@dataclass
+class TemplateInput:
+    """What the chat template is given for one trajectory, with where each part came from."""
+
+    messages: list[Message]  # the trajectory's messages, NFC-normalised (offsets refer to these)
+    chat: list[dict[str, Any]]  # the chat messages the template renders
+    sources: list[int]  # for each chat message, the index of the trajectory message it came from
+    tools: Any
+
+
+def template_input(trajectory: Trajectory) -> TemplateInput:
+    messages = normalised_messages(trajectory)
+    chat, sources = chat_messages_with_sources(messages)
+    return TemplateInput(messages, chat, sources, nfc(trajectory.tools) or None)
+
+
 def render(
     trajectory: Trajectory,
     tokenizer: Any,
@@ -226,9 +242,8 @@ def render(
     """
     kwargs = dict(template_kwargs or {})
     shape = probe(tokenizer, kwargs)
-    messages = normalised_messages(trajectory)
-    chat, sources = chat_messages_with_sources(messages)
-    tools = nfc(trajectory.tools) or None
+    conversation = template_input(trajectory)
+    messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     text = _render(tokenizer, chat, tools, kwargs)
     turns: list[Turn] = []
     cursor = 0
@@ -270,9 +285,8 @@ def per_turn_renders(
     the conversation up to it (as the model was given it) plus that turn."""
     kwargs = dict(template_kwargs or {})
     shape = probe(tokenizer, kwargs)
-    messages = normalised_messages(trajectory)
-    chat, sources = chat_messages_with_sources(messages)
-    tools = nfc(trajectory.tools) or None
+    conversation = template_input(trajectory)
+    messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     out = []
     for chat_index, source in enumerate(sources):
         if chat[chat_index]["role"] != "assistant" or not messages[source].generated:

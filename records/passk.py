@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from math import comb
 
-from harness.trajectory import Trajectory, is_verified_positive
+from records.trajectory import Trajectory, is_verified_positive
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

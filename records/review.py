@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from harness.jsonl import RecordError, iter_lines, parse_json_line, validation_error
-from harness.trajectory import Message
+from records.pools import RecordError, iter_lines, parse_json_line, validation_error
+from records.trajectory import Message, Trajectory
 
 SCHEMA_VERSION = "1.0"
 CATEGORIES = (
@@ -85,6 +86,19 @@ def field_text(message: Message, field: str) -> str | None:
         return json.dumps(arguments, ensure_ascii=False)
     value = arguments.get(key)
     return value if isinstance(value, str) else None
+
+
+def numbered_steps(trajectory: Trajectory) -> dict[int, int]:
+    """Step number -> message index. The steps a review's errors name are the generated
+    assistant messages, numbered from 1 in order."""
+    generated = [i for i, m in enumerate(trajectory.messages) if m.role == "assistant" and m.generated]
+    return {number: index for number, index in enumerate(generated, start=1)}
+
+
+def primary_category(review: Review) -> str:
+    """The category most of a review's confirmed errors have ("none" without errors)."""
+    categories = Counter(str(e.get("category", "other")) for e in review.errors)
+    return categories.most_common(1)[0][0] if categories else "none"
 
 
 def iter_reviews(path: Path) -> Iterator[Review | RecordError]:

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from harness.trajectory import Trajectory, is_verified_positive
-from relearn.render import Rendered, RenderError, nfc, nfc_offset, per_turn_renders, render
-from review.records import FIELD, Defect, Review, field_text
+from records.review import FIELD, Defect, Review, field_text
+from records.trajectory import Trajectory, is_verified_positive
+from relearn.masks.template import Rendered, RenderError, nfc, nfc_offset, per_turn_renders, render
 
 MODES = ("ross", "positive", "ross-nomask")
 

@@ -1,0 +1,31 @@
+"""A small OpenAI-compatible Chat Completions server over a ``transformers`` causal LM.
+
+It stands in for vLLM where there is none (a CPU-only machine, a test), so that a model from
+``relearn train`` is evaluated through exactly the client path a user runs against vLLM: the
+``openai`` SDK in ``harness.policies.openai_chat.ChatPolicy``. What it mirrors from ``vllm serve
+--reasoning-parser qwen3 --tool-call-parser qwen3_coder --enable-auto-tool-choice``:
+
+- the prompt is the tokenizer's chat template with the request's tools, tool-call arguments
+  turned from JSON strings into mappings (the Qwen templates iterate ``arguments|items``);
+- the default sampling parameters come from the model folder's ``generation_config.json``,
+  and the request overrides them; ``max_tokens`` defaults to what is left of the context;
+- the completion is split like vLLM's Qwen3 reasoning parser (``</think>`` ends reasoning; a
+  ``<tool_call>`` followed by ``<function=`` ends it too; no end at all means the output was
+  cut inside reasoning) and the qwen3_coder tool parser (XML ``<function=NAME>`` blocks,
+  parameters typed by the tool's JSON schema);
+- ``return_token_ids`` gives ``choices[0].token_ids`` and ``prompt_token_ids``; ``logprobs``
+  are of the model's raw distribution (vLLM's default logprobs mode), one per generated token;
+- errors use vLLM's wording where a client matches on it (the context-overflow message).
+
+Deliberate differences: one request at a time (generation is single-stream; concurrent
+requests wait on a lock); no streaming, no ``n > 1``, no forced tool choice, no frequency or
+presence penalty (each refused with a 400 naming the field, never silently ignored;
+repetition_penalty, top_k and min_p are taken as vLLM takes them); reasoning and content
+are trimmed of surrounding whitespace, as the chat template trims them when the turn is sent
+back; a boolean parameter that is neither ``true`` nor ``false`` stays a string (vLLM makes it
+false), and ``null`` becomes None only for parameters whose schema type is not string.
+
+Modules: ``parsers`` (the completion split into reasoning, content and tool calls),
+``chat_request`` (a request validated, or refused naming the field), ``engine`` (prompt,
+generation, logprobs, the response body), ``server`` (HTTP, and ``serve()`` to start one).
+"""

@@ -1,0 +1,221 @@
+"""How a message is shown with its defects marked, shared by the viewer and ``relearn view --print``.
+
+Three kinds of text are told apart at a glance, with and without colour:
+supervised text (generated assistant text of a trajectory that enters the dataset:
+green), context-only text (system, user and tool messages, text the policy did not
+generate: dim) and excluded defect spans (struck through, red; bold where two defects
+overlap), each followed by a label ``{#n category}`` and listed under its message with
+the judge's description. With ``markers`` (plain text for pipes) excluded runs are
+also written between ``[-`` and ``-]``, as ``git diff --word-diff=plain`` does.
+
+A defect marks exactly the characters ``[start, end)`` of its field, where the field is
+shown as the chat template renders it: reasoning, text, and each tool-call argument as
+``key: value`` (string values raw, others as JSON). A span over
+``tool_calls[i].arguments`` (offsets into the arguments' JSON text) is mapped through
+that layout and covers the shown characters from its first to its last, the same
+characters ``relearn masks`` excludes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from rich.style import Style
+from rich.text import Text
+
+from records.review import FIELD, Defect, field_text
+from records.trajectory import Message, Trajectory
+from relearn.masks.template import map_json_value
+
+STYLES: dict[str, Style] = {
+    "supervised": Style(color="green"),
+    "eligible": Style(),  # generated, but the trajectory does not enter the dataset
+    "context": Style(dim=True),
+    "excluded": Style(color="red", strike=True),
+    "overlap": Style(color="bright_red", strike=True, bold=True),
+    "label": Style(color="red", bold=True, reverse=True),
+    "name": Style(color="cyan", bold=True),
+    "hidden": Style(color="yellow", italic=True),
+    "warning": Style(color="yellow", bold=True),
+    "good": Style(color="green", bold=True),
+    "bad": Style(color="red", bold=True),
+    "title": Style(bold=True),
+}
+
+
+@dataclass
+class RenderOptions:
+    markers: bool = False  # write [- -] around excluded runs (plain text output)
+    expand: bool = False  # show long context messages whole
+    max_lines: int = 24
+    head_lines: int = 10
+    tail_lines: int = 6
+    max_chars: int = 4000
+    hint: str = "o: show all"  # how to see what is hidden
+
+
+@dataclass
+class Numbered:
+    number: int
+    defect: Defect
+    problem: str | None = None  # why it cannot be shown at its offsets
+
+
+def check_defect(trajectory: Trajectory, defect: Defect) -> str | None:
+    if not 0 <= defect.message_index < len(trajectory.messages):
+        return f"message {defect.message_index} is outside the trajectory"
+    text = field_text(trajectory.messages[defect.message_index], defect.field)
+    if text is None or defect.end > len(text):
+        return f"{defect.field} [{defect.start}, {defect.end}) is outside its field"
+    if text[defect.start : defect.end] != defect.quote:
+        return f"quote not at its offsets: the field has {text[defect.start:defect.end]!r}"
+    return None
+
+
+class LaidOut:
+    """Text of one message being laid out, with where each field's characters went."""
+
+    def __init__(self) -> None:
+        self.text = Text()
+        self.fields: dict[str, int] = {}  # content, reasoning_content, tool_calls[i].arguments.KEY -> start
+        self.json_maps: dict[int, dict[int, int]] = {}  # call -> position in the JSON text -> position here
+
+    def add(self, value: str, style: str, *, field_name: str | None = None) -> int:
+        start = len(self.text)
+        if field_name is not None:
+            self.fields[field_name] = start
+        self.text.append(value, STYLES[style])
+        return start
+
+
+def collapse(text: str, options: RenderOptions, style: str) -> Text:
+    lines = text.split("\n")
+    out = Text()
+    if options.expand:
+        out.append(text, STYLES[style])
+    elif len(lines) > options.max_lines:
+        hidden = len(lines) - options.head_lines - options.tail_lines
+        out.append("\n".join(lines[: options.head_lines]) + "\n", STYLES[style])
+        out.append(f"··· {hidden} lines hidden ({options.hint}) ···", STYLES["hidden"])
+        out.append("\n" + "\n".join(lines[-options.tail_lines :]), STYLES[style])
+    elif len(text) > options.max_chars:
+        head, tail = options.max_chars * 3 // 4, options.max_chars // 4
+        out.append(text[:head], STYLES[style])
+        out.append(f" ··· {len(text) - head - tail} characters hidden ({options.hint}) ··· ", STYLES["hidden"])
+        out.append(text[-tail:], STYLES[style])
+    else:
+        out.append(text, STYLES[style])
+    return out
+
+
+def layout_assistant(message: Message, base: str) -> LaidOut:
+    doc = LaidOut()
+    if message.reasoning_content is not None:
+        doc.add("▸ reasoning\n", "name")
+        doc.add(message.reasoning_content, base, field_name="reasoning_content")
+        doc.add("\n", base)
+    if message.content is not None:
+        doc.add("▸ text\n", "name")
+        doc.add(message.content, base, field_name="content")
+        doc.add("\n", base)
+    for number, call in enumerate(message.tool_calls or []):
+        doc.add(f"▸ call {call.function.name}", "name")
+        doc.add(f"  {call.id}\n", "context")
+        json_map: dict[int, int] = {}
+        json_pos = 1  # after "{"
+        for order, (key, value) in enumerate(call.function.arguments.items()):
+            if order:
+                json_pos += 2  # ", "
+            key_json = json.dumps(key, ensure_ascii=False)
+            key_at = doc.add(key, base)
+            if key_json == f'"{key}"':  # the key's characters in the JSON text are the key shown
+                for i in range(len(key)):
+                    json_map[json_pos + 1 + i] = key_at + i
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            doc.add(":\n" if "\n" in shown else ": ", base)
+            value_at = doc.add(shown, base, field_name=f"tool_calls[{number}].arguments.{key}")
+            json_pos = map_json_value(value, json_pos + len(key_json) + 2, value_at, json_map)  # after ": "
+            doc.add("\n", base)
+        if call.raw_arguments is not None and not call.function.arguments:
+            doc.add("raw arguments: ", "context")
+            doc.add(call.raw_arguments + "\n", "context")
+        doc.json_maps[number] = json_map
+    return doc
+
+
+def defect_range(doc: LaidOut, defect: Defect) -> tuple[int, int] | None:
+    match = FIELD.match(defect.field)
+    assert match is not None
+    if match.group(2) is not None and match.group(3) is None:
+        json_map = doc.json_maps.get(int(match.group(2)), {})
+        positions = [json_map[j] for j in range(defect.start, defect.end) if j in json_map]
+        return (min(positions), max(positions) + 1) if positions else None
+    start = doc.fields.get(defect.field)
+    if start is None or defect.end <= defect.start:
+        return None
+    return start + defect.start, start + defect.end
+
+
+def mark_defects(doc: LaidOut, numbered: list[Numbered], options: RenderOptions) -> Text:
+    """Strike the defects' characters and label each run of excluded text."""
+    text = doc.text
+    cover = [0] * len(text)
+    owners: dict[int, list[Numbered]] = {}
+    for item in numbered:
+        span = defect_range(doc, item.defect)
+        if span is None:
+            continue
+        for i in range(*span):
+            cover[i] += 1
+        owners.setdefault(span[0], []).append(item)
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(cover):
+        if cover[i]:
+            j = i
+            while j < len(cover) and cover[j]:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    for start, end in runs:
+        i = start
+        while i < end:
+            j = i
+            while j < end and (cover[j] > 1) == (cover[i] > 1):
+                j += 1
+            text.stylize(STYLES["overlap" if cover[i] > 1 else "excluded"], i, j)
+            i = j
+    if not runs:
+        return text
+    out = Text()
+    cursor = 0
+    for start, end in runs:
+        out.append_text(text[cursor:start])
+        if options.markers:
+            out.append("[-")
+        out.append_text(text[start:end])
+        if options.markers:
+            out.append("-]")
+        inside = sorted((item for s, items in owners.items() if start <= s < end for item in items), key=lambda x: x.number)
+        out.append("{" + ", ".join(f"#{item.number} {item.defect.category}" for item in inside) + "}", STYLES["label"])
+        cursor = end
+    out.append_text(text[cursor:])
+    return out
+
+
+def legend(numbered: list[Numbered]) -> Text:
+    out = Text()
+    for item in numbered:
+        d = item.defect
+        out.append(f"#{item.number} {d.category}", STYLES["label"])
+        out.append(f" {d.field} [{d.start}, {d.end})", STYLES["context"])
+        if d.description:
+            out.append(f" {d.description}")
+        if item.problem:
+            out.append(f"  ⚠ not shown: {item.problem}", STYLES["warning"])
+        out.append("\n")
+    out.rstrip()
+    return out
