@@ -279,6 +279,26 @@ class Container:
         self.sh(f"mkdir -p {shlex.quote(directory)}")
         self.handle.put_archive(directory, buffer.getvalue())
 
+    def put_files(self, files: dict[str, tuple[bytes | str, int]]) -> None:
+        """Several files (absolute path -> content and mode) in one copy, folders made as needed."""
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as archive:
+            folders: set[str] = set()
+            for path, (data, mode) in files.items():
+                parts = path.strip("/").split("/")
+                for depth in range(1, len(parts)):
+                    folder = "/".join(parts[:depth])
+                    if folder not in folders:
+                        folders.add(folder)
+                        entry = tarfile.TarInfo(name=folder)
+                        entry.type, entry.mode, entry.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+                        archive.addfile(entry)
+                payload = data.encode() if isinstance(data, str) else data
+                info = tarfile.TarInfo(name="/".join(parts))
+                info.size, info.mode, info.mtime = len(payload), mode, int(time.time())
+                archive.addfile(info, io.BytesIO(payload))
+        self.handle.put_archive("/", buffer.getvalue())
+
     def put_dir(self, local: str, remote: str) -> None:
         buffer = io.BytesIO()
         with tarfile.open(fileobj=buffer, mode="w") as archive:
@@ -298,6 +318,20 @@ class Container:
             extracted = archive.extractfile(member)
             assert extracted is not None
             return extracted.read()
+
+    def get_files(self, directory: str) -> dict[str, bytes]:
+        """Every regular file under ``directory``, by its path relative to it, in one copy."""
+        try:
+            stream, _stat = self.handle.get_archive(directory)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(directory) from None
+        files: dict[str, bytes] = {}
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            for member in archive:
+                extracted = archive.extractfile(member) if member.isfile() else None
+                if extracted is not None:
+                    files[member.name.split("/", 1)[1] if "/" in member.name else member.name] = extracted.read()
+        return files
 
     def diff(self, base_commit: str = "HEAD", *, repo: str | None = None) -> str:
         """The repository's changes since ``base_commit``, new, deleted and binary files

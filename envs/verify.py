@@ -1,44 +1,46 @@
 """The verifier: a final repository state (a patch) into a terminal reward.
 
-Always in a *fresh* container from the task image, never the agent's own. SWE-bench
-and mini tasks are graded by ``swebench`` itself: its patch-application fallbacks,
-its eval script (with the recorded test exit code that defeats printed ``PASSED``
-lines) and its log parsers and grading functions. OpenSWE tasks pass on the
-``OPENSWE_EXIT_CODE=0`` marker, Harbor tasks on the reward file their ``test.sh``
-writes.
+Always in a *fresh* container from the task image, never the agent's own. The candidate
+patch goes in under ``envs.candidate``'s policy (git's own file list, nothing into ``.git``
+or out of the repository, everything that decides what the tests are put back); the
+tests run as ``envs.test_run`` splits them (a fatal setup, then the test command alone,
+with a JUnit report and a canary for pytest); ``envs.grading`` reads only the test
+command's output with swebench's log parsers and grading functions, checked against the
+report. OpenSWE tasks pass on their ``OPENSWE_EXIT_CODE=0`` marker, Harbor tasks on the
+reward file their ``test.sh`` writes.
 
-Reward hacking: edits the candidate makes to test files (the task's own, any
-``tests/`` path, ``conftest.py``) are reverted before grading and listed in the
-verdict.
+Every decision is in the verdict: the apply command, the files the patch touched, what was
+refused, restored or neutralized, the report used, every disagreement, and what looks
+suspicious (kept out of review and training by default, see ``records.trajectory``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shlex
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import docker
 from pydantic import BaseModel, ConfigDict
-from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT, TESTS_TIMEOUT, EvalType
-from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
-from swebench.harness.run_evaluation import GIT_APPLY_CMDS
+from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 from swebench.harness.utils import make_test_spec
 
+from envs.candidate import GIT_ENV, apply_candidate
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
+from envs.grading import grade, grade_openswe
 from envs.tasks import Task, patch_files
+from envs.test_run import SETUP_FAILED, Phases, canary_source, split_eval_script
 
-SCHEMA_VERSION = "1.0"
-PATCH_PATH = "/tmp/relearn/patch.diff"
-EVAL_PATH = "/tmp/relearn/eval.sh"
+SCHEMA_VERSION = "1.1"
+SETUP_PATH = "/tmp/relearn/setup.sh"
+TESTS_PATH = "/tmp/relearn/tests.sh"
+SCRIPT_PATH = "/tmp/relearn/eval.sh"
+TEST_PATCH_PATH = "/tmp/relearn/test.patch"
 LOG_CAP = 16 << 20
-TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_test\.py$|(^|/)conftest\.py$")
-OPENSWE_PASS = re.compile(r"^OPENSWE_EXIT_CODE=0$", re.MULTILINE)
+TEST_PATCH_MISSING = 98  # the setup's exit status when the test patch is not in place after it
 
 
 class Verdict(BaseModel):
@@ -56,7 +58,13 @@ class Verdict(BaseModel):
     tests: dict[str, dict[str, list[str]]] | None = None
     status_map: dict[str, str] | None = None
     rewards: dict[str, float] | None = None
-    test_files_reverted: list[str] = []
+    touched_files: list[str] = []  # as git lists them, before and after applying
+    refused: list[str] = []  # why the patch was not graded at all
+    restored_files: list[str] = []  # taken back to the base commit (or removed): they decide what the tests are
+    neutralized: list[str] = []  # changed to be harmless (an executable bit dropped)
+    report: str | None = None  # what the results were read from: "junit", or the log only
+    disagreements: list[str] = []  # between the log, the report, the canary and the exit status: never resolved
+    suspicious: list[str] = []  # resolved or not, what a reviewer should look at
     timed_out: bool = False
     error: str | None = None
     image: str
@@ -73,7 +81,9 @@ def patch_hash(patch: str | None) -> str:
 
 def mini_eval_script(task: Task, base_commit: str) -> str:
     """A SWE-bench 5.x eval script for a task that has none (the mini suite): reset the
-    test files, apply the test patch, run pytest between the markers, reset again."""
+    test files, apply the test patch, run pytest between the markers, reset again. The
+    image is ours, so pytest runs without the work directory on ``sys.path`` (``-P``) and
+    without plugin autoloading (it needs none)."""
     test_files = " ".join(shlex.quote(f) for f in task.test_files)
     targets = sorted({test.split("::")[0] for test in task.FAIL_TO_PASS + task.PASS_TO_PASS})
     return "\n".join(
@@ -81,6 +91,7 @@ def mini_eval_script(task: Task, base_commit: str) -> str:
             "#!/bin/bash",
             "set -uxo pipefail",
             f"cd {task.workdir}",
+            "export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1",
             f"git config --global --add safe.directory {task.workdir}",
             "git status",
             f"git -c core.fileMode=false diff {base_commit}",
@@ -89,7 +100,7 @@ def mini_eval_script(task: Task, base_commit: str) -> str:
             task.test_patch.rstrip("\n"),
             "EOF_114329324912",
             f": '{START_TEST_OUTPUT}'",
-            f"python3 -m pytest -rA -p no:cacheprovider {' '.join(shlex.quote(t) for t in targets)}",
+            f"python3 -P -m pytest -rA -p no:cacheprovider {' '.join(shlex.quote(t) for t in targets)}",
             f": '{END_TEST_OUTPUT}'",
             f"git checkout {base_commit} {test_files}",
         ]
@@ -105,11 +116,6 @@ def swebench_test_spec(task: Task, base_commit: str) -> Any:
     instance["image"] = task.image or ""
     instance["version"] = task.version or "0"
     return make_test_spec(instance)
-
-
-def _protected(task: Task, touched: list[str]) -> list[str]:
-    declared = set(task.test_files) | set(patch_files(task.test_patch))
-    return [f for f in touched if f in declared or TEST_PATH.search(f)]
 
 
 def verify(
@@ -162,92 +168,115 @@ def verify(
     return verdict
 
 
-def _apply(container: Container, patch: str, verdict: Verdict) -> list[str]:
-    """Apply with SWE-bench's fallbacks; returns the log lines."""
-    container.put_file(PATCH_PATH, patch if patch.endswith("\n") else patch + "\n")
-    lines = []
-    for command in GIT_APPLY_CMDS:
-        result = container.exec(f"{command} {PATCH_PATH}", timeout_s=120)
-        lines.append(f"$ {command} {PATCH_PATH}\n{result.output}")
-        if result.ok:
-            verdict.patch_applied = True
-            verdict.apply_command = command
-            break
-        # --reject and patch may leave partial edits behind; start the next try from base.
-        # (No `git clean`: SWE-bench images keep untracked build products in the tree.)
-        container.exec("git reset -q --hard", timeout_s=120)
-    return lines
-
-
-def _apply_candidate(container: Container, patch: str | None, verdict: Verdict) -> list[str]:
-    """Apply the candidate, if there is one; sets ``verdict.error`` when it does not apply."""
+def _apply_candidate(container: Container, task: Task, patch: str | None, base_commit: str, verdict: Verdict) -> list[str]:
+    """Apply the candidate, if there is one, under ``envs.candidate``'s policy; sets
+    ``verdict.error`` when it is refused or does not apply. Returns the log lines."""
     if not verdict.patch_exists or patch is None:
         return []
-    log_lines = _apply(container, patch, verdict)
-    if not verdict.patch_applied:
-        verdict.error = "the patch does not apply"
-    return log_lines
-
-
-def _revert_test_edits(container: Container, task: Task, patch: str, base_commit: str, verdict: Verdict) -> None:
-    protected = _protected(task, patch_files(patch))
-    for path in protected:
-        quoted = shlex.quote(path)
-        container.exec(f"git checkout -q {base_commit} -- {quoted} 2>/dev/null || rm -f -- {quoted}", timeout_s=60)
-    verdict.test_files_reverted = protected
+    protected = set(task.test_files) | set(patch_files(task.test_patch))
+    applied = apply_candidate(container, patch, base_commit, protected)
+    verdict.apply_command = applied.command
+    verdict.touched_files = applied.touched
+    verdict.refused = applied.refused
+    verdict.restored_files = applied.restored
+    verdict.neutralized = applied.neutralized
+    verdict.suspicious = applied.suspicious
+    if applied.refused:
+        verdict.error = "the patch was refused: " + "; ".join(applied.refused)
+    elif applied.error:
+        verdict.error = applied.error
+    else:
+        verdict.patch_applied = True
+    return [applied.log] if applied.log else []
 
 
 def _base_commit(container: Container, task: Task) -> str:
+    """The task's base commit, else the work directory's HEAD ("HEAD" where it is no git
+    repository, as some Harbor environments are: git then only applies the patch)."""
     if task.base_commit:
         return task.base_commit
-    return container.sh("git rev-parse HEAD", timeout_s=60).stdout.strip()
+    head = container.exec("git rev-parse HEAD", timeout_s=60, env=GIT_ENV)
+    return head.stdout.strip() if head.ok else "HEAD"
 
 
 def _run_eval_script(container: Container, task: Task, patch: str | None, verdict: Verdict, timeout_s: float) -> str:
     base_commit = _base_commit(container, task)
-    log_lines = _apply_candidate(container, patch, verdict)
+    log_lines = _apply_candidate(container, task, patch, base_commit, verdict)
     if verdict.error:
         return "\n".join(log_lines)
-    if patch and verdict.patch_applied:
-        _revert_test_edits(container, task, patch, base_commit, verdict)
     spec = swebench_test_spec(task, base_commit)
-    container.put_file(EVAL_PATH, spec.eval_script, mode=0o755)
-    tests_started = time.monotonic()
-    result = container.exec(f"bash {EVAL_PATH}", timeout_s=timeout_s, output_cap=LOG_CAP)
-    verdict.durations_s["tests"] = time.monotonic() - tests_started
-    log = result.output
-    if result.timed_out:
-        verdict.timed_out = True
-        log += f"\n{TESTS_TIMEOUT}\n"
-    log_lines.append(log)
-    full_log = "\n".join(log_lines)
+    script = task.eval_script or mini_eval_script(task, base_commit)
+    phases = split_eval_script(script, task.workdir, instrument=task.kind == "swebench")
+    if phases is None:
+        return _run_whole_script(container, task, spec, script, verdict, timeout_s, log_lines)
+    files: dict[str, tuple[bytes | str, int]] = {SETUP_PATH: (phases.setup, 0o755), TESTS_PATH: (phases.test, 0o755)}
+    if task.test_patch.strip():
+        # The test patch must be in place when the tests start, whatever the setup did.
+        files[TEST_PATCH_PATH] = (task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n", 0o644)
+        files[SETUP_PATH] = (phases.setup + f"git apply --check --reverse {TEST_PATCH_PATH} || exit {TEST_PATCH_MISSING}\n", 0o755)
+    if phases.canary_path is not None:
+        files[phases.canary_path] = (canary_source(phases), 0o644)
+    container.put_files(files)
+    setup = container.exec(f"bash {SETUP_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
+    log_lines.append(f"$ setup\n{setup.output}")
+    if setup.timed_out or setup.exit_code in (SETUP_FAILED, TEST_PATCH_MISSING):
+        if setup.timed_out:
+            verdict.error = "the test setup timed out"
+        elif setup.exit_code == TEST_PATCH_MISSING:
+            verdict.error = "the test patch is not in place after the setup (the test files are not the ones the task grades with)"
+        else:
+            verdict.error = f"the test setup failed, nothing was graded: {_last_relearn_line(setup.output)}"
+        return "\n".join(log_lines)
+    output, exit_code, report = _run_tests(container, phases, verdict, timeout_s)
+    log_lines.append(f"$ tests (exit status {exit_code})\n{output}")
     if task.kind == "openswe":
-        verdict.resolved = bool(OPENSWE_PASS.search(log)) and not result.timed_out
+        grade_openswe(f"OPENSWE_EXIT_CODE={exit_code}" if exit_code is not None else "", exit_code, verdict)
     else:
-        _grade_swebench(spec, task, full_log, verdict)
+        grade(spec, task, phases, output, exit_code, report, verdict)
     verdict.reward = 1.0 if verdict.resolved else 0.0
-    return full_log
+    return "\n".join(log_lines)
 
 
-def _grade_swebench(spec: Any, task: Task, log: str, verdict: Verdict) -> None:
-    with tempfile.NamedTemporaryFile("w", suffix=".log", delete=True) as handle:
-        handle.write(log)
-        handle.flush()
-        status_map, found = get_logs_eval(spec, handle.name)
-    if not found:
-        verdict.error = verdict.error or "no gradable test output (tests did not run, timed out, or the log contradicts the exit code)"
-        return
-    verdict.status_map = status_map
-    gold = {"instance_id": task.instance_id, "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}
-    report = get_eval_tests_report(status_map, gold, eval_type=EvalType(spec.eval_type))
-    verdict.tests = {key: {"success": value["success"], "failure": value["failure"]} for key, value in report.items()}
-    verdict.resolved = get_resolution_status(report) == "RESOLVED_FULL"
+def _run_tests(container: Container, phases: Phases, verdict: Verdict, timeout_s: float) -> tuple[str, int | None, bytes | None]:
+    """The test command alone (its script and canary are in place): its output, its exit
+    status (from Docker), its report."""
+    started = time.monotonic()
+    result = container.exec(f"bash {TESTS_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
+    verdict.durations_s["tests"] = time.monotonic() - started
+    verdict.timed_out = result.timed_out
+    report = None
+    if phases.report_path is not None:
+        try:
+            report = container.get_file(phases.report_path)
+        except (FileNotFoundError, IsADirectoryError):
+            report = None
+    return result.output, result.exit_code, report
+
+
+def _run_whole_script(container: Container, task: Task, spec: Any, script: str, verdict: Verdict, timeout_s: float, log_lines: list[str]) -> str:
+    """An eval script without test markers runs whole (OpenSWE scripts that echo their own
+    marker); only an OpenSWE task can be graded that way."""
+    container.put_file(SCRIPT_PATH, script, mode=0o755)
+    result = container.exec(f"bash {SCRIPT_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
+    verdict.timed_out = result.timed_out
+    log_lines.append(result.output)
+    if task.kind == "openswe":
+        grade_openswe(result.output, result.exit_code, verdict)
+    else:
+        verdict.error = f"the eval script has no {START_TEST_OUTPUT!r} / {END_TEST_OUTPUT!r} markers around its test command: nothing to grade"
+    verdict.reward = 1.0 if verdict.resolved else 0.0
+    return "\n".join(log_lines)
+
+
+def _last_relearn_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.startswith("relearn: ")]
+    return lines[-1].removeprefix("relearn: ") if lines else "see the log"
 
 
 def _run_harbor(container: Container, task: Task, patch: str | None, verdict: Verdict, timeout_s: float) -> str:
     """Harbor's protocol: upload tests/ to /tests, run test.sh, read the reward file."""
     assert task.task_dir is not None
-    log_lines = _apply_candidate(container, patch, verdict)
+    log_lines = _apply_candidate(container, task, patch, _base_commit(container, task), verdict)
     if verdict.error:
         return "\n".join(log_lines)
     container.put_dir(str(Path(task.task_dir) / "tests"), "/tests")

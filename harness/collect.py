@@ -25,6 +25,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import docker
 
@@ -99,11 +100,16 @@ def _keep_partial(path: Path) -> None:
 
 def outcome_of(verdict: Verdict) -> Outcome:
     """What a trajectory keeps of its verdict (the full log stays in verify-logs/)."""
+    summary: dict[str, Any] = {"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied}
+    for key in ("refused", "restored_files", "neutralized", "disagreements"):
+        if getattr(verdict, key):
+            summary[key] = getattr(verdict, key)
     return Outcome(
         reward=verdict.reward,
         resolved=verdict.resolved,
         verdict_ref=verdict.log_path,
-        verdict={"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied},
+        verdict=summary,
+        suspicious=verdict.suspicious or None,
     )
 
 

@@ -44,6 +44,7 @@ class TrajectorySummary:
     chars: int = 0
     patch_lines: int = 0
     error: str | None = None  # a located RecordError when the record is unreadable
+    suspicious: bool = False  # a success the verifier found suspicious (not positive by default)
 
 
 @dataclass(slots=True)
@@ -99,6 +100,7 @@ def summarize_trajectory(t: Trajectory) -> TrajectorySummary:
         eligible_chars=eligible,
         chars=chars,
         patch_lines=len((t.final_patch or "").splitlines()),
+        suspicious=bool(outcome and outcome.suspicious) and is_verified_positive(t, allow_suspicious=True),
     )
 
 

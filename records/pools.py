@@ -107,11 +107,10 @@ def json_record_error(path: str | Path, line: int | None, data: bytes, exc: Vali
     return validation_error(path, line, exc)
 
 
-def iter_pool(path: str | Path, errors: list[RecordError], limit: int | None = None) -> Iterator[tuple[int, Trajectory]]:
-    """The pool reader: ``(line, trajectory)`` for each readable record among the first
-    ``limit`` records. A bad record goes to ``errors`` (located) and the rest of the pool
-    goes on; an unreadable file (not UTF-8, broken zstd) ends the read, and what was read
-    before it stands."""
+def iter_pool_records(path: str | Path, limit: int | None = None) -> Iterator[tuple[int | None, str, Trajectory | RecordError]]:
+    """The pool reader: ``(line, text, trajectory or its located error)`` for each of the
+    first ``limit`` records, in file order. An unreadable file (not UTF-8, broken zstd) ends
+    the read with its error (line None, no text); what was read before it stands."""
     seen = 0
     try:
         for number, text in iter_lines(path):
@@ -119,11 +118,22 @@ def iter_pool(path: str | Path, errors: list[RecordError], limit: int | None = N
                 return
             seen += 1
             try:
-                yield number, parse_trajectory(path, number, parse_json_line(path, number, text))
+                yield number, text, parse_trajectory(path, number, parse_json_line(path, number, text))
             except RecordError as exc:
-                errors.append(exc)
+                yield number, text, exc
     except RecordError as exc:
-        errors.append(exc)
+        yield None, "", exc
+
+
+def iter_pool(path: str | Path, errors: list[RecordError], limit: int | None = None) -> Iterator[tuple[int, Trajectory]]:
+    """``(line, trajectory)`` for each readable record among the first ``limit`` records; a
+    bad record goes to ``errors`` (located) and the rest of the pool goes on."""
+    for number, _text, item in iter_pool_records(path, limit):
+        if isinstance(item, RecordError):
+            errors.append(item)
+        else:
+            assert number is not None
+            yield number, item
 
 
 def read_trajectories_lenient(path: str | Path, errors: list[RecordError]) -> Iterator[Trajectory]:

@@ -118,6 +118,9 @@ class Outcome(Record):
     # Where the full verifier report lives (a path or an id), and its summary.
     verdict_ref: str | None = None
     verdict: dict[str, Any] | None = None
+    # What the verifier found worth a look (tests or pytest config edited, test machinery
+    # reached from source code): such a trajectory is not positive unless asked for.
+    suspicious: list[str] | None = None
 
 
 class ContextReset(Record):
@@ -191,11 +194,14 @@ def content_id(trajectory: Trajectory) -> str:
     return f"t-{digest[:24]}"
 
 
-def is_verified_positive(trajectory: Trajectory) -> bool:
+def is_verified_positive(trajectory: Trajectory, *, allow_suspicious: bool = False) -> bool:
     """The verifier said this episode succeeded: resolved, or a positive reward when the
-    verifier gives only a reward. What review and the mask compiler select on."""
+    verifier gives only a reward. What review and the mask compiler select on. A success
+    the verifier found suspicious counts only with ``allow_suspicious``."""
     outcome = trajectory.outcome
     if outcome is None:
+        return False
+    if outcome.suspicious and not allow_suspicious:
         return False
     if outcome.resolved is not None:
         return bool(outcome.resolved)

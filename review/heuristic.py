@@ -24,7 +24,7 @@ PROMPTS_HASH = hashlib.sha256(PROMPTS_VERSION.encode()).hexdigest()
 _BASH_FENCE = re.compile(r"```(?:bash|sh)\s*\n")
 
 
-def heuristic_review(trajectory: Trajectory) -> Review:
+def heuristic_review(trajectory: Trajectory, *, include_suspicious: bool = False) -> Review:
     messages = trajectory.messages
     steps = {index: number for number, index in numbered_steps(trajectory).items()}
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=-1)
@@ -59,7 +59,7 @@ def heuristic_review(trajectory: Trajectory) -> Review:
         "prompts_hash": PROMPTS_HASH,
         "cost_usd": 0,
     }
-    if not is_verified_positive(trajectory):
+    if not is_verified_positive(trajectory, allow_suspicious=include_suspicious):
         return Review(**base, decision="reject", reason="not verified positive")
     if ungrounded:
         # A flagged action that cannot be excluded would be imitated: fail closed, as the judges do.

@@ -29,6 +29,9 @@ from review.grounding import ground
 from review.prefilters import prefilter
 
 PROMPTS = Path(__file__).parent / "prompts"
+# A review that says the judges could not be used (unusable answers, a failing endpoint): the
+# trajectory is rejected for now, and a rerun reviews it again.
+JUDGE_ERROR = "judge_error"
 OBSERVATION_CHARS = 2000
 DIFF_CHARS = 6000
 
@@ -195,27 +198,40 @@ class Judge:
     role: str  # "judge1" or "judge2"
 
     def ask(self, system: str, user: str, schema: type[BaseModel], cache: CallCache, ledger: Ledger) -> tuple[BaseModel | None, str | None, float]:
-        """The parsed answer, or None and why it is unusable; and what it cost."""
+        """The parsed answer, or None and why it is unusable; and what it cost.
+
+        An answer that is not JSON of ``schema`` is asked again, as a 5xx would be (up to the
+        spec's retries), and never cached: a rerun asks again too. Only usable answers are
+        cached, so a rerun of a reviewed trajectory costs nothing."""
         spec = replace(self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())})
         identity = json.dumps([self.role, spec.kind, spec.model, spec.base_url, spec.sampling, system, user], sort_keys=True, default=str)
         key = hashlib.sha256(identity.encode()).hexdigest()
         entry = cache.get(key)
+        if entry is not None:
+            parsed, problem = self._parse(entry["text"], schema)
+            if parsed is not None:
+                ledger.cached += 1
+                return parsed, None, 0.0
         cost = 0.0
-        if entry is None:
+        problem = None
+        for _attempt in range(1 + spec.max_retries):
             ledger.before_call()
             turn = make_policy(spec).complete([Message(role="system", content=system), Message(role="user", content=user)], [])
-            cost = (turn.message.usage.cost_usd or 0.0) if turn.message.usage else 0.0
-            ledger.charge(cost)
-            entry = {"text": turn.message.content or "", "cost_usd": cost, "model": spec.model}
-            cache.put(key, entry)
-        else:
-            ledger.cached += 1
-        text = _strip_fences(entry["text"])
+            spent = (turn.message.usage.cost_usd or 0.0) if turn.message.usage else 0.0
+            ledger.charge(spent)
+            cost += spent
+            parsed, problem = self._parse(turn.message.content or "", schema)
+            if parsed is not None:
+                cache.put(key, {"text": turn.message.content or "", "cost_usd": spent, "model": spec.model})
+                return parsed, None, cost
+        return None, problem, cost
+
+    def _parse(self, text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
         try:
-            return schema.model_validate_json(text), None, cost
+            return schema.model_validate_json(_strip_fences(text)), None
         except ValidationError as exc:
             kind = "not JSON" if any(e["type"] == "json_invalid" for e in exc.errors()) else "schema violation"
-            return None, f"{self.role} answer is {kind}: {exc.errors()[0]['msg']}", cost
+            return None, f"{self.role} answer is {kind}: {exc.errors()[0]['msg']}"
 
 
 def judge_pair(judge1: str | None, judge2: str | None, spec: Callable[[str, str], PolicySpec]) -> tuple[Judge, Judge] | None:
@@ -259,7 +275,7 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
     answer, problem, spent = judge1.ask(prompt("judge1"), render_for_reading(trajectory, hints), Judge1Output, cache, ledger)
     cost += spent
     if answer is None:
-        return Review(**base, decision="reject", reason=f"judge_output_invalid: {problem}", cost_usd=cost)
+        return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", cost_usd=cost)
     assert isinstance(answer, Judge1Output)
     numbered = numbered_steps(trajectory)
     errors = [e for e in answer.errors if e.step in numbered]
@@ -279,7 +295,7 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
         located, problem, spent = judge2.ask(prompt("judge2"), render_step(trajectory.messages[index], step_errors), Judge2Output, cache, ledger)
         cost += spent
         if located is None:
-            return Review(**base, decision="reject", reason=f"judge_output_invalid: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)
+            return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)
         assert isinstance(located, Judge2Output)
         found: set[int] = set()
         for span in located.spans:

@@ -2,8 +2,11 @@
 Reviews appended to a JSONL file, resumable by trajectory id.
 
 Only verifier-positive trajectories reach the judges; the others get a Review that
-rejects them without a call. A rerun skips every trajectory already reviewed and
-answers repeated judge requests from the call cache, so it costs nothing.
+rejects them without a call. A trajectory the judges could not review (unusable answers
+after retries, an endpoint that keeps failing) gets a ``judge_error`` Review and the run
+goes on. A rerun skips every trajectory already reviewed, reviews the ``judge_error`` ones
+again, and answers repeated judge requests from the call cache, so it costs nothing more
+than those.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
 from records.review import Review, iter_reviews
 from records.trajectory import Trajectory, is_verified_positive
 from review.heuristic import heuristic_review
-from review.judges import CallCache, Judge, Ledger, SpendCapReached, review_trajectory
+from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, review_trajectory
 
 
 @dataclass
@@ -35,7 +38,12 @@ class ReviewSummary:
 
 
 def reviewed_ids(path: Path) -> set[str]:
-    return {item.trajectory_id for item in iter_reviews(path) if isinstance(item, Review)} if path.exists() else set()
+    """Trajectories whose latest review stands (a ``judge_error`` review is retried)."""
+    latest: dict[str, Review] = {}
+    for item in iter_reviews(path) if path.exists() else []:
+        if isinstance(item, Review):
+            latest[item.trajectory_id] = item
+    return {i for i, review in latest.items() if not (review.reason or "").startswith(JUDGE_ERROR)}
 
 
 def review_pool(
@@ -46,9 +54,11 @@ def review_pool(
     workers: int = 4,
     spend_cap_usd: float | None = None,
     on_done: Callable[[Review | None, Ledger], None] | None = None,
+    include_suspicious: bool = False,
 ) -> tuple[ReviewSummary, Ledger]:
     """Review every trajectory of ``pool`` not yet in ``output``; ``judges=None`` uses
-    the heuristic reviewer."""
+    the heuristic reviewer. Successes the verifier found suspicious are rejected unreviewed
+    unless ``include_suspicious``."""
     summary = ReviewSummary()
     ledger = Ledger(cap_usd=spend_cap_usd)
     done = reviewed_ids(output)
@@ -62,9 +72,10 @@ def review_pool(
 
     def one(trajectory: Trajectory) -> Review:
         if judges is None:
-            return heuristic_review(trajectory)
-        if not is_verified_positive(trajectory):
-            return Review(trajectory_id=trajectory.id, decision="reject", reason="not verified positive", cost_usd=0.0)
+            return heuristic_review(trajectory, include_suspicious=include_suspicious)
+        if not is_verified_positive(trajectory, allow_suspicious=include_suspicious):
+            reason = "suspicious verdict" if is_verified_positive(trajectory, allow_suspicious=True) else "not verified positive"
+            return Review(trajectory_id=trajectory.id, decision="reject", reason=reason, cost_usd=0.0)
         assert cache is not None
         return review_trajectory(trajectory, judges[0], judges[1], cache, ledger)
 
@@ -89,13 +100,15 @@ def review_pool(
                             on_done(None, ledger)
                         continue
                     except PolicyError as exc:  # the judge endpoint failed after retries
-                        summary.not_reviewed += 1
-                        summary.errors.append(f"{trajectory.id}: judge call failed: {exc}")
-                        if on_done:
-                            on_done(None, ledger)
-                        continue
+                        review = Review(trajectory_id=trajectory.id, decision="reject", reason=f"{JUDGE_ERROR}: judge call failed: {exc}", cost_usd=0.0)
+                    # A judge_error review is written too (the file says what happened), but it
+                    # is no review: the trajectory counts as not reviewed, and a rerun retries it.
                     writer.write(review.model_dump(mode="json"))
-                    summary.reviewed.append(review)
+                    if (review.reason or "").startswith(JUDGE_ERROR):
+                        summary.not_reviewed += 1
+                        summary.errors.append(f"{trajectory.id}: {review.reason} (a rerun reviews it again)")
+                    else:
+                        summary.reviewed.append(review)
                     if on_done:
                         on_done(review, ledger)
             summary.not_reviewed += len(todo)

@@ -13,7 +13,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from envs.docker_backend import client_from_env  # noqa: E402
-from envs.images import build_base  # noqa: E402
+from envs.images import build_base, task_image  # noqa: E402
+from envs.tasks import load_tasks  # noqa: E402
+
+MINI_SUITE = ROOT / "envs" / "mini_tasks"
 
 
 @pytest.fixture
@@ -47,3 +50,10 @@ def docker_client() -> docker.DockerClient:
 @pytest.fixture(scope="session")
 def base_image(docker_client: docker.DockerClient) -> str:
     return build_base(docker_client, log=lambda _m: None)
+
+
+@pytest.fixture(scope="session")
+def images(docker_client: docker.DockerClient, base_image: str) -> dict[str, str]:
+    """The mini suite's task images, by instance id (built once per engine)."""
+    tasks, _errors = load_tasks(MINI_SUITE)
+    return {t.instance_id: task_image(docker_client, t, base_image) for t in tasks}

@@ -56,6 +56,10 @@ class ScriptedTurn:
     error_body: dict[str, Any] | None = None
     headers: dict[str, str] | None = None
     delay_s: float = 0.0  # sleep before answering, to trigger client timeouts
+    # Answer 200 with these bytes instead of a protocol answer: what a broken proxy or server
+    # sends (an HTML page, a body cut short, nothing at all, JSON of another shape).
+    raw_body: bytes | None = None
+    raw_content_type: str = "application/json"
 
 
 def context_overflow(protocol: Protocol) -> ScriptedTurn:
@@ -355,6 +359,9 @@ class _Handler(BaseHTTPRequestHandler):
             extra.update(turn.headers or {})
             body_out = turn.error_body if turn.error_body is not None else model_server._error_body(turn.error, f"scripted error {turn.error}")
             self._send(turn.error, body_out, extra)
+            return
+        if turn.raw_body is not None:
+            self._send_bytes(200, turn.raw_content_type, turn.raw_body, turn.headers)
             return
         answer = model_server._answer(turn, index, body)
         if model_server.protocol == "responses" and body.get("stream") is True:

@@ -365,3 +365,54 @@ def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Pa
     again = masks(tmp_path / "a")
     assert again.returncode == 0 and second.returncode == 0
     assert _rows(again.stdout)["shards (reused)"] == "2 (2)"
+
+
+def test_cli_masks_never_reuses_shards_of_other_inputs(relearn_bin: str, tmp_path: Path, tok, tokenizer_cache: Path) -> None:  # noqa: ANN001
+    """Into a folder that holds shards: a changed review rebuilds exactly its shard; a later
+    unreadable review line rejects its trajectory (no fallback to the earlier review); a
+    smaller pool leaves no shard of the bigger one behind."""
+    import os
+    import subprocess
+
+    from records.pools import write_atomic
+
+    first, second = trajectory(BASE), trajectory(BASE, task_id="second")
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, [first, second])
+    reviews = tmp_path / "reviews.jsonl"
+
+    def write_reviews(*extra: str) -> None:
+        lines = [
+            json.dumps(Review(trajectory_id=first.id, decision="accept", defects=[defect(first, 2, "reasoning_content", "probably")]).model_dump()),
+            json.dumps(Review(trajectory_id=second.id, decision="accept").model_dump()),
+            *extra,
+        ]
+        reviews.write_text("\n".join(lines) + "\n")
+
+    def masks(*flags: str) -> subprocess.CompletedProcess[str]:
+        command = [relearn_bin, "masks", str(pool), "-r", str(reviews), "-o", str(tmp_path / "d"), "--shard-size", "1", *flags]
+        return subprocess.run(command, capture_output=True, text=True, env={**os.environ, "RELEARN_CACHE": str(tokenizer_cache)}, timeout=600)
+
+    def shard(k: int) -> bytes:
+        return (tmp_path / "d" / f"shard-0000{k}.parquet").read_bytes()
+
+    write_reviews()
+    assert masks().returncode == 0
+    before = [shard(0), shard(1)]
+    # The first trajectory's review now excludes nothing: its shard is rebuilt, the other kept.
+    write_reviews(json.dumps(Review(trajectory_id=first.id, decision="accept").model_dump()))
+    changed = masks()
+    assert changed.returncode == 0 and _rows(changed.stdout)["shards (reused)"] == "2 (1)" and _rows(changed.stdout)["excluded (A ∩ E)"] == "0"
+    assert shard(0) != before[0] and shard(1) == before[1]
+    # A later line for the first trajectory that cannot be read: rejected, with its location.
+    write_reviews('{"trajectory_id": "' + first.id + '", "decision": "acc')
+    broken = masks()
+    assert broken.returncode == 1 and _rows(broken.stdout)["trajectories out"] == "1"
+    stats = json.loads((tmp_path / "d" / "stats.json").read_text())
+    assert stats["rejected"] == {"unreadable review": 1}
+    assert stats["rejections"][0]["trajectory_id"] == first.id and f"{reviews}:3: invalid JSON" in stats["rejections"][0]["detail"]
+    # A pool of one: one shard, and the second one's shard is gone.
+    write_atomic(pool, [second])
+    write_reviews()
+    assert masks().returncode == 0
+    assert sorted(p.name for p in (tmp_path / "d").glob("shard-*.parquet")) == ["shard-00000.parquet"]

@@ -11,7 +11,7 @@ import pytest
 
 from harness.policies.base import PolicySpec
 from records.pools import write_atomic
-from records.review import field_text
+from records.review import Review, field_text
 from records.trajectory import Trajectory
 from review.judges import Judge, prompts_hash
 from review.run import review_pool
@@ -105,9 +105,11 @@ def test_judged_cases_give_their_documented_outcomes(tmp_path: Path, kind: str) 
         summary, ledger = review_pool(pool, output, judges=judges(server, kind), workers=1)
         first_calls = len(server.requests)
         again, again_ledger = review_pool(pool, output, judges=judges(server, kind), workers=1)
-        assert len(server.requests) == first_calls  # a rerun costs nothing
-    assert again.skipped == len(names) + 1 and not again.reviewed and again_ledger.calls == 0
+        # A rerun costs nothing for what was reviewed; the two unusable answers are asked again.
+        assert len(server.requests) == first_calls + 2 * 5 and again_ledger.calls == 2 * 5
+    assert again.skipped == len(names) + 1 - 2 and not again.reviewed and again.not_reviewed == 2
     reviews = {r.trajectory_id: r for r in summary.reviewed}
+    written = {r.trajectory_id: r for r in map(Review.model_validate_json, output.read_text().splitlines())}
     trajectories = {case(n).id: n for n in [*names, "unverified"]}
     outcome = {trajectories[i]: r for i, r in reviews.items()}
     exact = outcome["exact"]
@@ -122,13 +124,16 @@ def test_judged_cases_give_their_documented_outcomes(tmp_path: Path, kind: str) 
     assert outcome["two_messages"].reason.startswith("no_valid_target")
     argument = outcome["argument"].defects[0]
     assert field_text(case("argument").messages[2], argument.field)[argument.start : argument.end] == "cat parser.py"
-    assert outcome["malformed"].reason.startswith("judge_output_invalid: judge1 answer is not JSON")
-    assert outcome["schema"].reason.startswith("judge_output_invalid: judge1 answer is schema violation")
+    by_name = {trajectories[i]: r for i, r in written.items()}
+    assert "malformed" not in outcome and by_name["malformed"].reason.startswith("judge_error: judge1 answer is not JSON")
+    assert "schema" not in outcome and by_name["schema"].reason.startswith("judge_error: judge1 answer is schema violation")
+    assert summary.not_reviewed == 2 and all("a rerun reviews it again" in e for e in summary.errors)
     assert outcome["reject"].decision == "reject" and outcome["reject"].reason == "edits the tests"
     assert outcome["clean"].decision == "accept" and outcome["clean"].defects == []
     assert outcome["unverified"].reason == "not verified positive"
     assert summary.decisions()["accept"] == 5
-    assert ledger.calls == len(names) + 7  # judge 1 for every judged case, judge 2 for the seven localized ones
+    # judge 1 for every judged case (five times for the two unusable answers), judge 2 for the seven localized ones
+    assert ledger.calls == len(names) + 2 * 4 + 7
 
 
 def test_retries_timeouts_and_the_spend_cap(tmp_path: Path) -> None:
@@ -171,3 +176,41 @@ def test_cli_review_heuristic_and_agree(relearn_bin: str, tmp_path: Path) -> Non
     assert agree.returncode == 0, agree.stderr
     metrics = json.loads(agree.stdout.strip().splitlines()[-1])
     assert metrics["trajectories"] == 2 and -1.0 <= metrics["decision_kappa"] <= 1.0 and 0.0 <= metrics["span_f1"] <= 1.0
+
+
+BROKEN_BODIES = {
+    "html": ScriptedTurn(raw_body=b"<html><body><h1>502 Bad Gateway</h1></body></html>", raw_content_type="text/html"),
+    "truncated": ScriptedTurn(raw_body=b'{"id": "chatcmpl-1", "object": "chat.completion", "choices": [{"mess'),
+    "empty": ScriptedTurn(raw_body=b""),
+    "wrongshape": ScriptedTurn(raw_body=b'{"result": "ok", "data": [1, 2, 3]}'),
+}
+
+
+@pytest.mark.parametrize("kind", ["chat", "responses", "anthropic"])
+def test_judge_answers_that_are_no_answer_end_as_judge_error_and_the_run_goes_on(tmp_path: Path, kind: str) -> None:
+    """An HTML error page, a body cut short, an empty 200 and JSON of another shape, for
+    every call about one trajectory each: retried like a 5xx, then that trajectory is
+    judge_error; the good one is reviewed; a rerun pays only for the broken ones."""
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, [case(name) for name in BROKEN_BODIES] + [case("exact")])
+
+    def answers(request: dict) -> ScriptedTurn:
+        text = json.dumps(request)
+        broken = next((turn for name, turn in BROKEN_BODIES.items() if f"CASE-{name}:" in text), None)
+        return broken if broken is not None else judge_answers(request)
+
+    output = tmp_path / "reviews.jsonl"
+    with ModelServer(kind, answers) as server:
+        summary, ledger = review_pool(pool, output, judges=judges(server, kind, max_retries=2), workers=2)
+        assert [r.trajectory_id for r in summary.reviewed] == [case("exact").id] and summary.reviewed[0].decision == "accept"
+        assert summary.not_reviewed == len(BROKEN_BODIES) and len(summary.errors) == len(BROKEN_BODIES)
+        written = [Review.model_validate_json(line) for line in output.read_text().splitlines()]
+        errors = {r.trajectory_id: r.reason for r in written if r.reason and r.reason.startswith("judge_error")}
+        assert set(errors) == {case(name).id for name in BROKEN_BODIES}
+        assert all("malformed response" in reason for reason in errors.values()), errors
+        exact_calls = sum("CASE-exact:" in json.dumps(r) for r in server.requests)
+        again, again_ledger = review_pool(pool, output, judges=judges(server, kind, max_retries=2), workers=2)
+        assert again.skipped == 1 and again.not_reviewed == len(BROKEN_BODIES)
+        assert sum("CASE-exact:" in json.dumps(r) for r in server.requests) == exact_calls  # no paid call for the good one
+    assert ledger.calls == 2  # judge 1 and judge 2 of the good trajectory: the broken bodies cost nothing
+    assert again_ledger.calls == 0

@@ -235,3 +235,12 @@ def test_cli_usage_errors_exit_2(files: dict[str, Path], tmp_path: Path) -> None
     result = run("stats", str(files["pool"]), "-d", str(bad))
     assert result.exit_code == 2 and "per_sample[0]" in result.stderr
     assert "pass@k" in run("stats", "--help").stdout
+
+
+def test_a_suspicious_success_is_its_own_outcome(tmp_path: Path) -> None:
+    pool = tmp_path / "pool.jsonl"
+    suspicious = {"resolved": True, "reward": 1.0, "suspicious": ["conftest.py: the patch changes pytest's configuration or plugins"]}
+    write_atomic(pool, [trajectory("s1", "t1", 0, suspicious, "submitted"), trajectory("s2", "t1", 1, {"resolved": True}, "submitted")])
+    report = compute([PoolIndex(pool, cache=False).build()], None, None)
+    assert report["trajectories"]["by_outcome"] == {"suspicious": 1, "resolved": 1}
+    assert report["pass_at_k"]["tasks"]["t1"]["resolved"] == 1  # not a success for pass@k either

@@ -25,11 +25,6 @@ def _with_feature(feature: str) -> Task:
     return next(t for t in TASKS if feature in t.model_extra.get("features", []))
 
 
-@pytest.fixture(scope="session")
-def images(docker_client: docker.DockerClient, base_image: str) -> dict[str, str]:
-    return {t.instance_id: task_image(docker_client, t, base_image) for t in TASKS}
-
-
 def make_patch(task: Task, tmp_path: Path, edits: dict[str, str | None], *, after_gold: bool = False) -> str:
     """A git diff of ``edits`` (path -> new content, None deletes) on the task's base repo."""
     repo = tmp_path / "repo"
@@ -93,14 +88,15 @@ def test_a_conftest_that_forces_passes_is_reverted(docker_client: docker.DockerC
     )
     patch = make_patch(task, tmp_path, {"conftest.py": hack})
     verdict = verify(docker_client, task, patch, images[task.instance_id])
-    assert not verdict.resolved and verdict.test_files_reverted == ["conftest.py"]
+    assert not verdict.resolved and verdict.restored_files == ["conftest.py"]
+    assert verdict.suspicious and verdict.tests["FAIL_TO_PASS"]["failure"]
 
 
 def test_edits_to_the_tests_are_reverted(docker_client: docker.DockerClient, images: dict[str, str], tmp_path: Path) -> None:
     task = BY_ID[IDS[1]]
     patch = make_patch(task, tmp_path, {task.test_files[0]: "def test_nothing():\n    assert True\n"}, after_gold=False)
     verdict = verify(docker_client, task, patch, images[task.instance_id])
-    assert not verdict.resolved and verdict.test_files_reverted == [task.test_files[0]]
+    assert not verdict.resolved and verdict.restored_files == [task.test_files[0]]
 
 
 def test_printed_passed_lines_do_not_pass(docker_client: docker.DockerClient, images: dict[str, str], tmp_path: Path) -> None:
@@ -120,7 +116,7 @@ def test_a_patch_that_does_not_apply(docker_client: docker.DockerClient, images:
     task = BY_ID[IDS[0]]
     bad = "diff --git a/nowhere.py b/nowhere.py\n--- a/nowhere.py\n+++ b/nowhere.py\n@@ -1,3 +1,3 @@\n-a\n+b\n c\n d\n"
     verdict = verify(docker_client, task, bad, images[task.instance_id])
-    assert not verdict.patch_applied and not verdict.resolved and verdict.error == "the patch does not apply"
+    assert not verdict.patch_applied and not verdict.resolved and verdict.error.startswith("the patch does not apply")
     assert verdict.tests is None
 
 
@@ -200,3 +196,100 @@ def test_openswe_exit_code_marker(docker_client: docker.DockerClient, images: di
     task = Task(instance_id="openswe__" + mini.instance_id, kind="openswe", problem_statement="x", patch=mini.patch, eval_script=script)
     assert verify(docker_client, task, mini.patch, images[mini.instance_id]).resolved
     assert not verify(docker_client, task, "", images[mini.instance_id]).resolved
+
+
+def test_the_shapes_real_patches_take_still_apply(docker_client: docker.DockerClient, images: dict[str, str], tmp_path: Path) -> None:
+    """Beside the gold fix: a rename, a new file with CRLF line ends, a deleted file and a mode
+    change, as agents' diffs and SWE-bench gold patches have them."""
+    task = BY_ID["mini__calc-1"]
+    readme = (Path(task.task_dir) / "repo" / "README.md").read_text()
+    patch = make_patch(task, tmp_path, {"README.md": None, "docs/README.md": readme, "notes/crlf.txt": "one\r\ntwo\r\n"}, after_gold=True)
+    subprocess.run(["chmod", "+x", str(tmp_path / "repo" / "calc" / "tokenizer.py")], check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path / "repo", check=True)
+    patch = subprocess.run(["git", "diff", "--cached", "--binary"], cwd=tmp_path / "repo", check=True, capture_output=True).stdout.decode()
+    assert "rename from README.md" in patch and "\r\n" in patch and "new mode 100755" in patch
+    verdict = verify(docker_client, task, patch, images[task.instance_id])
+    assert verdict.resolved and verdict.apply_command == "git apply --verbose", (verdict.error, verdict.disagreements)
+    assert {"README.md", "docs/README.md", "notes/crlf.txt", "calc/evaluator.py", "calc/tokenizer.py"} <= set(verdict.touched_files)
+    assert verdict.neutralized == ["calc/tokenizer.py: made non-executable (the base commit has no such executable)"]
+    assert verdict.report == "junit" and not verdict.restored_files and not verdict.suspicious
+
+
+def test_a_test_patch_that_does_not_apply_is_an_error_not_a_grade(docker_client: docker.DockerClient, images: dict[str, str]) -> None:
+    task = BY_ID["mini__calc-1"]
+    broken = task.model_copy(update={"test_patch": task.test_patch.replace(' def test_missing_closing_paren():', ' def test_not_there():')})
+    verdict = verify(docker_client, broken, task.patch, images[task.instance_id])
+    assert not verdict.resolved and verdict.tests is None
+    assert verdict.error.startswith("the test setup failed, nothing was graded: setup step failed: git apply -v"), verdict.error
+
+
+def test_the_eval_script_is_split_into_a_fatal_setup_and_the_test_command(samples: Path, tmp_path: Path) -> None:
+    from envs.tasks import load_tasks as load
+    from envs.test_run import split_eval_script
+
+    (task, *_), errors = load(samples / "swebench_verified.parquet")
+    assert not errors and task.eval_script
+    phases = split_eval_script(task.eval_script, task.workdir)
+    setup, test = phases.setup, phases.test
+    assert "git status" not in setup and "git show" not in setup and " diff " not in setup  # echoes of the candidate's changes
+    assert f"git checkout {task.base_commit} " in setup and "git apply -v - <<'EOF_114329324912' || {" in setup
+    assert "exit 97" in setup and "python -m pip install -e" in setup
+    assert test.splitlines()[2:5] == ["source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed"]
+    nonce = phases.canary_path.rsplit("_", 1)[1].removesuffix(".py")
+    assert phases.canary_path == f"/testbed/astropy/modeling/tests/test_relearn_canary_{nonce}.py"
+    assert f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml=/tmp/relearn-report-{nonce}/junit.xml -o junit_family=xunit1 {phases.canary_path}" in test
+    assert test.rstrip().endswith("relearn_status=$?\nexit $relearn_status")
+    for name, script in (("setup.sh", setup), ("test.sh", test)):
+        (tmp_path / name).write_text(script)
+        assert subprocess.run(["bash", "-n", str(tmp_path / name)], capture_output=True).returncode == 0, script
+
+
+def test_the_junit_report_names_tests_as_the_log_parser_does(tmp_path: Path) -> None:
+    """A real pytest run: the report's ids and outcomes equal what swebench's parser reads in
+    the -rA log, for a class, parameters, xfail, skip, a failure and an error."""
+    import sys
+
+    from swebench.harness.log_parsers.python import parse_log_pytest
+
+    from envs.test_run import parse_junit
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "test_mix.py").write_text(
+        "import pytest\n\n\n@pytest.fixture\ndef broken():\n    raise RuntimeError('setup')\n\n\n"
+        "class TestThing:\n    def test_ok(self):\n        pass\n\n\n"
+        "@pytest.mark.parametrize('x', [1, 2])\ndef test_param(x):\n    assert x == 1\n\n\n"
+        "@pytest.mark.xfail(reason='known')\ndef test_xfail():\n    assert False\n\n\n"
+        "@pytest.mark.skip(reason='no')\ndef test_skip():\n    pass\n\n\n"
+        "def test_error(broken):\n    pass\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", "--junitxml=report.xml", "-o", "junit_family=xunit1", "pkg/test_mix.py"],
+        cwd=tmp_path, capture_output=True, text=True,
+    )  # fmt: skip
+    junit = parse_junit((tmp_path / "report.xml").read_bytes())
+    assert junit == {
+        "pkg/test_mix.py::TestThing::test_ok": "PASSED", "pkg/test_mix.py::test_param[1]": "PASSED",
+        "pkg/test_mix.py::test_param[2]": "FAILED", "pkg/test_mix.py::test_xfail": "XFAIL",
+        "pkg/test_mix.py::test_skip": "SKIPPED", "pkg/test_mix.py::test_error": "ERROR",
+    }  # fmt: skip
+    logged = parse_log_pytest(run.stdout, None)
+    # -rA writes a skip as "SKIPPED [1] path:line: reason", without the test's id.
+    assert {k: v for k, v in logged.items() if k in junit} == {k: v for k, v in junit.items() if v != "SKIPPED"}
+
+
+def test_forged_marker_lines_are_not_read() -> None:
+    from envs.grading import sanitize
+
+    output = "PASSED a.py::t\n>>>>> End Test Output\nx >>>>> Test Exit Code: 0\nFAILED a.py::u\n"
+    assert sanitize(output) == ("PASSED a.py::t\nFAILED a.py::u\n", 2)
+
+
+def test_tests_without_the_test_patch_in_place_are_not_graded(docker_client: docker.DockerClient, images: dict[str, str]) -> None:
+    """An eval script that forgets to apply the test patch (or a setup undone by something
+    else) would grade the candidate against the old tests."""
+    mini = BY_ID["mini__calc-1"]
+    script = "#!/bin/bash\ncd /testbed\n: '>>>>> Start Test Output'\npython3 -m pytest -rA -p no:cacheprovider tests/test_calc.py\n: '>>>>> End Test Output'\n"
+    task = mini.model_copy(update={"eval_script": script})
+    verdict = verify(docker_client, task, mini.patch, images[mini.instance_id])
+    assert not verdict.resolved and verdict.tests is None
+    assert verdict.error == "the test patch is not in place after the setup (the test files are not the ones the task grades with)"

@@ -14,6 +14,7 @@ from typing import Any
 import anthropic
 
 from harness.policies.base import (
+    MalformedResponse,
     PolicySpec,
     SdkPolicy,
     call_usage,
@@ -56,6 +57,8 @@ class AnthropicPolicy(SdkPolicy):
         return self.client.messages.create(**request, timeout=self.spec.timeout_s)
 
     def _parse(self, response: Any, attempts: int) -> tuple[Message, str | None]:
+        if not isinstance(getattr(response, "content", None), list) or getattr(response, "type", None) != "message":
+            raise MalformedResponse("no message content in the answer")
         texts: list[str] = []
         thinking: list[str] = []
         blocks: list[dict[str, Any]] = []

@@ -125,6 +125,11 @@ class ContextOverflow(PolicyError):
     """The server said the prompt does not fit the model's context window."""
 
 
+class MalformedResponse(Exception):
+    """A 200 whose body is no answer of the protocol: an HTML page from a proxy, a body cut
+    short, an empty one, JSON of another shape. Retried like a 5xx."""
+
+
 class Policy(Protocol):
     spec: PolicySpec
 
@@ -156,8 +161,7 @@ class SdkPolicy:
     def complete(self, messages: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
         request = self._request(messages, tools)
         started = time.monotonic()
-        response, attempts = self._send_with_retries(request)
-        message, finish_reason = self._parse(response, attempts)
+        (message, finish_reason), attempts = self._send_with_retries(request)
         message.duration_ms = round((time.monotonic() - started) * 1000, 3)
         message.timestamp = now_iso()
         if message.usage is not None:
@@ -174,13 +178,14 @@ class SdkPolicy:
     def _parse(self, response: Any, attempts: int) -> tuple[Message, str | None]:
         raise NotImplementedError
 
-    def _send_with_retries(self, request: dict[str, Any]) -> tuple[Any, int]:
+    def _send_with_retries(self, request: dict[str, Any]) -> tuple[tuple[Message, str | None], int]:
+        """Send and parse, retrying what a retry can fix; the parsed answer and the attempts."""
         spec = self.spec
         attempt = 0
         while True:
             attempt += 1
             try:
-                return self._send(request), attempt
+                return self._parse(self._check_shape(self._send(request)), attempt), attempt
             except Exception as exc:
                 failure = self._classify(exc)
                 if failure is None:
@@ -208,8 +213,18 @@ class SdkPolicy:
         # Jitter keeps parallel episodes that failed together from retrying together.
         return min(spec.backoff_cap_s, spec.backoff_base_s * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
 
+    def _check_shape(self, response: Any) -> Any:
+        """The SDKs hand back a non-JSON body as a string and JSON of another shape as a
+        hollow model object; both are no answer."""
+        if isinstance(response, str | bytes) or response is None:
+            raise MalformedResponse(f"the body is not a JSON object: {_short(str(response), 200)!r}")
+        return response
+
     def _classify(self, exc: Exception) -> _Failure | None:
         sdk = self.sdk
+        if isinstance(exc, MalformedResponse | ValueError) and not isinstance(exc, sdk.APIError):
+            # ValueError: the SDK's json.loads of a truncated or empty body.
+            return _Failure(f"malformed response: {_short(str(exc), 300)}", retryable=True)
         if isinstance(exc, sdk.APITimeoutError):
             return _Failure(f"timed out after {self.spec.timeout_s:g} s", retryable=True)
         if isinstance(exc, sdk.APIConnectionError):

@@ -11,7 +11,7 @@ from typing import Any
 
 import openai
 
-from harness.policies.base import PolicyError, PolicySpec, SdkPolicy, call_usage, sdk_field, split_sampling, tool_call
+from harness.policies.base import MalformedResponse, PolicySpec, SdkPolicy, call_usage, sdk_field, split_sampling, tool_call
 from records.trajectory import FunctionCall, Message, ToolCall
 
 
@@ -38,8 +38,8 @@ class ChatPolicy(SdkPolicy):
         return self.client.chat.completions.create(**request, timeout=self.spec.timeout_s)
 
     def _parse(self, response: Any, attempts: int) -> tuple[Message, str | None]:
-        if not response.choices:
-            raise PolicyError(f"chat call to {self.spec.model!r} returned no choices", attempts=attempts)
+        if not isinstance(getattr(response, "choices", None), list) or not response.choices:
+            raise MalformedResponse("no choices in the answer")
         choice = response.choices[0]
         reply = choice.message
         reasoning = sdk_field(reply, "reasoning_content")

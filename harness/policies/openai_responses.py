@@ -15,6 +15,7 @@ import openai
 
 from harness.policies.base import (
     ContextOverflow,
+    MalformedResponse,
     PolicyError,
     PolicySpec,
     SdkPolicy,
@@ -54,6 +55,8 @@ class ResponsesPolicy(SdkPolicy):
 
     def _parse(self, response: Any, attempts: int) -> tuple[Message, str | None]:
         where = f"responses call to {self.spec.model!r}"
+        if not isinstance(getattr(response, "output", None), list) or not getattr(response, "status", None):
+            raise MalformedResponse("no status and output list in the answer")
         if response.status == "failed":
             error = response.error
             code = str(sdk_field(error, "code") or "")

@@ -15,6 +15,7 @@ from envs.audit import audit
 from envs.docker_backend import Limits
 from envs.images import build_base, task_image
 from envs.tasks import Task, load_tasks
+from records.pools import iter_lines
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 MINI_SUITE = Path(__file__).resolve().parents[2] / "envs" / "mini_tasks"
@@ -102,8 +103,15 @@ def audit_command(
     tasks: TasksArg = "mini",
     ids: IdsArg = None,
     leaky: Annotated[bool, typer.Option(help="Mini suite: audit the deliberately leaky builds.")] = False,
+    verdicts: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Instead of images: list what the verifier refused, restored, neutralized, found contradictory or suspicious in these verdicts (`relearn verify -o`).")] = None,
 ) -> None:
-    """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged."""
+    """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged.
+
+    With --verdicts FILE, the verdicts instead: every one the verifier did not simply grade (a refused patch, files put back to the base commit, an executable bit dropped, a report that contradicts the log, something suspicious). Exits 1 when any patch was refused, contradicted or suspicious.
+    """
+    if verdicts is not None:
+        audit_verdicts(verdicts)
+        return
     client = docker_client()
     terminate_cleanly()
     chosen = load_task_list(tasks, ids)
@@ -121,6 +129,34 @@ def audit_command(
     out.print(table)
     out.print(f"{flagged} of {len(chosen)} task images expose their fix")
     raise typer.Exit(EXIT_PARTIAL if flagged else EXIT_OK)
+
+
+def audit_verdicts(path: Path) -> None:
+    from envs.verify import Verdict
+
+    table = Table(title=f"relearn envs audit --verdicts {path}")
+    for column in ("task", "patch", "resolved", "what the verifier did"):
+        table.add_column(column)
+    problems: list[str] = []
+    flagged = total = 0
+    for number, text in iter_lines(path):
+        try:
+            verdict = Verdict.model_validate_json(text)
+        except ValueError as exc:
+            problems.append(f"{path}:{number}: not a verdict: {str(exc).splitlines()[0]}")
+            continue
+        total += 1
+        notes = [f"refused: {r}" for r in verdict.refused] + [f"restored: {f}" for f in verdict.restored_files]
+        notes += [f"neutralized: {n}" for n in verdict.neutralized] + [f"disagreement: {d}" for d in verdict.disagreements]
+        notes += [f"suspicious: {s}" for s in verdict.suspicious]
+        if not notes:
+            continue
+        flagged += bool(verdict.refused or verdict.disagreements or verdict.suspicious)
+        table.add_row(verdict.instance_id, verdict.patch_hash[:8], "[green]yes[/green]" if verdict.resolved else "[red]no[/red]", "\n".join(notes))
+    out.print(table)
+    show_problems("unreadable verdicts", problems)
+    out.print(f"{flagged} of {total} verdicts refused, contradicted or suspicious")
+    raise typer.Exit(EXIT_PARTIAL if flagged or problems else EXIT_OK)
 
 
 @envs_app.command("gc")
@@ -179,7 +215,7 @@ def verify_command(
     show_problems("not gradable", [f"{v.instance_id} {v.patch_hash[:8]}: {v.error}" for v in summary.verdicts if v.error])
     table = Table(title=f"relearn verify -> {output}")
     table.add_column("task", no_wrap=True)
-    for column in ("patch", "resolved", "F2P", "P2P", "reverted", "s"):
+    for column in ("patch", "resolved", "F2P", "P2P", "restored", "why not", "s"):
         table.add_column(column)
     for v in sorted(summary.verdicts, key=lambda v: v.instance_id):
         tests = v.tests or {}
@@ -190,7 +226,8 @@ def verify_command(
             "[green]yes[/green]" if v.resolved else "[red]no[/red]",
             f"{len(f2p.get('success', []))}/{len(f2p.get('success', [])) + len(f2p.get('failure', []))}",
             f"{len(p2p.get('success', []))}/{len(p2p.get('success', [])) + len(p2p.get('failure', []))}",
-            ", ".join(v.test_files_reverted),
+            ", ".join(v.restored_files),
+            (v.error or "; ".join(v.disagreements))[:80] if not v.resolved else ("suspicious" if v.suspicious else ""),
             f"{v.durations_s.get('total', 0):.1f}",
         )
     out.print(table)

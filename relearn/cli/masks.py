@@ -27,6 +27,7 @@ def masks_command(
     per_turn: Annotated[bool, typer.Option(help="One sample per generated turn, for templates that rewrite earlier turns.")] = False,
     preserve_thinking: Annotated[bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking).")] = True,
     shard_size: Annotated[int, typer.Option(help="Trajectories of the pool per shard.")] = 256,
+    include_suspicious: Annotated[bool, typer.Option(help="Also take successes the verifier found suspicious (edited tests or pytest config, code reaching into pytest); by default they are rejected and counted.")] = False,
 ) -> None:
     """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
 
@@ -52,7 +53,7 @@ def masks_command(
     review_errors: list[str] = []
     review_map = load_reviews(reviews, review_errors)
     show_problems("unreadable reviews", review_errors)
-    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs={"preserve_thinking": preserve_thinking}, prefix_check=prefix_check, per_turn=per_turn)
+    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs={"preserve_thinking": preserve_thinking}, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious)
     total = sum(1 for _ in iter_lines(pool))
     progress = Progress(TextColumn("[bold]compiling masks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
     with progress:

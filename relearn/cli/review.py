@@ -34,6 +34,7 @@ def review_command(
     price_in: Annotated[float, typer.Option(help="USD per million input tokens.")] = 0.0,
     price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = 0.0,
     agree_pool: Annotated[Path | None, typer.Option("--pool", help="With `agree`: the pool both reviews cover (for span agreement).")] = None,
+    include_suspicious: Annotated[bool, typer.Option(help="Also review successes the verifier found suspicious (by default they are rejected unreviewed, at no cost).")] = False,
 ) -> None:
     """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
 
@@ -73,7 +74,7 @@ def review_command(
         def done(_review: Review | None, ledger: Ledger) -> None:
             progress.update(bar, advance=1, spent=ledger.spent_usd)
 
-        summary, ledger = review_pool(pool, output, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done)
+        summary, ledger = review_pool(pool, output, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious)
     show_problems("unreadable records", [str(e) for e in summary.unreadable])
     show_problems("not reviewed", summary.errors)
     categories: Counter[str] = Counter(str(e.get("category")) for r in summary.reviewed for e in r.errors)

@@ -41,7 +41,7 @@ def _kv_table(title: str, rows: list[tuple[str, str]]) -> Table:
 def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
     out_tables: list[Table] = []
     t = report["trajectories"]
-    outcomes = ["resolved", "unresolved", "not verified"]
+    outcomes = ["resolved", *(["suspicious"] if t["by_outcome"].get("suspicious") else []), "unresolved", "not verified"]
     table = Table(title=f"trajectories: {t['total']:,} ({t['unreadable']} unreadable)", title_justify="left")
     table.add_column("exit status", style="bold")
     for name in outcomes:

@@ -63,11 +63,14 @@ class MaskOptions:
     template_kwargs: dict[str, Any] = field(default_factory=lambda: {"preserve_thinking": True})
     prefix_check: str = "header"
     per_turn: bool = False
+    include_suspicious: bool = False  # successes the verifier found suspicious (records.trajectory.Outcome)
 
 
-def select(trajectory: Trajectory, review: Review | None, mode: str) -> list[Defect]:
+def select(trajectory: Trajectory, review: Review | None, mode: str, *, include_suspicious: bool = False) -> list[Defect]:
     """Whether a trajectory enters the dataset in ``mode``, and the defects to exclude."""
-    if not is_verified_positive(trajectory):
+    if not is_verified_positive(trajectory, allow_suspicious=include_suspicious):
+        if is_verified_positive(trajectory, allow_suspicious=True):
+            raise Rejected("suspicious verdict", "; ".join((trajectory.outcome.suspicious or [])[:3]) if trajectory.outcome else "")
         raise Rejected("not verified positive", "no outcome with resolved or reward > 0")
     if mode == "positive":
         return []
@@ -190,7 +193,7 @@ def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect
 
 def compile_trajectory(trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions) -> list[Sample]:
     """The samples one trajectory contributes, or Rejected with the reason."""
-    defects = select(trajectory, review, options.mode)
+    defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious)
     try:
         if options.per_turn:
             renders = per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs)

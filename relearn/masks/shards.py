@@ -1,16 +1,25 @@
 """Dataset shards: the pool compiled into Parquet token data plus statistics.
 
 Shard ``k`` holds the samples of input records ``[k*S, (k+1)*S)`` of the pool, in pool
-order, so a shard's content depends only on its inputs and the options: a rerun skips
-every shard already written with the same options (resumable), and the same inputs give
-the same bytes (deterministic). Each shard is written beside its final name and renamed
-into place, then its statistics; a shard without statistics is redone.
+order, so a shard's content depends only on its inputs and the options. Each shard's
+statistics carry the digest of everything it was compiled from: the options, the
+tokenizer and its chat template, the bytes of each pool record and the review each one
+was compiled with. A rerun keeps a shard only when that digest is the same (resumable),
+rebuilds it otherwise, and removes shards past the pool's end (a folder never mixes
+shards of other inputs); the same inputs give the same bytes (deterministic). Each shard
+is written beside its final name and renamed into place, then its statistics; a shard
+without statistics is redone.
+
+Reviews: the latest review line of a trajectory is the one used. When that line cannot be
+read, the trajectory is rejected with the line's located error; it never falls back to an
+earlier review.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -19,9 +28,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
-from records.pools import RecordError, read_trajectories_lenient, write_text_atomic
-from records.review import Review, iter_reviews
+from records.pools import RecordError, iter_lines, iter_pool_records, parse_json_line, validation_error, write_text_atomic
+from records.review import Review
 from records.trajectory import Trajectory
 from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_trajectory
 
@@ -45,6 +55,7 @@ SHOWN_REJECTIONS = 200
 @dataclass
 class ShardStats:
     options_hash: str
+    inputs_hash: str = ""  # options, tokenizer, the chunk's pool records and their reviews
     inputs: int = 0
     samples: int = 0
     accepted: int = 0
@@ -73,25 +84,58 @@ class ShardStats:
         self.rejections.append({"trajectory_id": trajectory_id, "reason": reason, "detail": detail})
 
 
+TRAJECTORY_ID = re.compile(r'"trajectory_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
+
+
 def options_hash(options: MaskOptions, tokenizer_name: str, template: str) -> str:
     basis = json.dumps({"options": asdict(options), "tokenizer": tokenizer_name, "template": template}, sort_keys=True)
     return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 
-def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review]:
-    reviews: dict[str, Review] = {}
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """What the tokenizer is, not what it is called: its whole definition (vocabulary, merges,
+    normaliser, added tokens) and its chat template."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    definition = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256((definition + "\0" + (tokenizer.chat_template or "")).encode()).hexdigest()
+
+
+def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review | RecordError]:
+    """The latest review line of each trajectory: its Review, or the located error of that
+    line when it cannot be read (the trajectory is then rejected, never given an earlier
+    review). Lines that name no trajectory at all are only listed in ``errors``."""
+    reviews: dict[str, Review | RecordError] = {}
     if path is None:
         return reviews
-    for item in iter_reviews(path):
-        if isinstance(item, RecordError):
-            errors.append(str(item))
-        else:
-            reviews[item.trajectory_id] = item  # a later review of the same trajectory wins
+    try:
+        for number, text in iter_lines(path):
+            try:
+                data = parse_json_line(path, number, text)
+            except RecordError as exc:
+                errors.append(str(exc))
+                found = TRAJECTORY_ID.search(text)
+                if found:
+                    reviews[json.loads(f'"{found.group(1)}"')] = exc
+                continue
+            try:
+                review = Review.model_validate(data)
+            except ValidationError as exc:
+                located = validation_error(path, number, exc)
+                errors.append(str(located))
+                if isinstance(data, dict) and isinstance(data.get("trajectory_id"), str):
+                    reviews[data["trajectory_id"]] = located
+                continue
+            reviews[review.trajectory_id] = review  # a later review of the same trajectory wins
+    except RecordError as exc:
+        errors.append(str(exc))
     return reviews
 
 
-def _chunks(items: Iterator[Trajectory | RecordError], size: int) -> Iterator[list[Trajectory | RecordError]]:
-    chunk: list[Trajectory | RecordError] = []
+Item = tuple[str, Trajectory | RecordError]  # a pool record's text, and what it parsed into
+
+
+def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
+    chunk: list[Item] = []
     for item in items:
         chunk.append(item)
         if len(chunk) == size:
@@ -101,13 +145,22 @@ def _chunks(items: Iterator[Trajectory | RecordError], size: int) -> Iterator[li
         yield chunk
 
 
-def _pool_items(pool: Path) -> Iterator[Trajectory | RecordError]:
-    errors: list[RecordError] = []
-    for trajectory in read_trajectories_lenient(pool, errors):
-        while errors:
-            yield errors.pop(0)
-        yield trajectory
-    yield from errors
+def _pool_items(pool: Path) -> Iterator[Item]:
+    for _line, text, item in iter_pool_records(pool):
+        yield text, item
+
+
+def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: dict[str, Review | RecordError]) -> str:
+    h = hashlib.sha256(f"{digest}\0{tokenizer_id}\0".encode())
+    for text, item in chunk:
+        h.update(hashlib.sha256(text.encode()).digest())
+        review = reviews.get(item.id) if isinstance(item, Trajectory) else None
+        if isinstance(review, Review):
+            h.update(json.dumps(review.model_dump(mode="json"), sort_keys=True).encode())
+        elif review is not None:
+            h.update(f"unreadable: {review}".encode())
+        h.update(b"\0")
+    return h.hexdigest()[:32]
 
 
 def _write_shard(path: Path, samples: list[Sample], mode: str) -> None:
@@ -133,7 +186,7 @@ def _write_shard(path: Path, samples: list[Sample], mode: str) -> None:
 
 def build_dataset(
     pool: Path,
-    reviews: dict[str, Review],
+    reviews: dict[str, Review | RecordError],
     tokenizer: Any,
     tokenizer_name: str,
     options: MaskOptions,
@@ -146,29 +199,38 @@ def build_dataset(
     were already there and reused."""
     output.mkdir(parents=True, exist_ok=True)
     digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
+    tokenizer_id = tokenizer_fingerprint(tokenizer)
     shard_stats: list[ShardStats] = []
     reused = 0
+    number = -1
     for number, chunk in enumerate(_chunks(_pool_items(pool), shard_size)):
         shard = output / f"shard-{number:05d}.parquet"
         stats_path = output / f"shard-{number:05d}.stats.json"
+        inputs_hash = _inputs_hash(digest, tokenizer_id, chunk, reviews)
         if shard.exists() and stats_path.exists():
-            saved = json.loads(stats_path.read_text())
-            if saved.get("options_hash") == digest and saved.get("inputs") == len(chunk):
+            try:
+                saved = json.loads(stats_path.read_text())
+            except ValueError:
+                saved = {}
+            if saved.get("inputs_hash") == inputs_hash:
                 shard_stats.append(_stats_from_json(saved))
                 reused += 1
                 for _ in chunk:
                     if on_trajectory:
                         on_trajectory()
                 continue
-        stats = ShardStats(options_hash=digest)
+        stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
         samples: list[Sample] = []
-        for item in chunk:
+        for _text, item in chunk:
             stats.inputs += 1
+            review = reviews.get(item.id) if isinstance(item, Trajectory) else None
             if isinstance(item, RecordError):
                 stats.reject("", "unreadable record", str(item))
+            elif isinstance(review, RecordError):
+                stats.reject(item.id, "unreadable review", str(review))
             else:
                 try:
-                    produced = compile_trajectory(item, reviews.get(item.id), tokenizer, options)
+                    produced = compile_trajectory(item, review, tokenizer, options)
                 except Rejected as exc:
                     stats.reject(item.id, exc.reason, exc.detail)
                 else:
@@ -181,9 +243,20 @@ def build_dataset(
         _write_shard(shard, samples, options.mode)
         write_text_atomic(stats_path, json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
         shard_stats.append(stats)
+    _remove_stale_shards(output, number + 1)
     summary = summarise(shard_stats, options, tokenizer_name, pool)
     write_text_atomic(output / "stats.json", json.dumps(summary, indent=1, sort_keys=True))
     return summary, reused
+
+
+def _remove_stale_shards(output: Path, count: int) -> None:
+    """Shards numbered past this pool's end were compiled from other inputs: a trainer
+    reading the folder must not see them."""
+    for path in output.glob("shard-*.parquet"):
+        index = path.name.removeprefix("shard-").split(".")[0]
+        if index.isdigit() and int(index) >= count:
+            path.unlink()
+            path.with_name(f"shard-{index}.stats.json").unlink(missing_ok=True)
 
 
 def _stats_to_json(stats: ShardStats) -> dict[str, Any]:

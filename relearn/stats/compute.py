@@ -38,6 +38,8 @@ class Row:
     def outcome(self) -> str:
         if self.summary.positive:
             return "resolved"
+        if self.summary.suspicious:
+            return "suspicious"  # resolved, but kept out of review and training
         if self.summary.resolved is None and self.summary.reward is None:
             return "not verified"
         return "unresolved"

@@ -148,6 +148,7 @@ class TrajectoryView:
         out.append(" · exit ", STYLES["context"])
         out.append(str(t.exit_status))
         out.append("\n")
+        out.append_text(verifier_notes(t))
         if self.review is not None:
             out.append("review ", STYLES["context"])
             out.append(self.review.decision, STYLES["good"] if self.review.decision == "accept" else STYLES["bad"])
@@ -283,3 +284,23 @@ def load_view(catalog: Catalog, position: int) -> TrajectoryView:
         position=position,
         total=len(catalog.pool) if catalog.pool.ready.is_set() else None,
     )
+
+
+def verifier_notes(trajectory: Trajectory) -> Text:
+    """What the verifier refused, restored, neutralized, found contradictory or suspicious, one
+    line each (nothing when it had nothing to say)."""
+    outcome = trajectory.outcome
+    verdict = (outcome.verdict if outcome else None) or {}
+    out = Text()
+    for label, key, style in (
+        ("refused", "refused", "bad"), ("restored to the base", "restored_files", "warning"), ("neutralized", "neutralized", "warning"),
+        ("disagreement", "disagreements", "bad"),
+    ):  # fmt: skip
+        items = verdict.get(key) or []
+        if items:
+            out.append(f"verifier {label}: ", STYLES[style])
+            out.append("; ".join(str(i) for i in items[:4]) + (f" (+{len(items) - 4} more)" if len(items) > 4 else "") + "\n")
+    if outcome is not None and outcome.suspicious:
+        out.append("suspicious (kept out of review and training): ", STYLES["warning"])
+        out.append("; ".join(outcome.suspicious[:3]) + "\n")
+    return out
