@@ -34,6 +34,7 @@ from harness.codex_cli import config as codex_setup
 from harness.collect import CollectSummary, collect
 from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
+from harness.tools.apply_patch import Semantics
 from harness.tools.toolbox import SCHEMAS
 from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
 from records.trajectory import Trajectory
@@ -61,6 +62,7 @@ class RunConfig:
     infra_retries: int = 1
     # The real Codex CLI as the agent instead of our own loop.
     codex: codex_setup.CodexCliConfig | None = None
+    apply_patch: Semantics = "codex"  # the builtin tool set's apply_patch semantics
 
 
 def tools_digest() -> str:
@@ -75,7 +77,10 @@ def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] |
             raise ValueError("a codex-cli run's manifest needs the probe of its tool schemas")
         scaffold = codex_setup.scaffold(config.codex, spec.model, probed)
     else:
-        scaffold = {"version": SCAFFOLD_VERSION, "tools_digest": tools_digest(), "tools": [t["function"]["name"] for t in SCHEMAS]}
+        scaffold = {
+            "version": SCAFFOLD_VERSION, "tools_digest": tools_digest(), "tools": [t["function"]["name"] for t in SCHEMAS],
+            "apply_patch": config.apply_patch,
+        }  # fmt: skip
     manifest = {
         "scaffold": scaffold,
         "budget": config.budget.to_dict(),
@@ -169,7 +174,7 @@ def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_
         out,
         attempts=1,
         workers=config.workers,
-        config=AgentConfig(budget=config.budget),
+        config=AgentConfig(budget=config.budget, apply_patch=config.apply_patch),
         base_image=base_image,
         spend_cap_usd=config.spend_cap_usd,
         infra_retries=config.infra_retries,

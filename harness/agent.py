@@ -17,6 +17,7 @@ from envs.tasks import Task
 from harness.budget import Budget, Ledger
 from harness.policies.base import ContextOverflow, Policy, PolicyError
 from harness.recorder import EpisodeRecorder
+from harness.tools.apply_patch import Semantics
 from harness.tools.toolbox import Toolbox
 from records.trajectory import ExitStatus, Message, Source, Trajectory, Usage
 
@@ -33,6 +34,7 @@ class AgentConfig:
     system_prompt: str = SYSTEM_PROMPT
     tool_output_tokens: int = 10000
     command_timeout_ms: int = 120_000
+    apply_patch: Semantics = "codex"  # the apply_patch tool's semantics (harness.tools.apply_patch)
 
 
 def now() -> str:
@@ -53,7 +55,7 @@ def run_episode(
 ) -> Trajectory:
     """Run one episode; returns the trajectory with exit status and final patch (not
     yet verified: grading happens in a fresh container, see envs.verify)."""
-    toolbox = Toolbox(container, task.workdir, config.tool_output_tokens, config.command_timeout_ms)
+    toolbox = Toolbox(container, task.workdir, config.tool_output_tokens, config.command_timeout_ms, apply_patch_semantics=config.apply_patch)
     trajectory = header.model_copy(deep=True)
     trajectory.started_at = trajectory.started_at or now()
     trajectory.tools = toolbox.schemas()

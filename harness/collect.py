@@ -72,7 +72,7 @@ class Job:
 
 
 def _header(job: Job, spec: PolicySpec, config: AgentConfig, image: str, codex: CodexCliConfig | None = None) -> Trajectory:
-    meta = {"image": image, "sampling": spec.sampling, "budget": config.budget.to_dict()}
+    meta = {"image": image, "sampling": spec.sampling, "budget": config.budget.to_dict(), "tools": {"apply_patch": config.apply_patch}}
     if codex is not None:
         source = Source(format="codex", format_version=codex.install.version, meta={**meta, "agent": CODEX_AGENT})
     else:

@@ -17,6 +17,7 @@ import docker
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.tasks import Task
 from envs.verify import Verdict, verify
+from harness.tools.apply_patch import SEMANTICS, Semantics
 from harness.tools.toolbox import Toolbox
 from records.trajectory import Trajectory
 
@@ -61,6 +62,16 @@ class ReplayReport:
         return self.divergence is None and self.patch_matches is not False
 
 
+def recorded_semantics(trajectory: Trajectory) -> Semantics:
+    """The apply_patch semantics the episode ran with: as recorded, else Codex's for Codex
+    rollouts and the strict one for relearn episodes recorded before the choice existed."""
+    meta = trajectory.source.meta if trajectory.source else None
+    recorded = ((meta or {}).get("tools") or {}).get("apply_patch")
+    if recorded in SEMANTICS:
+        return recorded
+    return "codex" if trajectory.source is not None and trajectory.source.format == "codex" else "strict"
+
+
 def replay(
     client: docker.DockerClient,
     trajectory: Trajectory,
@@ -75,7 +86,7 @@ def replay(
     results = {m.tool_call_id: (i, m) for i, m in enumerate(trajectory.messages) if m.role == "tool"}
     with Container.start(client, image, limits=limits, workdir=task.workdir) as container:
         base = task.base_commit or container.sh("git rev-parse HEAD").stdout.strip()
-        toolbox = Toolbox(container, task.workdir, output_tokens)
+        toolbox = Toolbox(container, task.workdir, output_tokens, apply_patch_semantics=recorded_semantics(trajectory))
         for message in trajectory.messages:
             for call in message.tool_calls or []:
                 report.calls += 1

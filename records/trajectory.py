@@ -124,11 +124,28 @@ class Outcome(Record):
 
 
 class ContextReset(Record):
-    """From ``message_index`` on, the policy saw a rebuilt history (e.g. Codex compaction):
-    messages before it are not context for later model calls."""
+    """From ``message_index`` on, the policy saw a rebuilt history (a Codex compaction, an
+    ATIF compaction step): messages before it are not context for later model calls, except
+    ``keep`` (indexes of earlier messages that stay; None: the leading system/developer
+    instructions, which every call carries). ``replacement_known`` is False where the source
+    says the context was rebuilt but not into what: turns after such a reset are never
+    trained on."""
 
     message_index: int
     reason: str = "compacted"
+    keep: list[int] | None = None
+    replacement_known: bool = True
+
+
+class TrajectoryLink(Record):
+    """Another trajectory this one is tied to: a sub-agent it called (``subagent``), or the
+    trajectory that called it (``parent``). ``ref`` is the source's own reference."""
+
+    relation: Literal["subagent", "parent"]
+    trajectory_id: str | None = None  # the linked trajectory's id, once imported
+    message_index: int | None = None  # where in this trajectory the link belongs
+    ref: dict[str, Any] | None = None
+    resolved: bool = False
 
 
 class Source(Record):
@@ -157,6 +174,7 @@ class Trajectory(Record):
     outcome: Outcome | None = None
     usage: Usage | None = None
     context_resets: list[ContextReset] | None = None
+    links: list[TrajectoryLink] | None = None
     started_at: str | None = None
     finished_at: str | None = None
     source: Source | None = None

@@ -83,7 +83,7 @@ def run(*args: str) -> object:
 
 def test_nll_is_the_full_logits_masked_mean_over_eligible_tokens_only(tok, lm: torch.nn.Module) -> None:  # noqa: ANN001
     t = trajectory(AGENT)
-    sample = eligible_tokens(t, tok, KW)
+    (sample,) = eligible_tokens(t, tok, KW)
     ours = Scorer(lm, chunk=7).token_nll(sample.input_ids, sample.loss_mask)  # 7 does not divide the count
 
     ids = torch.tensor(sample.input_ids, dtype=torch.long)[None]
@@ -112,7 +112,7 @@ def test_nll_is_the_full_logits_masked_mean_over_eligible_tokens_only(tok, lm: t
     assert inside == sample.eligible and len(rendered.turns) == 2
     scored = tok.decode(sample.input_ids[eligible].tolist())
     assert "copied answer" not in scored and "return a - b" not in scored and "Go on" not in scored
-    copied_too = eligible_tokens(trajectory([{**m, "generated": True} if m.get("role") == "assistant" else m for m in AGENT]), tok, KW)
+    (copied_too,) = eligible_tokens(trajectory([{**m, "generated": True} if m.get("role") == "assistant" else m for m in AGENT]), tok, KW)
     assert copied_too.eligible > sample.eligible
     assert "copied answer" in tok.decode(copied_too.input_ids[copied_too.loss_mask.astype(bool)].tolist())
 
@@ -175,7 +175,7 @@ def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(tmp_pa
     assert lo <= rows["random"]["nll_per_token"] <= hi
     # Each trajectory's figure is the scorer's over its eligible tokens.
     (scored_good,) = result["trajectories"]["broken"]
-    sample = eligible_tokens(good, tok, KW)
+    (sample,) = eligible_tokens(good, tok, KW)
     assert scored_good["eligible"] == sample.eligible and scored_good["line"] == 1
     assert abs(scored_good["nll_mean"] - Scorer(lm).token_nll(sample.input_ids, sample.loss_mask).mean()) < 1e-5
     assert (out / "nll.png").read_bytes().startswith(PNG)
@@ -211,7 +211,7 @@ def test_cli_nll_model_folder_and_usage_errors(tmp_path: Path, tok, lm: torch.nn
     tok.save_pretrained(folder)
     loaded = run("analyze", "nll", "--pool", f"p={pool}", "--model", str(folder), "-o", str(tmp_path / "a"), "--bootstrap", "100", "--no-progress")
     assert loaded.exit_code == 0, loaded.words
-    sample = eligible_tokens(trajectory(AGENT), tok, KW)
+    (sample,) = eligible_tokens(trajectory(AGENT), tok, KW)
     row = json.loads((tmp_path / "a" / "nll.json").read_text())["pools"][0]
     assert row["eligible_tokens"] == sample.eligible
     assert abs(row["nll_per_token"] - Scorer(lm).token_nll(sample.input_ids, sample.loss_mask).mean()) < 1e-5

@@ -143,3 +143,100 @@ def test_chat_messages_render_with_the_real_qwen36_template(tmp_path: Path, samp
     (mini,) = list(mini_swe_agent.read(samples / "mini_swe_agent_v1.13.4.traj.json"))
     text = render_jinja_template(conversations=[to_chat_messages(mini.trajectory)], chat_template=template)[0][0]
     assert text.count("<|im_start|>assistant") == 3
+
+
+def _compacted_document(summary: str | None) -> dict:
+    """A terminus-2-shaped ATIF v1.7 episode: work, a compaction step (a system step whose
+    extra.context_management says how the context was rebuilt, with sub-agent references),
+    and the work after it."""
+    results: list[dict] = [{"subagent_trajectory_ref": [{"trajectory_path": "trajectory.summarization-1-summary.json", "session_id": "s-sum"}]}]
+    if summary is not None:
+        results.insert(0, {"content": summary})
+    return {
+        "schema_version": "ATIF-v1.7",
+        "trajectory_id": "main-1",
+        "agent": {"name": "terminus-2", "version": "2.0", "model_name": "qwen3.6"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "PRE-TASK: fix add() in calc.py."},
+            {"step_id": 2, "source": "agent", "message": "PRE-THOUGHT: read it.", "tool_calls": [{"tool_call_id": "c1", "function_name": "shell", "arguments": {"command": "cat calc.py"}}],
+             "observation": {"results": [{"source_call_id": "c1", "content": "PRE-OUTPUT: return a - b"}]}},
+            {"step_id": 3, "source": "system", "message": "Performed context summarization and handoff to continue task.",
+             "observation": {"results": results}, "extra": {"context_management": {"type": "compaction", "boundary": "replace"}}},
+            {"step_id": 4, "source": "agent", "message": "POST: patching now.", "tool_calls": [{"tool_call_id": "c2", "function_name": "shell", "arguments": {"command": "sed -i s/-/+/ calc.py"}}],
+             "observation": {"results": [{"source_call_id": "c2", "content": ""}]}},
+            {"step_id": 5, "source": "agent", "message": "POST: done."},
+        ],
+    }  # fmt: skip
+
+
+def _summary_subagent() -> dict:
+    return {
+        "schema_version": "ATIF-v1.7",
+        "trajectory_id": "summary-1",
+        "agent": {"name": "terminus-2-summarization-summary", "version": "2.0", "model_name": "qwen3.6"},
+        "steps": [
+            {"step_id": 1, "source": "user", "message": "PRE-TASK copied.", "is_copied_context": True},
+            {"step_id": 2, "source": "user", "message": "Summarize the work so far."},
+            {"step_id": 3, "source": "agent", "message": "Summary: add() subtracts."},
+        ],
+    }
+
+
+def test_atif_compaction_is_a_context_reset_and_sub_agents_are_linked(tmp_path: Path) -> None:
+    from records.trajectory import Outcome
+    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.tokenizers import load_tokenizer
+
+    folder = tmp_path / "agent"
+    folder.mkdir()
+    (folder / "trajectory.json").write_text(json.dumps(_compacted_document("Summary: add() subtracts; make it add.")))
+    (folder / "trajectory.summarization-1-summary.json").write_text(json.dumps(_summary_subagent()))
+    assert atif.discover(tmp_path) == [folder / "trajectory.json"]  # the sub-agent file is read through its parent
+    parent_result, child_result = list(atif.read(folder / "trajectory.json"))
+    parent, child = parent_result.trajectory, child_result.trajectory
+    contents = [m.content for m in parent.messages]
+    assert "Performed context summarization and handoff to continue task." not in contents  # an annotation, never seen by the model
+    assert "" not in [c for c, m in zip(contents, parent.messages, strict=True) if m.role == "user"]  # no message made up for the references
+    reset = parent.messages.index(next(m for m in parent.messages if m.content == "Summary: add() subtracts; make it add."))
+    assert parent.context_resets[0].message_index == reset and parent.context_resets[0].replacement_known
+    assert not parent.messages[reset].generated and parent.messages[reset].role == "user"
+    (link,) = parent.links
+    assert (link.relation, link.trajectory_id, link.resolved, link.ref["trajectory_path"]) == ("subagent", child.id, True, "trajectory.summarization-1-summary.json")
+    assert child.id == "atif-summary-1" and child.links[0].relation == "parent" and child.links[0].trajectory_id == parent.id
+    assert [m.generated for m in child.messages] == [False, False, True]
+    # The compaction step survives an export: the same steps, its observation the new context.
+    exported = to_atif(parent)
+    assert [s["source"] for s in exported["steps"]] == ["user", "agent", "system", "agent", "agent"]
+    assert exported["steps"][2]["extra"]["context_management"] == {"type": "compaction", "boundary": "replace"}
+    # Masks: the turns after the compaction are trained after what the model saw then.
+    tok = load_tokenizer("qwen3.6")
+    positive = parent.model_copy(update={"outcome": Outcome(resolved=True)})
+    before, after = compile_trajectory(positive, None, tok, MaskOptions(mode="positive"))
+    after_text = tok.decode(after.input_ids.tolist())
+    assert "PRE-" not in after_text and "Summary: add() subtracts" in after_text and "POST: done." in after_text
+    assert "PRE-THOUGHT" in tok.decode(before.input_ids.tolist())
+
+
+def test_atif_compaction_without_its_new_context_is_never_trained_on(tmp_path: Path) -> None:
+    from records.trajectory import Outcome
+    from relearn.masks.compile import MaskOptions, Rejected, compile_trajectory
+    from relearn.masks.tokenizers import load_tokenizer
+
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(_compacted_document(None)))
+    (result,) = list(atif.read(path))  # the sub-agent file is not there: the link stays unresolved
+    t = result.trajectory
+    assert not t.context_resets[0].replacement_known and not t.links[0].resolved
+    assert any("no replacement content" in w for w in result.diagnostics.warnings)
+    with pytest.raises(Rejected, match="context reset without a known replacement"):
+        compile_trajectory(t.model_copy(update={"outcome": Outcome(resolved=True)}), None, load_tokenizer("qwen3.6"), MaskOptions(mode="positive"))
+
+
+def test_embedded_sub_agents_resolve_by_trajectory_id(tmp_path: Path) -> None:
+    document = _compacted_document("Summary.")
+    document["steps"][2]["observation"]["results"][1]["subagent_trajectory_ref"] = [{"trajectory_id": "summary-1"}]
+    document["subagent_trajectories"] = [_summary_subagent()]
+    path = tmp_path / "trajectory.json"
+    path.write_text(json.dumps(document))
+    parent, child = (r.trajectory for r in atif.read(path))
+    assert parent.links[0].trajectory_id == child.id == "atif-summary-1" and child.source.path.endswith("#subagent_trajectories[summary-1]")

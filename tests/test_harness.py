@@ -145,7 +145,14 @@ def test_tools_in_a_container(docker_client, calc_image: str) -> None:  # noqa: 
         assert run(toolbox, "shell", command=["bash", "-lc", f"apply_patch <<'EOF'\n{patch}EOF"]).startswith("Success.")
         assert container.get_file("/testbed/notes/todo.txt") == b"fix add\n"
         failed = run(toolbox, "apply_patch", input="*** Begin Patch\n*** Update File: notes/todo.txt\n@@\n-no such line\n+x\n*** End Patch\n")
-        assert failed.startswith("Error:") and "notes/todo.txt" in failed
+        assert failed == "Failed to find expected lines in notes/todo.txt:\nno such line"  # Codex's text
+        # Codex's semantics: what the operations before the failing one did stays written.
+        partial = "*** Begin Patch\n*** Add File: created.txt\n+hello\n*** Update File: missing.txt\n@@\n-old\n+new\n*** End Patch\n"
+        assert run(toolbox, "apply_patch", input=partial).startswith("Failed to read file to update missing.txt: No such file or directory (os error 2)\n(applied before this error, and kept: A created.txt")
+        assert container.get_file("/testbed/created.txt") == b"hello\n"
+        strict = Toolbox(container, TASK.workdir, output_tokens=200, apply_patch_semantics="strict")
+        again = partial.replace("created.txt", "second.txt")
+        assert run(strict, "apply_patch", input=again).startswith("Failed to read file to update missing.txt") and not container.exec("test -e second.txt").ok
         assert run(toolbox, "update_plan", plan=[{"step": "a", "status": "in_progress"}]) == "Plan updated"
         assert "at most one" in run(toolbox, "update_plan", plan=[{"step": "a", "status": "in_progress"}, {"step": "b", "status": "in_progress"}])
 

@@ -131,6 +131,18 @@ def test_compaction_is_a_context_reset(tmp_path: Path) -> None:
     assert [m.role for m in replayed] == ["user", "assistant", "assistant"]
     assert not any(m.generated for m in replayed)  # history is context, never supervised twice
     assert t.messages[-1].generated and t.messages[-1].content == "Continuing after compaction."
+    # Masks render the turn after the compaction after the instructions and the replacement
+    # history only: what Codex sent with that call.
+    from records.trajectory import Outcome
+    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.tokenizers import load_tokenizer
+
+    tok = load_tokenizer("qwen3.6")
+    samples = compile_trajectory(t.model_copy(update={"outcome": Outcome(resolved=True)}), None, tok, MaskOptions(mode="positive"))
+    assert [s.sample_id for s in samples] == [t.id + "#r0", t.id + "#r1"]
+    after = tok.decode(samples[1].input_ids.tolist())
+    assert after.startswith("<|im_start|>system\n" + t.messages[0].content.strip()[:40])
+    assert "Fix add() in calc.py: it subtracts." in after and after.count("Working on it.") == 1  # the replayed copy only
 
 
 def test_walks_session_trees_including_zstd(tmp_path: Path, samples: Path) -> None:

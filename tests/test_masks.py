@@ -416,3 +416,32 @@ def test_cli_masks_never_reuses_shards_of_other_inputs(relearn_bin: str, tmp_pat
     write_reviews()
     assert masks().returncode == 0
     assert sorted(p.name for p in (tmp_path / "d").glob("shard-*.parquet")) == ["shard-00000.parquet"]
+
+
+def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> None:  # noqa: ANN001
+    """A compacted history (Codex's ``compacted``, ATIF's compaction step): the turn after the
+    reset gets its own sample, holding the instructions and what came after the reset, and
+    no token of what the model no longer saw; defects go with the sample of their message."""
+    messages = [
+        *BASE[:4],
+        {"role": "user", "content": "Summary of the work so far: add() subtracts; fix it.", "generated": False},
+        {"role": "assistant", "generated": True, "reasoning_content": "Fix it now, surely.", "content": "Patching.",
+         "tool_calls": [call("c2", "apply_patch", input="*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n")]},
+        {"role": "tool", "tool_call_id": "c2", "content": "Success."},
+        {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
+    ]  # fmt: skip
+    t = trajectory(messages, context_resets=[{"message_index": 4, "reason": "compacted"}])
+    review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 2, "reasoning_content", "probably"), defect(t, 5, "reasoning_content", "surely")])
+    before, after = compile_trajectory(t, review, tok, MaskOptions())
+    assert (before.sample_id, after.sample_id) == (t.id + "#r0", t.id + "#r1")
+    first, second = tok.decode(before.input_ids.tolist()), tok.decode(after.input_ids.tolist())
+    assert "return a - b\n" in first and "Summary of the work" not in first
+    assert second.startswith("<|im_start|>system\nYou are a coding agent.")  # the instructions stay
+    for pre_reset in ("Fix add() in calc.py.", "The bug is probably", "cat calc.py", "def add(a, b):\n    return a - b"):
+        assert pre_reset not in second, pre_reset
+    assert "Summary of the work so far" in second and "Fixed: add() returns a + b." in supervised_text(tok, after)
+    assert before.excluded > 0 and after.excluded > 0  # each defect excluded in its own context
+    assert "probably" not in supervised_text(tok, before) and "surely" not in supervised_text(tok, after)
+    # Without the reset the same messages are one sequence, as before.
+    (whole,) = compile_trajectory(trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions())
+    assert whole.sample_id == trajectory(messages).id and whole.eligible == before.eligible + after.eligible

@@ -58,12 +58,32 @@ def _content(message: Message) -> Any:
     return parts if parts is not None and (message.extra or {}).get("atif_step_id") is not None else (message.content or "")
 
 
+def _context_steps(trajectory: Trajectory) -> dict[int, list[dict[str, Any]]]:
+    """ATIF context-management steps an import kept (``source.records``), by the message
+    index they stood before."""
+    source = trajectory.source
+    out: dict[int, list[dict[str, Any]]] = {}
+    if source is None or source.format != "atif":
+        return out
+    for entry in source.records or []:
+        record = entry.get("record")
+        if isinstance(record, dict) and isinstance(entry.get("at_message"), int):
+            out.setdefault(entry["at_message"], []).append(record)
+    return out
+
+
 def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: str = "0.1.0") -> dict[str, Any]:
     """``agent_name``/``agent_version`` name the scaffold that acted; a trajectory read
     from ATIF keeps the agent block it came with."""
     steps: list[dict[str, Any]] = []
     last: dict[str, Any] | None = None
-    for message in trajectory.messages:
+    context_steps = _context_steps(trajectory)
+    for index, message in enumerate(trajectory.messages):
+        for record in context_steps.pop(index, []):
+            steps.append({**record, "step_id": len(steps) + 1})  # as read: its observation is the new context
+            last = None
+        if (message.extra or {}).get("context_management") is not None:
+            continue  # part of that step's observation
         if _is_observation(message, last):
             assert last is not None
             result: dict[str, Any] = {"content": _content(message)}
@@ -105,6 +125,8 @@ def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: 
         step.update(_passthrough(message))
         steps.append(step)
         last = step
+    for records in context_steps.values():  # a context step after the last message
+        steps += [{**record, "step_id": len(steps) + 1 + k} for k, record in enumerate(records)]
 
     source = trajectory.source
     from_atif = source is not None and source.format == "atif"

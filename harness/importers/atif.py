@@ -7,10 +7,26 @@ message per observation result that names its call. Results without a call (agen
 that act through text) become the ``user`` message the model saw next. Steps marked
 ``is_copied_context`` or dispatched without a model call (``llm_call_count: 0``) are
 context, not generated.
+
+Context management (ATIF v1.7: a ``system`` step whose ``extra.context_management`` says
+``type``/``boundary``): the step's own ``message`` is an annotation the model never saw and
+makes no message (the step is kept under ``source.records``). With ``boundary: replace``
+its observation's contents become non-generated ``user`` messages (the new context) and a
+``ContextReset`` starts at the first of them; a replacement with no content is recorded as
+unknown (``replacement_known: false``: later turns are not trained on). ``append`` adds the
+contents without a reset.
+
+Sub-agents: an observation result's ``subagent_trajectory_ref`` becomes a link
+(``Trajectory.links``), never a message. The referenced trajectory is imported as its own
+trajectory, linked back to its parent: from the document's embedded ``subagent_trajectories``
+by ``trajectory_id``, else from ``trajectory_path`` beside the parent file (``session_id``
+alone resolves nothing). A file that another file in the same folder references is read
+through that file, not on its own.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,12 +41,14 @@ from harness.importers.base import (
     text_of_parts,
 )
 from records.trajectory import (
+    ContextReset,
     FunctionCall,
     Message,
     Policy,
     Source,
     ToolCall,
     Trajectory,
+    TrajectoryLink,
     Usage,
 )
 
@@ -54,16 +72,22 @@ METRIC_FIELDS = {"prompt_tokens", "completion_tokens", "cached_tokens", "cost_us
 
 def discover(root: Path) -> list[Path]:
     # Harbor trial folders also hold result.json and config.json; its trajectories are
-    # agent/trajectory.json and trajectory.<subagent>.json.
-    return sorted(p for p in root.rglob("*trajectory*.json") if p.is_file())
+    # agent/trajectory.json and trajectory.<subagent>.json. Sub-agent files that another
+    # file references are read through it, with their link.
+    found = sorted(p for p in root.rglob("*trajectory*.json") if p.is_file())
+    referenced = {ref for path in found for ref in _referenced_files(path)}
+    return [p for p in found if p.resolve() not in referenced]
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
     def convert_all(diagnostics: Diagnostics) -> list[Trajectory]:
         document = read_json_document(path)
-        if not isinstance(document, list):
-            return [convert(document, str(path), diagnostics)]
-        return [convert(doc, str(path), diagnostics, index) for index, doc in enumerate(document)]
+        documents = document if isinstance(document, list) else [document]
+        out: list[Trajectory] = []
+        for index, doc in enumerate(documents):
+            parent = convert(doc, str(path), diagnostics, None if not isinstance(document, list) else index)
+            out += [parent, *_subagents(parent, doc, path, diagnostics)]
+        return out
 
     return read_guarded(path, convert_all)
 
@@ -80,11 +104,19 @@ def convert(document: Any, path: str, diag: Diagnostics, index: int | None = Non
         raise fail(path, None, top._name("steps"), "empty: ATIF needs at least one step")
 
     messages: list[Message] = []
+    resets: list[ContextReset] = []
+    links: list[TrajectoryLink] = []
+    records: list[dict[str, Any]] = []
     for position, step in enumerate(steps, start=1):
         step_id = step.get("step_id", int, required=True)
         if step_id != position:
             diag.warn(None, f"{step.prefix}.step_id is {step_id}, expected {position} (steps must be numbered 1..N)")
-        messages.extend(_step_messages(step, diag))
+        management = _context_management(step, diag)
+        if management is not None:
+            records.append({"at_message": len(messages), "record": step.data})
+            _context_step(step, management, messages, resets, links, diag)
+            continue
+        messages.extend(_step_messages(step, links, len(messages), diag))
 
     final = top.obj("final_metrics")
     usage = None
@@ -103,10 +135,100 @@ def convert(document: Any, path: str, diag: Diagnostics, index: int | None = Non
         messages=messages,
         tools=agent.get("tool_definitions", list),
         usage=usage,
+        context_resets=resets or None,
+        links=links or None,
         started_at=messages[0].timestamp if messages else None,
         finished_at=messages[-1].timestamp if messages else None,
-        source=Source(format=FORMAT, format_version=version, path=path, meta=meta, warnings=diag.warnings or None),
+        source=Source(format=FORMAT, format_version=version, path=path, meta=meta, records=records or None, warnings=diag.warnings or None),
     )
+
+
+def _context_management(step: Fields, diag: Diagnostics) -> dict[str, Any] | None:
+    """The step's ``extra.context_management`` (where ATIF v1.7 puts it), or a top-level one
+    (invalid ATIF: Harbor's models forbid the field; read anyway, with a warning)."""
+    extra = step.data.get("extra")
+    value = extra.get("context_management") if isinstance(extra, dict) else None
+    if value is None and isinstance(step.data.get("context_management"), dict):
+        diag.warn(None, f"{step.prefix}.context_management is not an ATIF field (ATIF v1.7 puts it under extra); read anyway")
+        value = step.data["context_management"]
+    return value if isinstance(value, dict) else None
+
+
+def _context_step(
+    step: Fields, management: dict[str, Any], messages: list[Message], resets: list[ContextReset], links: list[TrajectoryLink], diag: Diagnostics
+) -> None:
+    """A context-management step: its observation's contents are what later calls see."""
+    kind, boundary = str(management.get("type") or "compaction"), str(management.get("boundary") or "replace")
+    start = len(messages)
+    observation = step.obj("observation")
+    for result in observation.items("results") if observation is not None else []:
+        content, parts = _content(result.get("content", (str, list), default=""))
+        _links_of(result, links, len(messages))
+        if content:
+            extra: dict[str, Any] = {"atif_step_id": step.data.get("step_id"), "context_management": management}
+            if parts is not None:
+                extra["content_parts"] = parts
+            messages.append(Message(role="user", content=content, generated=False, timestamp=step.str("timestamp"), extra=extra))
+    if boundary == "append":
+        return
+    known = boundary == "replace" and len(messages) > start
+    if not known:
+        diag.warn(None, f"{step.prefix}: {kind} with boundary {boundary!r} and no replacement content: what later turns saw is unknown, and they are not trained on")
+    resets.append(ContextReset(message_index=start, reason="compacted" if kind == "compaction" else f"atif:{kind}", replacement_known=known))
+
+
+def _links_of(result: Fields, links: list[TrajectoryLink], message_index: int) -> bool:
+    """Record an observation result's sub-agent references; True when it had any."""
+    refs = result.get("subagent_trajectory_ref", list, default=[]) or []
+    for ref in refs:
+        if isinstance(ref, dict):
+            links.append(TrajectoryLink(relation="subagent", message_index=message_index, ref=ref))
+    return bool(refs)
+
+
+def _subagents(parent: Trajectory, document: Any, path: Path, diag: Diagnostics) -> list[Trajectory]:
+    """The sub-agent trajectories ``parent`` references, each linked to it (and it to them)."""
+    embedded = {d.get("trajectory_id"): d for d in document.get("subagent_trajectories") or [] if isinstance(d, dict)} if isinstance(document, dict) else {}
+    children: list[Trajectory] = []
+    for link in parent.links or []:
+        ref = link.ref or {}
+        child_doc, where = None, str(path)
+        if ref.get("trajectory_id") in embedded:
+            child_doc, where = embedded[ref["trajectory_id"]], f"{path}#subagent_trajectories[{ref['trajectory_id']}]"
+        elif isinstance(ref.get("trajectory_path"), str) and "://" not in ref["trajectory_path"] and not ref["trajectory_path"].startswith("/"):
+            file = path.parent / ref["trajectory_path"]
+            if file.is_file():
+                child_doc, where = read_json_document(file), str(file)
+        if child_doc is None:
+            diag.warn(None, f"sub-agent reference {ref} does not resolve to a trajectory in the document or beside {path.name}")
+            continue
+        child = convert(child_doc, where, diag)
+        child.links = [*(child.links or []), TrajectoryLink(relation="parent", trajectory_id=parent.id, message_index=link.message_index, ref=ref, resolved=True)]
+        link.trajectory_id, link.resolved = child.id, True
+        children.append(child)
+    return children
+
+
+def _referenced_files(path: Path) -> list[Path]:
+    """Files a trajectory file references as its sub-agents (by ``trajectory_path``)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    if "subagent_trajectory_ref" not in text:
+        return []
+    try:
+        document = json.loads(text)
+    except ValueError:
+        return []
+    found: list[Path] = []
+    for doc in document if isinstance(document, list) else [document]:
+        for step in doc.get("steps") or [] if isinstance(doc, dict) else []:
+            for result in ((step.get("observation") or {}).get("results") or []) if isinstance(step, dict) else []:
+                for ref in (result.get("subagent_trajectory_ref") or []) if isinstance(result, dict) else []:
+                    if isinstance(ref, dict) and isinstance(ref.get("trajectory_path"), str):
+                        found.append((path.parent / ref["trajectory_path"]).resolve())
+    return found
 
 
 def _content(value: Any) -> tuple[str | None, list[Any] | None]:
@@ -115,7 +237,7 @@ def _content(value: Any) -> tuple[str | None, list[Any] | None]:
     return value, None
 
 
-def _step_messages(step: Fields, diag: Diagnostics) -> list[Message]:
+def _step_messages(step: Fields, links: list[TrajectoryLink], at: int, diag: Diagnostics) -> list[Message]:
     source = step.str("source", required=True)
     if source not in SOURCES:
         raise fail(step.path, None, f"{step.prefix}.source", f"{source!r} is not one of system, user, agent")
@@ -171,7 +293,8 @@ def _step_messages(step: Fields, diag: Diagnostics) -> list[Message]:
         for result in observation.items("results"):
             content, result_parts = _content(result.get("content", (str, list), default=""))
             call_id = result.str("source_call_id")
-            result_extra: dict[str, Any] = {k: v for k, v in result.data.items() if k not in ("content", "source_call_id")}
+            linked = _links_of(result, links, at + len(messages))
+            result_extra: dict[str, Any] = {k: v for k, v in result.data.items() if k not in ("content", "source_call_id", "subagent_trajectory_ref")}
             if result_parts is not None:
                 result_extra["content_parts"] = result_parts
             result_extra["atif_observation_of"] = step.data.get("step_id")
@@ -179,6 +302,8 @@ def _step_messages(step: Fields, diag: Diagnostics) -> list[Message]:
                 if call_id not in call_ids:
                     raise fail(step.path, None, f"{result.prefix}.source_call_id", f"{call_id!r} matches no tool_call_id of this step")
                 messages.append(Message(role="tool", content=content, tool_call_id=call_id, timestamp=timestamp, extra=result_extra))
+            elif linked and not content:
+                continue  # only references to sub-agents: a link, not a message the model never saw
             else:
                 messages.append(Message(role="user", content=content, timestamp=timestamp, extra=result_extra))
     return messages

@@ -3,7 +3,24 @@
 This module only computes changes: :func:`apply_patch` takes a ``read`` callback and
 returns :class:`FileChange` records; it never touches a filesystem. The caller writes them.
 
-Behaviour, and where it deliberately differs from Codex (the caller and the model see these):
+Two semantics (``semantics=``; the tool set records which one an episode used, and runs
+with different ones are never compared):
+
+* ``codex`` (the default) is Codex's, as its scenario fixtures
+  (``codex-rs/apply-patch/tests/fixtures/scenarios``) define it: ``*** Add File`` overwrites
+  a file that exists, ``*** Move to`` overwrites its destination, and when an operation
+  fails the operations before it stay applied (``PatchError.applied`` holds their changes
+  for the caller to write; nothing after the failing one is applied). An updated file
+  always ends with a newline unless it is empty.
+* ``strict`` is relearn's earlier, safer reading: adding a file that exists and moving onto
+  an existing file are errors, a failing patch changes nothing, and an updated file keeps
+  the final-newline state it had.
+
+Error texts are Codex's where Codex has one (``Failed to find expected lines in PATH:``,
+``Failed to read file to update PATH: No such file or directory (os error 2)``, ...).
+
+Behaviour common to both, and where it deliberately differs from Codex (the caller and the
+model see these):
 
 * Matching follows Codex's ``seek_sequence``: a hunk's context and removed lines are
   searched for, in order, after the previous hunk; first exactly, then ignoring trailing
@@ -22,15 +39,8 @@ Behaviour, and where it deliberately differs from Codex (the caller and the mode
 * Line endings: a file whose every newline is CRLF stays CRLF (added lines get CRLF too);
   any other file is treated as LF, and stray ``\\r`` characters stay part of their line.
   A UTF-8 BOM is kept. Patch text may itself use CRLF; that is stripped.
-* Final newline: an updated file keeps the state it had. If it ended with a newline (or was
-  empty) the result ends with one; if it did not, the result does not either, whatever the
-  hunks change. The format has no way to add or drop only the final newline. (Recent
-  Codex preserves it the same way; older Codex always appended one.) Added files end with
-  a newline unless they are empty. A pure rename keeps the content byte for byte.
-* Stricter than Codex, on purpose: adding a file that already exists and moving onto an
-  existing file are errors (Codex overwrites). The whole patch is validated before any
-  change is returned, so a failing patch changes nothing (Codex leaves earlier files
-  written).
+* Added files end with a newline unless they are empty. A pure rename keeps the content
+  byte for byte.
 * More lenient than Codex, on purpose: blank lines between file operations are ignored; an
   ``*** Update File`` with ``*** Move to`` and no hunks is a pure rename; a unified-diff
   range header (``@@ -12,7 +12,8 @@ def foo``) is accepted, its numbers ignored and any
@@ -49,9 +59,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from harness.tools.patch_grammar import END_OF_FILE, AddFile, Chunk, DeleteFile, PatchError, UpdateFile, clip, parse_patch, quote
+from harness.tools.patch_grammar import AddFile, Chunk, DeleteFile, PatchError, PatchOp, UpdateFile, parse_patch
 
-EXPECTED_LIMIT = 40  # lines of a hunk quoted in an error message
+Semantics = Literal["codex", "strict"]
+SEMANTICS: tuple[str, ...] = ("codex", "strict")
 
 
 @dataclass(frozen=True)
@@ -68,16 +79,19 @@ class FileChange:
     new_content: str | None = None
 
 
-def apply_patch(text: str, read: Callable[[str], str | None]) -> list[FileChange]:
+def apply_patch(text: str, read: Callable[[str], str | None], *, semantics: Semantics = "codex") -> list[FileChange]:
     """Compute the file changes ``text`` makes. Pure: reads through ``read``, writes nothing.
 
     ``read(path)`` returns the file's current text, or None if it does not exist. Raises
-    PatchError (and only PatchError, for any bad patch) if any part of the patch fails, in
-    which case nothing should be written.
+    PatchError (and only PatchError, for any bad patch) when a part of the patch fails; with
+    ``codex`` semantics its ``applied`` lists the changes of the operations before the
+    failing one, which are to be written (Codex has written them by then).
     """
+    if semantics not in SEMANTICS:
+        raise ValueError(f"apply_patch semantics must be one of {SEMANTICS}, not {semantics!r}")
     ops = parse_patch(text)
     if not ops:
-        raise PatchError("the patch contains no file operations; no files were modified")
+        raise PatchError("No files were modified.")
     state: dict[str, str | None] = {}  # what earlier operations in this patch left behind
 
     def current(path: str) -> str | None:
@@ -87,44 +101,51 @@ def apply_patch(text: str, read: Callable[[str], str | None]) -> list[FileChange
 
     changes: list[FileChange] = []
     for op in ops:
-        where = f"(patch line {op.line})"
-        if isinstance(op, AddFile):
-            if current(op.path) is not None:
-                raise PatchError(
-                    f"cannot add {op.path} {where}: the file already exists. Use '*** Update File: {op.path}' to change it, "
-                    "or delete it first",
-                    line=op.line,
-                    path=op.path,
-                )
-            state[op.path] = op.content
-            changes.append(FileChange(op.path, "add", None, op.content))
-        elif isinstance(op, DeleteFile):
-            if current(op.path) is None:
-                raise PatchError(f"cannot delete {op.path} {where}: the file does not exist", line=op.line, path=op.path)
-            state[op.path] = None
-            changes.append(FileChange(op.path, "delete", None, None))
-        else:
-            original = current(op.path)
-            if original is None:
-                raise PatchError(
-                    f"cannot update {op.path} {where}: the file does not exist (use '*** Add File: {op.path}' to create it)",
-                    line=op.line,
-                    path=op.path,
-                )
-            new = _update(op, original) if op.chunks else original
-            if op.move_to is not None:
-                if current(op.move_to) is not None:
-                    raise PatchError(
-                        f"cannot move {op.path} to {op.move_to} {where}: {op.move_to} already exists",
-                        line=op.line,
-                        path=op.path,
-                    )
-                state[op.path] = None
-                state[op.move_to] = new
-            else:
-                state[op.path] = new
-            changes.append(FileChange(op.path, "update", op.move_to, new))
+        try:
+            changes.append(_apply_op(op, current, state, semantics))
+        except PatchError as exc:
+            if semantics == "codex" and changes:
+                exc.applied = list(changes)
+                exc.message = exc.args[0] + "\n" + _partial_note(changes)
+                exc.args = (exc.message,)
+            raise
     return changes
+
+
+def _apply_op(op: PatchOp, current: Callable[[str], str | None], state: dict[str, str | None], semantics: Semantics) -> FileChange:
+    strict = semantics == "strict"
+    where = f"(patch line {op.line})"
+    if isinstance(op, AddFile):
+        if strict and current(op.path) is not None:
+            raise PatchError(
+                f"cannot add {op.path} {where}: the file already exists. Use '*** Update File: {op.path}' to change it, or delete it first",
+                line=op.line,
+                path=op.path,
+            )
+        state[op.path] = op.content
+        return FileChange(op.path, "add", None, op.content)
+    if isinstance(op, DeleteFile):
+        if current(op.path) is None:
+            raise PatchError(f"Failed to delete file {op.path}", line=op.line, path=op.path)
+        state[op.path] = None
+        return FileChange(op.path, "delete", None, None)
+    original = current(op.path)
+    if original is None:
+        raise PatchError(f"Failed to read file to update {op.path}: No such file or directory (os error 2)", line=op.line, path=op.path)
+    new = _update(op, original, keep_final_newline_state=strict) if op.chunks else original
+    if op.move_to is not None:
+        if strict and current(op.move_to) is not None:
+            raise PatchError(f"cannot move {op.path} to {op.move_to} {where}: {op.move_to} already exists", line=op.line, path=op.path)
+        state[op.path] = None
+        state[op.move_to] = new
+    else:
+        state[op.path] = new
+    return FileChange(op.path, "update", op.move_to, new)
+
+
+def _partial_note(applied: list[FileChange]) -> str:
+    done = summary(applied).splitlines()[1:]
+    return f"(applied before this error, and kept: {', '.join(done)}; nothing after it was applied)"
 
 
 def _read(read: Callable[[str], str | None], path: str) -> str | None:
@@ -147,7 +168,7 @@ def summary(changes: list[FileChange]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _update(op: UpdateFile, original: str) -> str:
+def _update(op: UpdateFile, original: str, *, keep_final_newline_state: bool) -> str:
     bom = "\ufeff" if original.startswith("\ufeff") else ""
     text = original[len(bom) :]
     newlines = text.count("\n")
@@ -160,7 +181,7 @@ def _update(op: UpdateFile, original: str) -> str:
         lines.pop()  # the empty string after the final newline (or of an empty file) is not a line
     new_lines = _apply_chunks(op, lines)
     out = "\n".join(new_lines)
-    if new_lines and ends_with_newline:
+    if new_lines and (ends_with_newline or not keep_final_newline_state):
         out += "\n"
     if crlf:
         out = out.replace("\n", "\r\n")
@@ -177,7 +198,7 @@ def _apply_chunks(op: UpdateFile, lines: list[str]) -> list[str]:
         for header in chunk.headers:
             idx = matcher.seek([header], pos, eof=False)
             if idx is None:
-                raise _context_error(op, chunk, matcher, pos, header=header)
+                raise _context_error(op, chunk, header=header)
             pos = idx + 1
         body = list(chunk.lines)
         old = [text for kind, text in body if kind != "+"]
@@ -197,7 +218,7 @@ def _apply_chunks(op: UpdateFile, lines: list[str]) -> list[str]:
                 old.pop()
                 found = matcher.seek(old, pos, eof=chunk.end_of_file) if old else None
             if found is None:
-                raise _context_error(op, chunk, matcher, pos)
+                raise _context_error(op, chunk)
             at = found
         out.extend(lines[copied:at])
         cursor = at
@@ -281,50 +302,9 @@ class _Matcher:
         return None
 
 
-def _context_error(op: UpdateFile, chunk: Chunk, matcher: _Matcher, pos: int, header: str | None = None) -> PatchError:
-    path = op.path
+def _context_error(op: UpdateFile, chunk: Chunk, header: str | None = None) -> PatchError:
+    """Codex's texts: the ``@@`` line that was not found, or every old line of the hunk."""
     if header is not None:
-        message = f"failed to find the context line {quote(header)} (from the '@@' of the hunk at patch line {chunk.line}) in {path}"
-        if pos > 0:
-            message += f" after line {pos}"
-        earlier = matcher.seek([header], 0, eof=False)
-        if earlier is not None and earlier < pos:
-            message += f"; it occurs at line {earlier + 1}, before the previous hunk. Hunks must follow the file's order"
-        return PatchError(message, line=chunk.line, path=path)
+        return PatchError(f"Failed to find context '{header}' in {op.path}", line=chunk.line, path=op.path)
     old = [text for kind, text in chunk.lines if kind != "+"]
-    shown = old[:EXPECTED_LIMIT]
-    quoted = "\n".join(clip(line) for line in shown)
-    if len(old) > len(shown):
-        quoted += f"\n... ({len(old) - len(shown)} more lines)"
-    where = "at the end of" if chunk.end_of_file else "in"
-    message = f"Failed to find expected lines {where} {path} (hunk at patch line {chunk.line}):\n{quoted}"
-    hint = _near_miss(matcher, old, pos, chunk.end_of_file)
-    if hint:
-        message += "\n" + hint
-    return PatchError(message, line=chunk.line, path=path)
-
-
-def _near_miss(matcher: _Matcher, old: list[str], pos: int, eof: bool) -> str:
-    """A hint for the model: where the expected lines nearly match, or match out of order."""
-    anywhere = matcher.seek(old, 0, eof=False)
-    if anywhere is not None:
-        if eof:
-            return f"Those lines occur at line {anywhere + 1}, but '{END_OF_FILE}' requires them to end the file."
-        return f"Those lines occur at line {anywhere + 1}, before the previous hunk's position (line {pos + 1}). Hunks must follow the file's order."
-    keys = matcher.keys(3)
-    want = [_normalise(line) for line in old]
-    best_at, best_len = -1, 0
-    for i in range(len(keys)):
-        k = 0
-        while k < len(want) and i + k < len(keys) and keys[i + k] == want[k]:
-            k += 1
-        if k > best_len:
-            best_at, best_len = i, k
-    if best_len == 0:
-        return f"The first expected line, {quote(old[0])}, does not occur in the file."
-    if best_at + best_len >= len(keys):
-        return f"The first {best_len} expected line(s) match at line {best_at + 1}, but the file ends there."
-    return (
-        f"The first {best_len} expected line(s) match at line {best_at + 1}; then the file has "
-        f"{quote(matcher.lines[best_at + best_len])} where the patch expects {quote(old[best_len])}."
-    )
+    return PatchError(f"Failed to find expected lines in {op.path}:\n" + "\n".join(old), line=chunk.line, path=op.path)

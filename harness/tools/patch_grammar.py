@@ -18,7 +18,9 @@ The format (Codex's freeform tool, Lark grammar ``tool_apply_patch.lark``, parse
     *** End Patch
 
 ``parse_patch`` turns patch text into file operations, or a ``PatchError`` naming the patch
-line; ``harness.tools.apply_patch`` applies them.
+line; ``harness.tools.apply_patch`` applies them. Error texts are Codex's own where Codex has
+one (``Invalid patch: ...``, ``Invalid patch hunk on line N: ...``), and lines are counted as
+Codex counts them: the ``*** Begin Patch`` line is line 1.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ _FILE_MARKER = re.compile(r"^\*\*\* (Add|Delete|Update) File:(.*)$")
 _RANGE_HEADER = re.compile(r"^-\d+(?:,\d+)?\s+\+\d+(?:,\d+)?\s*@@(.*)$")
 _WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]")
 _VALID_HEADERS = "'*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'"
+FIRST_LINE = f"Invalid patch: The first line of the patch must be '{BEGIN_PATCH}'"
+LAST_LINE = f"Invalid patch: The last line of the patch must be '{END_PATCH}'"
 QUOTE_LIMIT = 200  # characters of one line quoted in an error message
 _NAME_MAX, _PATH_MAX = 255, 4096  # Linux limits, in bytes: longer paths cannot be written anyway
 
@@ -47,14 +51,17 @@ _NAME_MAX, _PATH_MAX = 255, 4096  # Linux limits, in bytes: longer paths cannot 
 class PatchError(Exception):
     """A patch that cannot be parsed or applied. ``str(err)`` is written for the model to read.
 
-    ``line`` is the 1-based line in the patch text and ``path`` the file concerned, when known.
+    ``line`` is the patch line (the ``*** Begin Patch`` line is 1) and ``path`` the file
+    concerned, when known. ``applied`` holds the changes of the operations before the one that
+    failed, when the patch was applied with Codex's semantics (they are to be written).
     """
 
-    def __init__(self, message: str, *, line: int | None = None, path: str | None = None) -> None:
+    def __init__(self, message: str, *, line: int | None = None, path: str | None = None, applied: list | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.line = line
         self.path = path
+        self.applied = applied or []
 
 
 @dataclass(frozen=True)
@@ -102,17 +109,13 @@ def parse_patch(text: str) -> list[PatchOp]:
     lines = _split_lines(text)
     first = next((i for i, line in enumerate(lines) if line.strip()), None)
     if first is None:
-        raise PatchError(f"the patch is empty; it must start with '{BEGIN_PATCH}' and end with '{END_PATCH}'")
+        raise PatchError(FIRST_LINE, line=1)
     if lines[first].strip() != BEGIN_PATCH:
         wrapped = split_heredoc(text, require_command=False)
         if wrapped is not None and wrapped.body.strip():
-            body_lines = _split_lines(wrapped.body)
-            return _parse_lines(body_lines, wrapped.body_line - 1)
-        raise PatchError(
-            f"the first line of the patch must be '{BEGIN_PATCH}', got {quote(lines[first])} (patch line {first + 1})",
-            line=first + 1,
-        )
-    return _parse_lines(lines, 0)
+            return _parse_lines(_split_lines(wrapped.body))
+        raise PatchError(FIRST_LINE, line=1)
+    return _parse_lines(lines)
 
 
 def _split_lines(text: str) -> list[str]:
@@ -121,25 +124,16 @@ def _split_lines(text: str) -> list[str]:
     return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
 
 
-def _parse_lines(lines: list[str], offset: int) -> list[PatchOp]:
-    """Parse ``lines`` (patch line ``offset + i + 1`` is ``lines[i]``)."""
+def _parse_lines(lines: list[str]) -> list[PatchOp]:
+    """Parse ``lines``; as in Codex, blank lines around the patch are trimmed and its
+    ``*** Begin Patch`` line is line 1."""
     nonblank = [i for i, line in enumerate(lines) if line.strip()]
     if not nonblank or lines[nonblank[0]].strip() != BEGIN_PATCH:
-        where = nonblank[0] if nonblank else 0
-        got = lines[where] if nonblank else ""
-        raise PatchError(
-            f"the first line of the patch must be '{BEGIN_PATCH}', got {quote(got)} (patch line {offset + where + 1})",
-            line=offset + where + 1,
-        )
+        raise PatchError(FIRST_LINE, line=1)
     first, last = nonblank[0], nonblank[-1]
     if last == first or lines[last].strip() != END_PATCH:
-        earlier = any(line.strip() == END_PATCH for line in lines[first + 1 : last])
-        raise PatchError(
-            f"the last line of the patch must be '{END_PATCH}'; the patch ends at line {offset + last + 1} "
-            f"with {quote(lines[last])}. " + (f"Nothing may follow '{END_PATCH}'." if earlier else f"Is '{END_PATCH}' missing?"),
-            line=offset + last + 1,
-        )
-    return _Parser(lines, first + 1, last, offset).parse()
+        raise PatchError(LAST_LINE, line=last - first + 1)
+    return _Parser(lines, first + 1, last, -first).parse()
 
 
 class _Parser:
@@ -156,7 +150,7 @@ class _Parser:
 
     def error(self, message: str, *, i: int | None = None, path: str | None = None) -> PatchError:
         n = self.lineno(i)
-        return PatchError(f"invalid patch at line {n}: {message}", line=n, path=path)
+        return PatchError(f"Invalid patch hunk on line {n}: {message}", line=n, path=path)
 
     def parse(self) -> list[PatchOp]:
         ops: list[PatchOp] = []
@@ -195,7 +189,7 @@ class _Parser:
             return self.error(f"'{END_OF_FILE}' must directly follow the lines of an update hunk")
         if marker.startswith(ENVIRONMENT_ID):
             return self.error(f"'{ENVIRONMENT_ID}' may only come right after '{BEGIN_PATCH}'")
-        return self.error(f"{quote(raw)} is not a valid file operation header. Valid headers: {_VALID_HEADERS}")
+        return self.error(f"'{marker}' is not a valid hunk header. Valid hunk headers: {_VALID_HEADERS}")
 
     def path(self, raw: str, what: str) -> str:
         path = raw.strip()
@@ -282,7 +276,7 @@ class _Parser:
                 after_eof = False
             elif raw.strip() == END_OF_FILE:
                 if not body:
-                    raise self.error(f"'{END_OF_FILE}' must follow the lines of a hunk (in '*** Update File: {path}')", path=path)
+                    raise self.error("Update hunk does not contain any lines", path=path)
                 flush(True)
                 after_eof = True
             elif raw.startswith("*") or _FILE_MARKER.match(raw.strip()) or raw.strip() == END_PATCH:
@@ -298,17 +292,17 @@ class _Parser:
                 body.append((raw[0], raw[1:]) if raw else (" ", ""))
             else:
                 raise self.error(
-                    f"unexpected line {quote(raw)} in the hunk for '{path}'. Every hunk line must start with "
-                    "' ' (context), '+' (added) or '-' (removed); a hunk starts with '@@'",
+                    f"Unexpected line found in update hunk: '{raw}'. Every line should start with ' ' (context line), "
+                    "'+' (added line), or '-' (removed line)",
                     path=path,
                 )
             self.i += 1
         if chunk_start is not None:
             if not body:
-                raise self.error(f"the '@@' hunk for '{path}' has no lines", i=chunk_start, path=path)
+                raise self.error("Update hunk does not contain any lines", i=chunk_start, path=path)
             flush(False)
         if not chunks and move_to is None:
-            raise self.error(f"'*** Update File: {path}' has no hunks; nothing to change", i=start, path=path)
+            raise self.error(f"Update file hunk for path '{path}' is empty", i=start, path=path)
         return UpdateFile(path=path, move_to=move_to, chunks=tuple(chunks), line=self.lineno(start))
 
 

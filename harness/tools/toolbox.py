@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.docker_backend import Container
-from harness.tools.apply_patch import apply_patch, summary
+from harness.tools.apply_patch import FileChange, Semantics, apply_patch, summary
 from harness.tools.output import format_exec_output, truncate_middle
 from harness.tools.patch_grammar import PatchError
 from harness.tools.patch_heredoc import match_apply_patch_command
@@ -103,6 +103,7 @@ class Toolbox:
     output_tokens: int = 10000
     default_timeout_ms: int = 120_000
     max_timeout_ms: int = 1_800_000
+    apply_patch_semantics: Semantics = "codex"  # or "strict" (harness.tools.apply_patch)
 
     def schemas(self) -> list[dict[str, Any]]:
         return SCHEMAS
@@ -165,9 +166,20 @@ class Toolbox:
                 raise PatchError(f"{relative} is not UTF-8 text; apply_patch edits text files only") from None
 
         try:
-            changes = apply_patch(patch, read)
+            changes = apply_patch(patch, read, semantics=self.apply_patch_semantics)
         except PatchError as exc:
-            return _error(f"Error: {exc}")
+            # Codex's texts as its binary prints them; with its semantics, what the operations
+            # before the failing one changed is written, as Codex has written it by then.
+            problem = self._write(exc.applied, base)
+            return _error(str(exc) if problem is None else f"{exc}\n{problem}")
+        problem = self._write(changes, base)
+        if problem is not None:
+            return _error(problem)
+        text, _removed = truncate_middle(summary(changes), self.output_tokens)
+        return ToolResult(text, 0, 0.0, metadata={"exit_code": 0, "files": [c.path for c in changes]})
+
+    def _write(self, changes: list[FileChange], base: str) -> str | None:
+        """Perform the changes in order; the error text of the first one that fails, or None."""
         for change in changes:
             path = self._path(change.path, base)
             if change.kind == "delete":
@@ -179,11 +191,10 @@ class Toolbox:
             write = f"mkdir -p -- {shlex.quote(posixpath.dirname(target))} && cat > {quoted}"
             written = self.container.exec(["sh", "-c", write], stdin=(change.new_content or "").encode("utf-8"), timeout_s=60)
             if not written.ok:
-                return _error(f"Error: could not write {change.move_to or change.path}: {written.output.strip()}")
+                return f"Failed to write file {change.move_to or change.path}"
             if change.move_to and target != path:
                 self.container.sh(f"rm -f -- {shlex.quote(path)}")
-        text, _removed = truncate_middle(summary(changes), self.output_tokens)
-        return ToolResult(text, 0, 0.0, metadata={"exit_code": 0, "files": [c.path for c in changes]})
+        return None
 
 
 def _error(text: str, *, format_error: bool = False) -> ToolResult:

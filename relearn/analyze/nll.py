@@ -33,7 +33,8 @@ from records.pools import JsonlWriter, RecordError, iter_lines, iter_pool
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.analyze.pools import NamedPool
 from relearn.masks.compile import Rejected, Sample, compile_one
-from relearn.masks.template import RenderError, render
+from relearn.masks.shards import BUILD
+from relearn.masks.template import RenderError, context_segments, render
 
 SCORES_FILE = "nll-scores.jsonl"
 BOOTSTRAP_SAMPLES = 10_000
@@ -63,7 +64,9 @@ class Settings:
     fingerprint: str = ""
 
     def digest(self) -> str:
-        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:16]
+        # The masks build (relearn.masks.shards.BUILD) says how sequences are cut: scores of
+        # another build are of other sequences.
+        return hashlib.sha256(json.dumps({**asdict(self), "build": BUILD}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def folder_fingerprint(*paths: str) -> str:
@@ -80,15 +83,21 @@ def folder_fingerprint(*paths: str) -> str:
     return h.hexdigest()[:16]
 
 
-def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dict[str, Any]) -> Sample:
-    """``input_ids`` and the eligible-token mask A of one trajectory (no defects, no selection)."""
+def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dict[str, Any]) -> list[Sample]:
+    """``input_ids`` and the eligible-token mask A of one trajectory (no defects, no
+    selection): one sequence per context the model had (``context_segments``), as masks
+    renders them."""
+    samples = []
     try:
-        rendered = render(trajectory, tokenizer, template_kwargs=template_kwargs)
+        for number, segment in enumerate(context_segments(trajectory)):
+            rendered = render(trajectory, tokenizer, template_kwargs=template_kwargs, segment=segment)
+            if rendered.turns:
+                samples.append(compile_one(rendered, trajectory, [], tokenizer, f"{trajectory.id}#r{number}"))
     except RenderError as exc:
         raise Rejected(f"render: {exc.reason}", exc.detail) from None
-    if not rendered.turns:
+    if not samples:
         raise Skipped("no generated assistant turn")
-    return compile_one(rendered, trajectory, [], tokenizer, trajectory.id)
+    return samples
 
 
 class Scorer:
@@ -225,22 +234,25 @@ def score_pools(
 def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int) -> dict[str, Any]:
     base: dict[str, Any] = {"trajectory_id": trajectory.id, "task_id": trajectory.task_id}
     try:
-        sample = eligible_tokens(trajectory, tokenizer, settings.template_kwargs)
+        samples = eligible_tokens(trajectory, tokenizer, settings.template_kwargs)
     except Skipped as exc:
         return {**base, "skipped": exc.reason}
-    tokens = len(sample.input_ids)
+    tokens = max(len(s.input_ids) for s in samples)  # the longest sequence the model is run on
+    eligible = sum(s.eligible for s in samples)
     if tokens > ctx:
         return {**base, "skipped": TOO_LONG, "tokens": tokens}
-    if sample.eligible == 0:
+    if eligible == 0:
         return {**base, "skipped": "no eligible token", "tokens": tokens}
-    if int(sample.input_ids.max()) >= scorer.vocab_size:
-        raise Rejected("token id outside the model's vocabulary", f"{int(sample.input_ids.max())} >= {scorer.vocab_size}")
-    nll = scorer.token_nll(sample.input_ids, sample.loss_mask)
-    # The first token is never a target; A never holds it (it opens the system turn), checked.
-    if len(nll) != sample.eligible:
-        raise Rejected("internal: scored tokens differ from the eligible count", f"{len(nll)} != {sample.eligible}")
-    total = float(nll.sum())
-    return {**base, "tokens": tokens, "eligible": sample.eligible, "nll_sum": total, "nll_mean": total / sample.eligible}
+    total = 0.0
+    for sample in samples:
+        if int(sample.input_ids.max()) >= scorer.vocab_size:
+            raise Rejected("token id outside the model's vocabulary", f"{int(sample.input_ids.max())} >= {scorer.vocab_size}")
+        nll = scorer.token_nll(sample.input_ids, sample.loss_mask)
+        # The first token is never a target; A never holds it (it opens the system turn), checked.
+        if len(nll) != sample.eligible:
+            raise Rejected("internal: scored tokens differ from the eligible count", f"{len(nll)} != {sample.eligible}")
+        total += float(nll.sum())
+    return {**base, "tokens": tokens, "eligible": eligible, "nll_sum": total, "nll_mean": total / eligible}
 
 
 # ---------------------------------------------------------------- statistics

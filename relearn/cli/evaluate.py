@@ -14,7 +14,7 @@ from envs.images import build_base
 from harness.budget import Budget
 from records.trajectory import Trajectory
 from relearn.cli.envs import docker_client, terminate_cleanly
-from relearn.cli.harness import AgentArg, ReasoningEffortArg, agent_options
+from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, agent_options, check_apply_patch
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 eval_app = typer.Typer(help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True)
@@ -26,6 +26,7 @@ def run_command(
     model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
     dataset: Annotated[str, typer.Option(help="`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name.")] = "mini",
     agent: AgentArg = "builtin",
+    apply_patch: ApplyPatchArg = "codex",
     policy: Annotated[str | None, typer.Option(help="chat (the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
     reasoning_effort: ReasoningEffortArg = "medium",
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL.")] = None,
@@ -59,6 +60,7 @@ def run_command(
     from harness.policies.base import PolicySpec
 
     policy, codex = agent_options(agent, policy, reasoning_effort)
+    check_apply_patch(apply_patch)
     client = docker_client()
     terminate_cleanly()
     docker_backend.gc(client)
@@ -73,6 +75,7 @@ def run_command(
         workers=workers,
         spend_cap_usd=spend_cap,
         codex=codex,
+        apply_patch=apply_patch,  # type: ignore[arg-type]
     )
     base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     resolved = 0

@@ -21,8 +21,23 @@ if TYPE_CHECKING:
     from harness.codex_cli.config import CodexCliConfig
 
 AGENTS = ("builtin", "codex-cli")
+ApplyPatchArg = Annotated[
+    str,
+    typer.Option(
+        "--apply-patch",
+        help="The builtin tool set's apply_patch semantics: codex (Codex's own: an added file or a move overwrites what is there, and a failing operation keeps the ones before it) or strict (refuse those overwrites, and change nothing when any operation fails). Recorded with every episode; runs that differ are not compared.",
+    ),
+]
 AgentArg = Annotated[str, typer.Option("--agent", help="builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).")]
 ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_reasoning_effort (low | medium | high | xhigh).")]
+
+
+def check_apply_patch(semantics: str) -> None:
+    from harness.tools.apply_patch import SEMANTICS
+
+    if semantics not in SEMANTICS:
+        err.print(f"[red]error:[/red] --apply-patch must be one of {', '.join(SEMANTICS)}, not {semantics!r}")
+        raise typer.Exit(EXIT_USAGE)
 
 
 def agent_options(agent: str, policy: str | None, reasoning_effort: str | None) -> tuple[str, CodexCliConfig | None]:
@@ -50,6 +65,7 @@ def collect_command(
     model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
     tasks: TasksArg = "mini",
     agent: AgentArg = "builtin",
+    apply_patch: ApplyPatchArg = "codex",
     policy: Annotated[str | None, typer.Option(help="Endpoint protocol: chat (OpenAI-compatible, vLLM/SGLang; the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
     reasoning_effort: ReasoningEffortArg = "medium",
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL, e.g. http://localhost:8000/v1.")] = None,
@@ -100,7 +116,8 @@ def collect_command(
         checkpoint=checkpoint,
         step=step,
     )
-    config = AgentConfig(budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost))
+    check_apply_patch(apply_patch)
+    config = AgentConfig(budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost), apply_patch=apply_patch)  # type: ignore[arg-type]
     base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     resolved = 0
     progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), console=err, transient=True)

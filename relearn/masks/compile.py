@@ -26,7 +26,7 @@ import numpy as np
 
 from records.review import FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
-from relearn.masks.template import Rendered, RenderError, nfc, nfc_offset, per_turn_renders, render
+from relearn.masks.template import Rendered, RenderError, context_segments, nfc, nfc_offset, per_turn_renders, render
 
 MODES = ("ross", "positive", "ross-nomask")
 
@@ -192,23 +192,48 @@ def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect
 
 
 def compile_trajectory(trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions) -> list[Sample]:
-    """The samples one trajectory contributes, or Rejected with the reason."""
+    """The samples one trajectory contributes, or Rejected with the reason. A trajectory with
+    context resets gives one sample per context (ids ``#r{k}``); per-turn mode one per turn."""
     defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious)
+    unknown = _unknown_context(trajectory)
+    if unknown is not None:
+        raise Rejected("context reset without a known replacement", unknown)
+    segments = context_segments(trajectory)
     try:
-        if options.per_turn:
-            renders = per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs)
-        else:
-            renders = [render(trajectory, tokenizer, template_kwargs=options.template_kwargs, prefix_check=options.prefix_check)]
+        renders: list[tuple[str, Rendered]] = []
+        for number, segment in enumerate(segments):
+            prefix = f"#r{number}" if len(segments) > 1 else ""
+            if options.per_turn:
+                renders += [(f"{prefix}#m{r.turns[0].message_index}", r) for r in per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs, segment=segment)]
+            else:
+                rendered = render(trajectory, tokenizer, template_kwargs=options.template_kwargs, prefix_check=options.prefix_check, segment=segment)
+                if rendered.turns or len(segments) == 1:
+                    renders.append((prefix, rendered))
     except RenderError as exc:
         raise Rejected(f"render: {exc.reason}", exc.detail) from None
-    if not any(r.turns for r in renders):
+    if not any(r.turns for _suffix, r in renders):
         raise Rejected("no generated assistant turn")
     samples = []
-    for rendered in renders:
-        own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if options.per_turn else defects
-        suffix = f"#m{rendered.turns[0].message_index}" if options.per_turn else ""
+    for suffix, rendered in renders:
+        split = options.per_turn or len(segments) > 1
+        own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if split else defects
         sample = compile_one(rendered, trajectory, own, tokenizer, trajectory.id + suffix)
         if len(sample.input_ids) > options.ctx:
             raise Rejected("longer than ctx", f"{len(sample.input_ids)} tokens > {options.ctx}")
         samples.append(sample)
     return samples
+
+
+def _unknown_context(trajectory: Trajectory) -> str | None:
+    """A generated turn after a reset whose new context the source does not give: what the
+    model saw there cannot be rendered, so nothing of the trajectory is trained on."""
+    count = len(trajectory.messages)
+    starts = sorted({r.message_index for r in trajectory.context_resets or []} | {count})
+    for reset in trajectory.context_resets or []:
+        if reset.replacement_known:
+            continue
+        stop = next((s for s in starts if s > reset.message_index), count)
+        turns = [i for i in range(reset.message_index, stop) if trajectory.messages[i].role == "assistant" and trajectory.messages[i].generated]
+        if turns:
+            return f"the context was rebuilt at message {reset.message_index} ({reset.reason}) into something the source does not record; generated turns {turns[:5]} follow"
+    return None

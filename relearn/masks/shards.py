@@ -87,8 +87,13 @@ class ShardStats:
 TRAJECTORY_ID = re.compile(r'"trajectory_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
 
 
+# Bumped when the same inputs and options compile differently: 2 renders each context between
+# resets apart (shards built before it trained post-reset turns on the history before the reset).
+BUILD = 2
+
+
 def options_hash(options: MaskOptions, tokenizer_name: str, template: str) -> str:
-    basis = json.dumps({"options": asdict(options), "tokenizer": tokenizer_name, "template": template}, sort_keys=True)
+    basis = json.dumps({"options": asdict(options), "tokenizer": tokenizer_name, "template": template, "build": BUILD}, sort_keys=True)
     return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
 

@@ -9,6 +9,12 @@ raw, others as JSON), which is how Qwen3.5/3.6/3.8 and Nemotron 3 templates rend
 Anything that cannot be located is a ``RenderError``: the trajectory is refused, never
 masked by guesswork.
 
+A trajectory whose context was reset (``context_resets``: a Codex compaction, an ATIF
+compaction step) is rendered once per context the model had: the leading system/developer
+instructions, then the messages from one reset to the next (``context_segments``). A turn
+after a reset is thus rendered after exactly what the model saw, never after the history it
+no longer had.
+
 All text is NFC-normalised before rendering, as the Qwen tokenizer's normaliser would
 do, so that token offsets index the rendered text exactly; defect offsets are carried
 through the same normalisation.
@@ -219,10 +225,35 @@ class TemplateInput:
     tools: Any
 
 
-def template_input(trajectory: Trajectory) -> TemplateInput:
+def context_segments(trajectory: Trajectory) -> list[list[int]]:
+    """The message indexes of each context the model had, in order: all of them without a
+    context reset; with resets, the messages up to the first reset, then for each reset what
+    it keeps (by default the leading system/developer instructions, which every call still
+    carried) and the messages from it to the next reset."""
+    count = len(trajectory.messages)
+    resets = {r.message_index: r for r in trajectory.context_resets or [] if 0 < r.message_index < count}
+    if not resets:
+        return [list(range(count))]
+    lead = 0
+    while lead < count and trajectory.messages[lead].role in ("system", "developer"):
+        lead += 1
+    starts = sorted(resets)
+    bounds = [0, *starts, count]
+    segments = [list(range(bounds[0], bounds[1]))]
+    for start, stop in zip(bounds[1:-1], bounds[2:], strict=True):
+        keep = resets[start].keep
+        kept = sorted(i for i in keep if 0 <= i < start) if keep is not None else list(range(min(lead, start)))
+        segments.append(kept + list(range(start, stop)))
+    return segments
+
+
+def template_input(trajectory: Trajectory, indexes: list[int] | None = None) -> TemplateInput:
+    """The template input of the messages at ``indexes`` (default: all), with sources given as
+    indexes into the whole trajectory."""
     messages = normalised_messages(trajectory)
-    chat, sources = chat_messages_with_sources(messages)
-    return TemplateInput(messages, chat, sources, nfc(trajectory.tools) or None)
+    chosen = list(range(len(messages))) if indexes is None else indexes
+    chat, local = chat_messages_with_sources([messages[i] for i in chosen])
+    return TemplateInput(messages, chat, [chosen[s] for s in local], nfc(trajectory.tools) or None)
 
 
 def render(
@@ -231,8 +262,10 @@ def render(
     *,
     template_kwargs: dict[str, Any] | None = None,
     prefix_check: str = "header",
+    segment: list[int] | None = None,
 ) -> Rendered:
-    """Render the whole trajectory once and locate every generated assistant turn.
+    """Render the trajectory (or the messages of one ``segment``, see ``context_segments``)
+    once and locate every generated assistant turn.
 
     ``prefix_check``: ``header`` (default) requires each generated turn to open with the
     template's generation prompt, which catches templates that rewrite past turns
@@ -242,7 +275,7 @@ def render(
     """
     kwargs = dict(template_kwargs or {})
     shape = probe(tokenizer, kwargs)
-    conversation = template_input(trajectory)
+    conversation = template_input(trajectory, segment)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     text = _render(tokenizer, chat, tools, kwargs)
     turns: list[Turn] = []
@@ -279,13 +312,13 @@ def render(
 
 
 def per_turn_renders(
-    trajectory: Trajectory, tokenizer: Any, *, template_kwargs: dict[str, Any] | None = None
+    trajectory: Trajectory, tokenizer: Any, *, template_kwargs: dict[str, Any] | None = None, segment: list[int] | None = None
 ) -> list[Rendered]:
     """For templates that rewrite earlier turns: one render per generated assistant turn,
-    the conversation up to it (as the model was given it) plus that turn."""
+    the conversation up to it (as the model was given it, within its ``segment``) plus that turn."""
     kwargs = dict(template_kwargs or {})
     shape = probe(tokenizer, kwargs)
-    conversation = template_input(trajectory)
+    conversation = template_input(trajectory, segment)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     out = []
     for chat_index, source in enumerate(sources):
