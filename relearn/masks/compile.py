@@ -214,8 +214,8 @@ def compile_trajectory(trajectory: Trajectory, review: Review | None, tokenizer:
     if not any(r.turns for _suffix, r in renders):
         raise Rejected("no generated assistant turn")
     samples = []
+    split = options.per_turn or len(segments) > 1  # each sample excludes the defects of its own turns
     for suffix, rendered in renders:
-        split = options.per_turn or len(segments) > 1
         own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if split else defects
         sample = compile_one(rendered, trajectory, own, tokenizer, trajectory.id + suffix)
         if len(sample.input_ids) > options.ctx:
