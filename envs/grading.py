@@ -97,12 +97,15 @@ def grade(spec: Any, task: Task, phases: Phases, output: str, exit_code: int | N
     verdict.resolved = get_resolution_status(tests) == "RESOLVED_FULL" and not verdict.disagreements and not verdict.error
 
 
-def grade_openswe(output: str, exit_code: int | None, verdict: Any) -> None:
-    """OpenSWE's marker, the last one the script printed (the script's own echo comes after the
-    tests; a line the tests printed earlier does not count); with split phases, the test
-    command's own exit status."""
+def grade_openswe(exit_code: int | None, verdict: Any, output: str | None = None) -> None:
+    """OpenSWE's grade: with the test command run apart, its own exit status; for a script run
+    whole (``output``), the last marker it printed (its own echo comes after the tests; a line
+    the tests printed earlier does not count)."""
     if exit_code is None:
         verdict.error = "the tests timed out and were killed"
+        return
+    if output is None:
+        verdict.resolved = exit_code == 0
         return
     markers = OPENSWE_PASS.findall(output)
     verdict.resolved = bool(markers) and markers[-1] == "0"

@@ -79,6 +79,8 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True) -> 
     if not starts or not ends or ends[0] < starts[0]:
         return None
     before, tests = parts[: starts[0]], parts[starts[0] + 1 : ends[0]]
+    if not tests:
+        return None
     environment = [c for c in before if c.split(maxsplit=1)[0] in ENV_WORDS]
     setup: list[str] = []
     for command in before:
@@ -91,8 +93,6 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True) -> 
             command = first + ("\n" + rest if rest else "")
         setup.append(command)
     phases = Phases(setup=_script(setup), test="")
-    if not tests:
-        return None
     test_lines = list(tests)
     # The run's exit status is the test command's: the pytest call, else the first command
     # (a script may go on with `rc=$?` and the like, which would end with status 0).

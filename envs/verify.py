@@ -208,7 +208,7 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     script = task.eval_script or mini_eval_script(task, base_commit)
     phases = split_eval_script(script, task.workdir, instrument=task.kind == "swebench")
     if phases is None:
-        return _run_whole_script(container, task, spec, script, verdict, timeout_s, log_lines)
+        return _run_whole_script(container, task, script, verdict, timeout_s, log_lines)
     files: dict[str, tuple[bytes | str, int]] = {SETUP_PATH: (phases.setup, 0o755), TESTS_PATH: (phases.test, 0o755)}
     if task.test_patch.strip():
         # The test patch must be in place when the tests start, whatever the setup did.
@@ -230,7 +230,7 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     output, exit_code, report = _run_tests(container, phases, verdict, timeout_s)
     log_lines.append(f"$ tests (exit status {exit_code})\n{output}")
     if task.kind == "openswe":
-        grade_openswe(f"OPENSWE_EXIT_CODE={exit_code}" if exit_code is not None else "", exit_code, verdict)
+        grade_openswe(exit_code, verdict)
     else:
         grade(spec, task, phases, output, exit_code, report, verdict)
     verdict.reward = 1.0 if verdict.resolved else 0.0
@@ -253,7 +253,7 @@ def _run_tests(container: Container, phases: Phases, verdict: Verdict, timeout_s
     return result.output, result.exit_code, report
 
 
-def _run_whole_script(container: Container, task: Task, spec: Any, script: str, verdict: Verdict, timeout_s: float, log_lines: list[str]) -> str:
+def _run_whole_script(container: Container, task: Task, script: str, verdict: Verdict, timeout_s: float, log_lines: list[str]) -> str:
     """An eval script without test markers runs whole (OpenSWE scripts that echo their own
     marker); only an OpenSWE task can be graded that way."""
     container.put_file(SCRIPT_PATH, script, mode=0o755)
@@ -261,7 +261,7 @@ def _run_whole_script(container: Container, task: Task, spec: Any, script: str, 
     verdict.timed_out = result.timed_out
     log_lines.append(result.output)
     if task.kind == "openswe":
-        grade_openswe(result.output, result.exit_code, verdict)
+        grade_openswe(result.exit_code, verdict, result.output)
     else:
         verdict.error = f"the eval script has no {START_TEST_OUTPUT!r} / {END_TEST_OUTPUT!r} markers around its test command: nothing to grade"
     verdict.reward = 1.0 if verdict.resolved else 0.0

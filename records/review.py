@@ -33,6 +33,7 @@ CATEGORIES = (
     "reward_hacking",
     "other",
 )
+TRAJECTORY_ID = re.compile(r'"trajectory_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
 FIELD = re.compile(r"^(content|reasoning_content|tool_calls\[(\d+)\]\.arguments(?:\.(.+))?)$")
 
 
@@ -101,15 +102,29 @@ def primary_category(review: Review) -> str:
     return categories.most_common(1)[0][0] if categories else "none"
 
 
-def iter_reviews(path: Path) -> Iterator[Review | RecordError]:
+def iter_review_records(path: Path) -> Iterator[tuple[str | None, Review | RecordError]]:
+    """The review reader: each line's Review, or its located error, with the trajectory id the
+    line names (read from a line that does not validate, even from one that is not JSON),
+    or None where it names none."""
     try:
         for number, text in iter_lines(path):
             try:
                 data = parse_json_line(path, number, text)
-                yield Review.model_validate(data)
             except RecordError as exc:
-                yield exc
+                found = TRAJECTORY_ID.search(text)
+                yield (json.loads(f'"{found.group(1)}"') if found else None), exc
+                continue
+            try:
+                review = Review.model_validate(data)
             except ValidationError as exc:
-                yield validation_error(path, number, exc)
+                named = data.get("trajectory_id") if isinstance(data, dict) else None
+                yield (named if isinstance(named, str) else None), validation_error(path, number, exc)
+                continue
+            yield review.trajectory_id, review
     except RecordError as exc:
-        yield exc
+        yield None, exc
+
+
+def iter_reviews(path: Path) -> Iterator[Review | RecordError]:
+    for _trajectory_id, item in iter_review_records(path):
+        yield item

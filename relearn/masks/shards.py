@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -28,10 +27,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
 
-from records.pools import RecordError, iter_lines, iter_pool_records, parse_json_line, validation_error, write_text_atomic
-from records.review import Review
+from records.pools import RecordError, iter_pool_records, write_text_atomic
+from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
 from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_trajectory
 
@@ -84,9 +82,6 @@ class ShardStats:
         self.rejections.append({"trajectory_id": trajectory_id, "reason": reason, "detail": detail})
 
 
-TRAJECTORY_ID = re.compile(r'"trajectory_id"\s*:\s*"((?:[^"\\]|\\.)*)"')
-
-
 # Bumped when the same inputs and options compile differently: 2 renders each context between
 # resets apart (shards built before it trained post-reset turns on the history before the reset).
 BUILD = 2
@@ -112,27 +107,11 @@ def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review | Rec
     reviews: dict[str, Review | RecordError] = {}
     if path is None:
         return reviews
-    try:
-        for number, text in iter_lines(path):
-            try:
-                data = parse_json_line(path, number, text)
-            except RecordError as exc:
-                errors.append(str(exc))
-                found = TRAJECTORY_ID.search(text)
-                if found:
-                    reviews[json.loads(f'"{found.group(1)}"')] = exc
-                continue
-            try:
-                review = Review.model_validate(data)
-            except ValidationError as exc:
-                located = validation_error(path, number, exc)
-                errors.append(str(located))
-                if isinstance(data, dict) and isinstance(data.get("trajectory_id"), str):
-                    reviews[data["trajectory_id"]] = located
-                continue
-            reviews[review.trajectory_id] = review  # a later review of the same trajectory wins
-    except RecordError as exc:
-        errors.append(str(exc))
+    for trajectory_id, item in iter_review_records(path):
+        if isinstance(item, RecordError):
+            errors.append(str(item))
+        if trajectory_id is not None:
+            reviews[trajectory_id] = item  # the latest line of a trajectory wins, readable or not
     return reviews
 
 
