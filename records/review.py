@@ -4,7 +4,9 @@
 ``[start, end)`` of one field of one message, with the quote that was found there.
 ``field`` is ``content``, ``reasoning_content``, ``tool_calls[i].arguments`` (offsets
 into ``json.dumps(arguments, ensure_ascii=False)``, the text a judge reads) or
-``tool_calls[i].arguments.KEY`` (offsets into that argument's string value).
+``tool_calls[i].arguments.KEY`` (offsets into that argument's value: the string itself, or
+the JSON text of any other value, such as an argv list ``["bash", "-lc", "ls"]``, which is
+how chat templates render it).
 Omissions have no source tokens and are never masked.
 """
 
@@ -85,8 +87,23 @@ def field_text(message: Message, field: str) -> str | None:
     arguments = calls[index].function.arguments
     if key is None:
         return json.dumps(arguments, ensure_ascii=False)
-    value = arguments.get(key)
-    return value if isinstance(value, str) else None
+    if key not in arguments:
+        return None
+    value = arguments[key]
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def field_is_json(message: Message, field: str) -> bool:
+    """Whether ``field_text`` of this field is JSON text (the arguments object, or a
+    non-string argument value) rather than a raw string."""
+    match = FIELD.match(field)
+    if match is None or match.group(2) is None:
+        return False
+    if match.group(3) is None:
+        return True
+    calls = message.tool_calls or []
+    index = int(match.group(2))
+    return index < len(calls) and not isinstance(calls[index].function.arguments.get(match.group(3)), str)
 
 
 def numbered_steps(trajectory: Trajectory) -> dict[int, int]:

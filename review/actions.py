@@ -196,16 +196,27 @@ _REDIRECT_TARGET = re.compile(r"(?<![-=<>&\d])\d?>>?\s*([^\s&|;<>]+)")
 def _written_files(script: str) -> list[str]:
     """Files a shell command writes, best effort: redirection targets and the file
     arguments of sed -i, perl -i and tee."""
+    files = output_files(script)
+    for segment in split_segments(script):
+        words = split_words(segment)
+        if words and words[0] in ("sed", "perl") and any(w.startswith("-") and "i" in w for w in words[1:]):
+            operands = [w for w in words[1:] if not w.startswith("-")]
+            files += [norm_path(f) for f in operands[1:]]  # the first operand is the script
+    return list(dict.fromkeys(files))
+
+
+def output_files(script: str) -> list[str]:
+    """Files a shell command sends output to (redirection targets, tee arguments, cp's
+    destination): the writes that can bring a file into being, unlike sed -i and perl -i,
+    which need it."""
     files = [m.group(1) for m in _REDIRECT_TARGET.finditer(script) if not m.group(1).startswith(("/dev/", "&"))]
     for segment in split_segments(script):
         words = split_words(segment)
-        if not words:
-            continue
-        if words[0] in ("sed", "perl") and any(w.startswith("-") and "i" in w for w in words[1:]):
-            operands = [w for w in words[1:] if not w.startswith("-")]
-            files += operands[1:]  # the first operand is the script
-        elif words[0] == "tee":
-            files += [w for w in words[1:] if not w.startswith("-")]
+        operands = [w for w in words[1:] if not w.startswith("-")]
+        if words and words[0] == "tee":
+            files += operands
+        elif words and words[0] == "cp" and len(operands) >= 2:
+            files.append(operands[-1])
     return [norm_path(f) for f in dict.fromkeys(files)]
 
 
@@ -231,3 +242,29 @@ def same_path(a: str, b: str) -> bool:
     # Patches name files relative to the workdir, git commands sometimes absolutely.
     a, b = norm_path(a), norm_path(b)
     return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
+_TEST = re.compile(
+    r"(\bpy\.?test\b|-m\s+(pytest|unittest)\b|\btox\b|\bnox\b|\b(npm|yarn|pnpm)\s+(run\s+)?test\b|\bgo\s+test\b|\bcargo\s+test\b"
+    r"|\bmake\s+(test|check)\b|\bmanage\.py\s+test\b|\bruntests\.py\b|\bbin/test\b|\bphpunit\b|\bmvn\s+test\b|\bgradle\w*\s+test\b)"
+)
+
+
+def is_test_run(script: str | None) -> bool:
+    return script is not None and _TEST.search(script) is not None
+
+
+# Shell commands that write files or change the environment (conservative: treating a
+# read as a write only hides a repeat; the reverse would flag a legitimate re-run).
+_WRITES = re.compile(
+    r"(\bsed\s+(-\w*\s+)*-i|\bperl\s+(-\w+\s+)*-\w*i|\btee\b|\bcp\b|\bmv\b|\brm\b|\btouch\b|\bmkdir\b|\bln\b|\bpatch\b|\bgit\s+(apply|am|checkout|restore|stash|reset|commit|merge|rebase|cherry-pick|revert|mv|rm)\b"
+    r"|\b(pip3?|uv|poetry|conda|npm|yarn|pnpm|apt-get|apt|gem|cargo)\s+(install|add|remove|uninstall)\b|\bsetup\.py\s+(develop|install)\b|\bdd\b|\btruncate\b"
+    r"|(?<![-=<>&\d])\d?>>?(?!&)\s*(?!/dev/null)[^\s&|;>]"
+    r"|open\([^)]*['\"][wa]\+?['\"]|\.write_text\(|\.write\()"
+)
+
+
+def changes_state(action: Action) -> bool:
+    if action.tool == "apply_patch":
+        return action.succeeded
+    return action.script is not None and _WRITES.search(action.script) is not None

@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 from dataclasses import dataclass
 
 from rapidfuzz import fuzz
 
-from records.review import FIELD, Defect, field_text
+from records.review import FIELD, Defect, field_is_json, field_text
 from records.trajectory import Message, Trajectory
 
 MIN_FUZZY_CHARS = 12  # shorter quotes re-anchor by chance; they must match exactly
@@ -49,7 +50,8 @@ def ground(
     description: str = "",
     fuzzy_threshold: float = 92.0,
 ) -> GroundingResult:
-    """Ground ``quote`` in ``field`` of message ``message_index`` ("auto"/"" searches every field)."""
+    """Ground ``quote`` in ``field`` of message ``message_index`` ("auto", "" or a field the message
+    lacks searches every field of the message)."""
     if not quote or not quote.strip():
         return _reject("empty quote")
     if not 0 <= message_index < len(trajectory.messages):
@@ -60,12 +62,12 @@ def ground(
     if message.role != "assistant" or not message.generated:
         return _reject("not a generated assistant message")
     auto = _auto_tiers(message)
-    if field in ("", "auto"):
+    text = field_text(message, field) if FIELD.match(field) else None
+    if text is None:
+        # No such field ("", "auto", a misspelt key, a call index past the last): judges name
+        # fields loosely, so search every field of the step; uniqueness decides.
         plans = [auto]
     else:
-        text = field_text(message, field) if FIELD.match(field) else None
-        if text is None:
-            return _reject("no such field")
         # The named field first, through every method; the other fields only if it has no
         # candidate at all (judges often name content for text that sits in
         # reasoning_content). Uniqueness is required there as everywhere.
@@ -73,7 +75,7 @@ def ground(
         plans = [[[(field, text)]], [tier for tier in others if tier]]
     best_fuzzy = 0.0
     for tiers in plans:
-        result, score = _locate(tiers, quote, context_before, context_after, fuzzy_threshold)
+        result, score = _locate(message, tiers, quote, context_before, context_after, fuzzy_threshold)
         best_fuzzy = max(best_fuzzy, score)
         if isinstance(result, str):
             return _reject(result)
@@ -96,7 +98,7 @@ def ground(
 
 
 def _locate(
-    tiers: list[list[tuple[str, str]]], quote: str, before: str, after: str, threshold: float
+    message: Message, tiers: list[list[tuple[str, str]]], quote: str, before: str, after: str, threshold: float
 ) -> tuple[tuple[Span, str, str] | str | None, float]:
     """((span, method, field text) | "ambiguous" | None, best fuzzy score): methods in
     order, and within a method the tiers in order; the first with candidates decides."""
@@ -108,7 +110,7 @@ def _locate(
         for tier in tiers:
             spans: list[Span] = []
             for name, text in tier:
-                found, score = _search(method, text, name, quote, threshold)
+                found, score = _search(method, text, name, _forms(text, field_is_json(message, name), quote), threshold)
                 spans += found
                 best = max(best, score)
             if spans:
@@ -133,22 +135,24 @@ def _auto_tiers(message: Message) -> list[list[tuple[str, str]]]:
     for i, call in enumerate(message.tool_calls or []):
         for key, value in call.function.arguments.items():
             name = f"tool_calls[{i}].arguments.{key}"
-            if isinstance(value, str) and value and FIELD.match(name):
-                primary.append((name, value))
+            text = field_text(message, name) if FIELD.match(name) else None
+            if text and value not in ("", None):
+                primary.append((name, text))
         json_texts.append((f"tool_calls[{i}].arguments", json.dumps(call.function.arguments, ensure_ascii=False)))
     return [tier for tier in (primary, json_texts) if tier]
 
 
-def _forms(field: str, quote: str) -> list[str]:
-    """The quote as written, then as it would read in the field's own encoding: judges
-    read arguments as JSON, so a quote of a JSON field may be unescaped and a quote of a
-    raw string value may still carry JSON escapes."""
+def _forms(text: str, is_json: bool, quote: str) -> list[str]:
+    """The quote as written, then as it would read in the field's own encoding. Judges read
+    arguments as JSON and quote them every way: a quote of JSON text (the arguments object,
+    an argv list) may be unescaped, re-indented, or the whole object; a quote of a raw string
+    value may still carry JSON escapes; an argv list may be quoted as the command line it
+    runs (``bash -lc 'ls -R'``)."""
     forms = [quote]
-    match = FIELD.match(field)
-    if match is None or match.group(2) is None:
-        return forms
-    if match.group(3) is None:
+    if is_json:
         forms.append(json.dumps(quote, ensure_ascii=False)[1:-1])
+        forms += _as_json_text(quote)
+        forms += _argv_forms(text, quote)
     elif "\\" in quote:
         try:
             decoded = json.loads(f'"{quote}"')
@@ -159,10 +163,37 @@ def _forms(field: str, quote: str) -> list[str]:
     return [f for i, f in enumerate(forms) if f and f not in forms[:i]]
 
 
-def _search(method: str, text: str, field: str, quote: str, threshold: float) -> tuple[list[Span], float]:
-    """Candidate spans of the first form of ``quote`` that has any, and the best fuzzy score."""
+def _as_json_text(quote: str) -> list[str]:
+    """A quote that is itself a JSON object or list (a whole arguments object, pretty-printed
+    as the judge read it) in the compact form the field holds."""
+    stripped = quote.strip()
+    if not stripped.startswith(("{", "[")):
+        return []
+    try:
+        value = json.loads(stripped)
+    except json.JSONDecodeError:
+        return []
+    return [json.dumps(value, ensure_ascii=False)]
+
+
+def _argv_forms(text: str, quote: str) -> list[str]:
+    """An argv list quoted as the command line it runs: the whole list's JSON text."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        return []
+    said = _squash(quote)
+    if said in (_squash(" ".join(value)), _squash(shlex.join(value))):
+        return [text]
+    return []
+
+
+def _search(method: str, text: str, field: str, forms: list[str], threshold: float) -> tuple[list[Span], float]:
+    """Candidate spans of the first of ``forms`` that has any, and the best fuzzy score."""
     best = 0.0
-    for form in _forms(field, quote):
+    for form in forms:
         if method == "exact":
             found = _exact(text, form)
         elif method == "whitespace":

@@ -1,9 +1,16 @@
 """The offline reviewer: pre-filter signals turned into grounded defects, no judge API.
 
-For runs without judges. Each signal excludes the offending action itself (the shell
-command text, or the whole apply_patch input) and nothing around it: reasoning next to
-the action may be right, and text we cannot show is wrong stays supervised. The last
+For runs without judges. Each signal's defect is the offending action itself (the shell
+command text, or the whole apply_patch input), which the masks' default ``action`` scope
+widens to the whole tool call; reasoning next to the action may be right, and text we
+cannot show is wrong stays supervised. The last
 assistant message (the answer after the work) is never excluded.
+
+Hint signals (``review.signals.HINT_KINDS``: a failure the agent expected, such as the
+failing test run that reproduces the bug before the fix) claim no mistake, so they get no
+entry in the Review at all: not a defect and not an error. An entry marked "not a defect"
+would still be counted by everything that reads ``errors`` as a confirmed error (the
+category shares in ``records.pool_index``, agreement with the judges).
 """
 
 from __future__ import annotations
@@ -17,9 +24,11 @@ from records.review import Defect, Review, numbered_steps
 from records.trajectory import Message, Trajectory, is_verified_positive
 from review.actions import command_key, is_inline_script, shell_script
 from review.grounding import ground
-from review.prefilters import Signal, prefilter
+from review.prefilters import prefilter
+from review.signals import Signal
 
-PROMPTS_VERSION = "heuristic-1"
+# Recorded in every review (as prompts_hash): which version of these rules made it.
+PROMPTS_VERSION = "heuristic-2"
 PROMPTS_HASH = hashlib.sha256(PROMPTS_VERSION.encode()).hexdigest()
 _BASH_FENCE = re.compile(r"```(?:bash|sh)\s*\n")
 
@@ -32,6 +41,8 @@ def heuristic_review(trajectory: Trajectory, *, include_suspicious: bool = False
     defects: list[Defect] = []
     ungrounded: list[int] = []
     for signal in prefilter(trajectory):
+        if not signal.is_defect:
+            continue  # a hint for the judges, not a mistake (see the module docstring)
         if signal.message_index == last or signal.message_index not in steps:
             continue  # the final answer stays; non-generated text is never supervised anyway
         error: dict[str, Any] = {

@@ -27,13 +27,12 @@ from records.review import CATEGORIES, Defect, Review, numbered_steps
 from records.trajectory import Message, Trajectory
 from review.grounding import ground
 from review.prefilters import prefilter
+from review.reading import DEFAULT_JUDGE_CONTEXT, TOO_LONG, TooLongForJudge, count_tokens, render_for_reading, render_step
 
 PROMPTS = Path(__file__).parent / "prompts"
 # A review that says the judges could not be used (unusable answers, a failing endpoint): the
 # trajectory is rejected for now, and a rerun reviews it again.
 JUDGE_ERROR = "judge_error"
-OBSERVATION_CHARS = 2000
-DIFF_CHARS = 6000
 
 
 def prompt(name: str) -> str:
@@ -87,54 +86,6 @@ def structured_output(kind: str, name: str, schema: dict[str, Any]) -> dict[str,
     if kind == "responses":
         return {"text": {"format": {"type": "json_schema", "name": name, "schema": schema, "strict": False}}}
     return {"response_format": {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}}
-
-
-# ---- rendering a trajectory for reading -------------------------------------------------
-
-
-def elide(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters elided ...]\n{text[-half:]}"
-
-
-def render_for_reading(trajectory: Trajectory, hints: list[str]) -> str:
-    by_message = {index: step for step, index in numbered_steps(trajectory).items()}
-    lines: list[str] = []
-    for index, message in enumerate(trajectory.messages):
-        if message.role == "assistant" and index in by_message:
-            lines.append(f"### Step {by_message[index]} (assistant)")
-            if message.reasoning_content:
-                lines.append(f"[reasoning]\n{message.reasoning_content}")
-            if message.content:
-                lines.append(f"[text]\n{message.content}")
-            for number, call in enumerate(message.tool_calls or []):
-                lines.append(f"[tool call {number}: {call.function.name}]\n{json.dumps(call.function.arguments, ensure_ascii=False, indent=1)}")
-        elif message.role == "tool":
-            lines.append(f"[observation]\n{elide(message.content or '', OBSERVATION_CHARS)}")
-        elif message.role in ("user", "system", "developer"):
-            lines.append(f"### {message.role}\n{elide(message.content or '', OBSERVATION_CHARS)}")
-    verdict = (trajectory.outcome.verdict if trajectory.outcome else None) or {}
-    lines.append(f"### Verifier\nresolved: {bool(trajectory.outcome and trajectory.outcome.resolved)}; tests: {json.dumps(verdict.get('tests'))}")
-    lines.append(f"### Final diff\n{elide(trajectory.final_patch or '(none)', DIFF_CHARS)}")
-    if hints:
-        lines.append("### Automatic checks flagged these steps (hints, not verdicts)\n" + "\n".join(hints))
-    return "\n\n".join(lines)
-
-
-def render_step(message: Message, errors: list[ConfirmedError]) -> str:
-    parts = []
-    if message.reasoning_content:
-        parts.append(f'field "reasoning_content":\n{message.reasoning_content}')
-    if message.content:
-        parts.append(f'field "content":\n{message.content}')
-    for number, call in enumerate(message.tool_calls or []):
-        for key, value in call.function.arguments.items():
-            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-            parts.append(f'field "tool_calls[{number}].arguments.{key}" ({call.function.name}):\n{shown}')
-    listed = "\n".join(f"{i}. [{e.category}] {e.description}" for i, e in enumerate(errors))
-    return "## The step\n\n" + "\n\n".join(parts) + f"\n\n## Confirmed errors in this step\n{listed}"
 
 
 # ---- calls, cache, spend ----------------------------------------------------------------
@@ -196,6 +147,7 @@ class CallCache:
 class Judge:
     spec: PolicySpec
     role: str  # "judge1" or "judge2"
+    context: int = DEFAULT_JUDGE_CONTEXT  # tokens of prompt the judge reads at most (review.reading)
 
     def ask(self, system: str, user: str, schema: type[BaseModel], cache: CallCache, ledger: Ledger) -> tuple[BaseModel | None, str | None, float]:
         """The parsed answer, or None and why it is unusable; and what it cost.
@@ -234,14 +186,16 @@ class Judge:
             return None, f"{self.role} answer is {kind}: {exc.errors()[0]['msg']}"
 
 
-def judge_pair(judge1: str | None, judge2: str | None, spec: Callable[[str, str], PolicySpec]) -> tuple[Judge, Judge] | None:
+def judge_pair(
+    judge1: str | None, judge2: str | None, spec: Callable[[str, str], PolicySpec], *, context: int = DEFAULT_JUDGE_CONTEXT
+) -> tuple[Judge, Judge] | None:
     """The two judges from their model names (judge 2 defaults to judge 1's model), or None
     when neither is named: the offline heuristic reviewer. ``spec(model, role)`` says how
-    each is reached."""
+    each is reached; ``context`` is how many tokens of prompt each reads."""
     first = judge1 or judge2
     if first is None:
         return None
-    return Judge(spec(first, "judge1"), "judge1"), Judge(spec(judge2 or first, "judge2"), "judge2")
+    return Judge(spec(first, "judge1"), "judge1", context), Judge(spec(judge2 or first, "judge2"), "judge2", context)
 
 
 def _strip_fences(text: str) -> str:
@@ -272,50 +226,67 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
     }
     cost = 0.0
     hints = [f"step {step}: {signal.kind}: {signal.detail}" for signal in prefilter(trajectory) for step, index in numbered_steps(trajectory).items() if index == signal.message_index]
-    answer, problem, spent = judge1.ask(prompt("judge1"), render_for_reading(trajectory, hints), Judge1Output, cache, ledger)
+    try:
+        reading = render_for_reading(trajectory, hints, budget=judge1.context, system=prompt("judge1"))
+    except TooLongForJudge as exc:
+        return Review(**base, decision="reject", reason=str(exc), reading={"tokens": exc.tokens, "budget": exc.budget}, cost_usd=0.0)
+    base["reading"] = {"tokens": reading.tokens, "budget": judge1.context, "elided": reading.elided}
+    answer, problem, spent = judge1.ask(prompt("judge1"), reading.text, Judge1Output, cache, ledger)
     cost += spent
     if answer is None:
         return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", cost_usd=cost)
     assert isinstance(answer, Judge1Output)
     numbered = numbered_steps(trajectory)
     errors = [e for e in answer.errors if e.step in numbered]
-    dropped = len(answer.errors) - len(errors)
-    review_errors = [{"step": e.step, "message_index": numbered[e.step], "category": e.category, "description": e.description, "evidence": e.evidence} for e in errors]
+    # A step that does not exist holds no text to exclude, and the error it names may sit
+    # anywhere: it is an error that cannot be grounded, not one to forget.
+    unlocated = sorted({e.step for e in answer.errors if e.step not in numbered})
+    review_errors = [{"step": e.step, "message_index": numbered.get(e.step), "category": e.category, "description": e.description, "evidence": e.evidence} for e in answer.errors]
     omissions = [o.model_dump() for o in answer.omissions]
     if answer.decision == "reject":
         return Review(**base, decision="reject", reason=answer.reason or "judge 1 rejected", errors=review_errors, omissions=omissions, cost_usd=cost)
     stats = GroundingStats()
+    if unlocated:
+        stats.reasons["no such step"] = len(unlocated)
     defects: list[Defect] = []
-    unlocated: list[int] = []
     by_step: dict[int, list[ConfirmedError]] = {}
     for error in errors:
         by_step.setdefault(error.step, []).append(error)
     for step, step_errors in sorted(by_step.items()):
         index = numbered[step]
-        located, problem, spent = judge2.ask(prompt("judge2"), render_step(trajectory.messages[index], step_errors), Judge2Output, cache, ledger)
+        step_text = render_step(trajectory.messages[index], [f"[{e.category}] {e.description}" for e in step_errors])
+        if count_tokens(prompt("judge2")) + count_tokens(step_text) > judge2.context:
+            unlocated.append(step)  # a step judge 2 cannot read whole cannot be localized
+            stats.reasons[TOO_LONG] = stats.reasons.get(TOO_LONG, 0) + 1
+            continue
+        located, problem, spent = judge2.ask(prompt("judge2"), step_text, Judge2Output, cache, ledger)
         cost += spent
         if located is None:
             return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)
         assert isinstance(located, Judge2Output)
-        found: set[int] = set()
+        # An error is excluded only when every quote judge 2 gave for it grounds: a quote that
+        # fails would leave part of the error supervised.
+        quoted: set[int] = set()
+        failed: set[int] = set()
         for span in located.spans:
             if not 0 <= span.error < len(step_errors):
                 stats.rejected += 1
                 stats.reasons["no such error"] = stats.reasons.get("no such error", 0) + 1
                 continue
             error = step_errors[span.error]
+            quoted.add(span.error)
             result = ground(trajectory, index, span.field, span.quote, context_before=span.context_before, context_after=span.context_after, category=error.category, description=error.description)
             stats.methods[result.method] = stats.methods.get(result.method, 0) + 1
             if result.defect is None:
                 stats.rejected += 1
                 reason = result.reason or "rejected"
                 stats.reasons[reason] = stats.reasons.get(reason, 0) + 1
+                failed.add(span.error)
                 continue
             stats.grounded += 1
             defects.append(result.defect)
-            found.add(span.error)
-        unlocated += [step for i in range(len(step_errors)) if i not in found]
-    grounding = {"grounded": stats.grounded, "rejected": stats.rejected, "methods": stats.methods, "reasons": stats.reasons, "errors_outside_assistant_steps": dropped}
+        unlocated += [step for i in range(len(step_errors)) if i not in quoted or i in failed]
+    grounding = {"grounded": stats.grounded, "rejected": stats.rejected, "methods": stats.methods, "reasons": stats.reasons, "errors_outside_assistant_steps": len(answer.errors) - len(errors)}
     if unlocated:
         # A confirmed error that cannot be excluded would be imitated: drop the trajectory.
         return Review(**base, decision="reject", reason=f"no_valid_target: errors at steps {sorted(set(unlocated))} could not be grounded", errors=review_errors, omissions=omissions, grounding=grounding, cost_usd=cost)

@@ -3,7 +3,8 @@
 NLL runs the real Qwen3.6 tokenizer and chat template and a tiny random Qwen3 with the real
 248,320-token vocabulary; the chunked, eligible-positions-only path is checked against full
 logits, and a pool copied from the model's own greedy output must score lower than random
-text. pass@k is checked against hand-computed values of the unbiased estimator.
+text. With reviews, the kept/excluded split is checked against the mask compiler's own
+masks and counts. pass@k is checked against hand-computed values of the unbiased estimator.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch.nn.functional as F
 from typer.testing import CliRunner
 
 from records.pools import write_atomic
+from records.review import Defect, Review, field_text
 from records.trajectory import Trajectory
 from relearn.analyze.nll import Scorer, eligible_tokens, folder_fingerprint
 from relearn.analyze.passk import analyze, read_outcomes
@@ -313,3 +315,161 @@ def test_cli_passk_writes_table_json_png(tmp_path: Path) -> None:
     ):
         failed = run("analyze", "passk", "-o", str(tmp_path / "x"), *args)
         assert failed.exit_code == 2 and message in failed.words, (args, failed.words)
+
+
+# ---------------------------------------------------------------- nll: kept (A \ E) vs excluded (E)
+
+
+def defect(t: Trajectory, index: int, field: str, quote: str, category: str) -> Defect:
+    text = field_text(t.messages[index], field)
+    assert text is not None and quote in text
+    start = text.index(quote)
+    return Defect(message_index=index, field=field, start=start, end=start + len(quote), quote=quote, category=category)
+
+
+def resolved(messages: list[dict], name: str) -> Trajectory:
+    return trajectory(messages, id=name, task_id=name, outcome={"resolved": True, "reward": 1.0})
+
+
+def squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def review_line(t: Trajectory, decision: str = "accept", defects: list[Defect] | None = None) -> str:
+    return json.dumps(Review(trajectory_id=t.id, decision=decision, reason=None if decision == "accept" else "reward hacking", defects=defects or []).model_dump(mode="json"))
+
+
+def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_them(tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    from relearn.masks.compile import MaskOptions, compile_trajectory
+
+    longer = [*AGENT[:6], {**AGENT[6], "content": "Fixed: add() returns a + b. I also checked sub()."}]
+    split_me = resolved(AGENT, "split-me")
+    two = [defect(split_me, 4, "reasoning_content", "probably in add()", "wrong_hypothesis"), defect(split_me, 4, "tool_calls[0].arguments", "cat calc.py", "redundant_exploration")]
+    clean = resolved(longer, "clean")  # accepted without defects: every eligible token is kept
+    rejected = resolved([*AGENT[:6], {**AGENT[6], "content": "Tests deleted."}], "rejected")
+    unreviewed = resolved([*AGENT[:6], {**AGENT[6], "content": "No review for me."}], "unreviewed")
+    garbled = resolved([*AGENT[:6], {**AGENT[6], "content": "My latest review is torn."}], "garbled")
+    misplaced = resolved([*AGENT[:6], {**AGENT[6], "content": "A quote off its offsets."}], "misplaced")
+    off = defect(misplaced, 6, "content", "quote", "other").model_copy(update={"start": 0, "end": 5})  # the field has "A quo" there
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, [split_me, clean, rejected, unreviewed, garbled, misplaced])
+    reviews = tmp_path / "reviews.jsonl"
+    lines = [
+        review_line(split_me, defects=two[:1]),  # superseded by the next line
+        review_line(split_me, defects=two),
+        review_line(clean),
+        review_line(rejected, "reject"),
+        review_line(garbled, defects=[defect(garbled, 6, "content", "torn", "other")]),  # an older, readable review: never used
+        '{"trajectory_id": "garbled", "decision": "acc',  # line 6: the latest review of "garbled", unreadable
+        review_line(misplaced, defects=[off]),
+    ]
+    reviews.write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr("relearn.masks.tokenizers.load_tokenizer", lambda _name: tok)
+    out = tmp_path / "out"
+
+    def nll(*extra: str) -> object:
+        return run("analyze", "nll", "--pool", f"p={pool}", "--tiny", "qwen3", "--bootstrap", "500", "-o", str(out), "--no-progress", *extra)
+
+    plain = nll()
+    assert plain.exit_code == 0, plain.words
+    plain_rows = {s["trajectory_id"]: s for s in json.loads((out / "nll.json").read_text())["trajectories"]["p"]}
+    assert "split" not in json.loads((out / "nll.json").read_text())["pools"][0]
+
+    first = nll("--reviews", str(reviews))
+    assert first.exit_code == 1, first.words  # done, but a latest review was unreadable
+    squeezed = "".join((first.stdout + first.stderr).split())  # rich folds long paths, even mid-word
+    assert squeeze(f"{pool}:5: garbled: not split, its latest review is unreadable: {reviews}:6: invalid JSON") in squeezed
+    assert squeeze("kept (A \\ E) vs excluded (E)") in squeezed
+    result = json.loads((out / "nll.json").read_text())
+    (row,) = result["pools"]
+    split = row["split"]
+    assert split["trajectories"] == 2
+    assert split["not_split"] == {"review rejected": 1, "no review": 1, "unreadable review": 1, "quote not at its offsets": 1}
+    scores = {s["trajectory_id"]: s for s in result["trajectories"]["p"]}
+    assert set(scores) == set(plain_rows)  # every trajectory is still scored ...
+    for name, score in scores.items():  # ... to the same plain figures as without reviews
+        assert score["eligible"] == plain_rows[name]["eligible"] and abs(score["nll_sum"] - plain_rows[name]["nll_sum"]) < 1e-6
+        assert ("split" in score) == (name in ("split-me", "clean"))
+
+    scorer = Scorer(lm)
+    kept_tokens = excluded_tokens = 0
+    for t, defects in ((split_me, two), (clean, [])):
+        (sample,) = compile_trajectory(t, Review(trajectory_id=t.id, decision="accept", defects=defects), tok, MaskOptions(mode="ross"))
+        s = scores[t.id]["split"]
+        (kept_sum, kept), (excluded_sum, excluded) = s["kept"], s["excluded"]
+        assert kept + excluded == scores[t.id]["eligible"] == sample.eligible
+        assert (kept, excluded) == (sample.supervised, sample.excluded)
+        assert {c: n for c, (_sum, n) in s["categories"].items()} == dict(sample.excluded_by_category)
+        # The figures are the model's NLL at exactly those positions.
+        excluded_mask = sample.eligible_mask & (1 - sample.loss_mask)
+        assert abs(kept_sum - scorer.token_nll(sample.input_ids, sample.loss_mask).sum()) < 1e-3
+        assert abs(excluded_sum - (scorer.token_nll(sample.input_ids, excluded_mask).sum() if excluded else 0.0)) < 1e-3
+        kept_tokens, excluded_tokens = kept_tokens + kept, excluded_tokens + excluded
+    assert scores["split-me"]["split"]["excluded"][1] > 0 and scores["clean"]["split"]["excluded"][1] == 0
+    assert set(scores["split-me"]["split"]["categories"]) == {"wrong_hypothesis", "redundant_exploration"}
+    assert (split["kept"]["tokens"], split["excluded"]["tokens"]) == (kept_tokens, excluded_tokens)
+    assert sum(c["tokens"] for c in split["categories"].values()) == excluded_tokens
+    for part in ("kept", "excluded"):
+        lo, hi = split[part]["ci95"]
+        assert lo <= split[part]["nll"] <= hi
+    assert abs(split["gap"]["nll"] - (split["excluded"]["nll"] - split["kept"]["nll"])) < 1e-12
+    markdown_text = (out / "nll.md").read_text()
+    assert "## Kept (A \\ E) vs excluded (E) eligible tokens" in markdown_text and "| p | 2 | " in markdown_text and "| p | wrong_hypothesis |" in markdown_text
+
+    # The same reviews again: everything from the cache, no model loaded.
+    real_build = __import__("relearn.train.model", fromlist=["build_model"]).build_model
+    loads: list[object] = []
+
+    def counted(**kwargs: object) -> torch.nn.Module:
+        loads.append(kwargs)
+        return real_build(**kwargs)
+
+    monkeypatch.setattr("relearn.train.model.build_model", counted)
+    again = nll("--reviews", str(reviews))
+    assert again.exit_code == 1 and loads == []
+    assert json.loads((out / "nll.json").read_text())["pools"][0]["split"] == split
+
+    # A changed review (the first defect withdrawn, appended as the latest line) is split again;
+    # the other trajectories come from the cache.
+    with open(reviews, "a") as f:
+        f.write(review_line(split_me, defects=two[1:]) + "\n")
+    changed = nll("--reviews", str(reviews))
+    assert changed.exit_code == 1 and len(loads) == 1
+    after = json.loads((out / "nll.json").read_text())
+    assert after["pools"][0]["reused"] == 5
+    (fewer,) = compile_trajectory(split_me, Review(trajectory_id=split_me.id, decision="accept", defects=two[1:]), tok, MaskOptions(mode="ross"))
+    redone = next(s for s in after["trajectories"]["p"] if s["trajectory_id"] == "split-me")["split"]
+    assert redone["excluded"][1] == fewer.excluded < scores["split-me"]["split"]["excluded"][1]
+    assert set(redone["categories"]) == {"redundant_exploration"}
+
+
+def test_split_statistics_are_paired_over_trajectories() -> None:
+    """The gap and the change between two models resample the same trajectories for both
+    figures: a constant per-token shift has no spread at all."""
+    from collections import Counter
+
+    from relearn.analyze.split import paired_delta, summarize_split
+
+    rng = np.random.default_rng(1)
+    before, after = [], []
+    for i in range(12):
+        excluded = int(rng.integers(10, 80))
+        kept = 5 * excluded  # the same share everywhere, so that the token-weighted gap is exactly the per-token one
+        level = float(rng.uniform(8, 12))  # trajectories differ a lot from each other
+        split = {"kept": [level * kept, kept], "excluded": [(level + 0.75) * excluded, excluded], "categories": {"other": [(level + 0.75) * excluded, excluded]}}
+        before.append({"trajectory_id": f"t{i}", "split": split})
+        shifted = {"kept": [(level - 0.5) * kept, kept], "excluded": [(level - 0.2) * excluded, excluded], "categories": {"other": [(level - 0.2) * excluded, excluded]}}
+        after.append({"trajectory_id": f"t{i}", "split": shifted})
+    before.append({"trajectory_id": "unsplit"})
+    summary = summarize_split(before, Counter({"review rejected": 1}), samples=2000)
+    assert summary["trajectories"] == 12 and summary["not_split"] == {"review rejected": 1}
+    assert summary["kept"]["ci95"][1] - summary["kept"]["ci95"][0] > 0.3  # unpaired figures spread with the trajectories ...
+    assert summary["gap"]["nll"] == pytest.approx(0.75) and summary["gap"]["ci95"] == pytest.approx([0.75, 0.75])  # ... the paired gap does not
+    assert summary["categories"]["other"]["tokens"] == summary["excluded"]["tokens"]
+    delta = paired_delta(before, after[::-1], samples=2000)  # matched by id, not by order
+    assert delta["trajectories"] == 12
+    assert delta["kept"]["delta"] == pytest.approx(-0.5) and delta["kept"]["ci95"] == pytest.approx([-0.5, -0.5])
+    assert delta["excluded"]["delta"] == pytest.approx(-0.95) and delta["excluded"]["ci95"] == pytest.approx([-0.95, -0.95])
+    other = [{**r, "split": {**r["split"], "kept": [r["split"]["kept"][0], r["split"]["kept"][1] + 1]}} for r in after]
+    with pytest.raises(ValueError, match="split the trajectories differently"):
+        paired_delta(before, other)

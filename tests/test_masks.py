@@ -94,16 +94,52 @@ def test_a_covers_generated_turns_only(tok) -> None:  # noqa: ANN001
     assert sample.excluded == 0 and sample.supervised == sample.eligible
 
 
-def test_defect_in_tool_call_arguments(tok) -> None:  # noqa: ANN001
+def test_defect_in_tool_call_arguments_minimal_scope(tok) -> None:  # noqa: ANN001
     t = trajectory(BASE)
     as_json = defect(t, 2, "tool_calls[0].arguments", "cat calc.py")
     as_key = defect(t, 4, "tool_calls[0].arguments.input", "+    return a + b")
-    sample = compile_ross(t, [as_json, as_key], tok)
+    sample = compile_ross(t, [as_json, as_key], tok, defect_scope="minimal")
     text = supervised_text(tok, sample)
     assert "cat calc.py" not in text and "return a + b" not in text
     assert '"bash", "-lc", "' in text  # the rest of the same argument stays supervised
     assert "*** Begin Patch" in text and "*** End Patch" in text
     assert 0 < sample.excluded < 20
+
+
+def test_action_scope_excludes_the_whole_call_and_nothing_around_it(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    as_json = defect(t, 2, "tool_calls[0].arguments", "cat calc.py")
+    as_key = defect(t, 4, "tool_calls[0].arguments.input", "+    return a + b")
+    sample = compile_ross(t, [as_json, as_key], tok)
+    text = supervised_text(tok, sample)
+    for wrapper in ("<tool_call>", "<function=", "<parameter=", "</parameter>", "</function>", "</tool_call>", "workdir", "/repo", '"bash"', "*** Begin Patch"):
+        assert wrapper not in text
+    # The reasoning and text before each call and the final answer stay; the end of turn after
+    # a call belongs to the decision to call, the final answer's does not.
+    assert "The bug is probably in parse()." in text and "Let me look at the file." in text and "It subtracts." in text
+    assert text.endswith("Fixed: add() returns a + b.<|im_end|>") and text.count("<|im_end|>") == 1
+    rendered = render(t, tok)
+    offsets = tok(rendered.text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+    for turn in rendered.turns[:2]:
+        lo, hi = turn.calls[0].region
+        assert rendered.text[lo:].startswith("<tool_call>") and rendered.text[:hi].endswith("</tool_call><|im_end|>")
+        inside = [i for i, (a, b) in enumerate(offsets) if a < hi and b > lo]
+        assert inside and not any(sample.loss_mask[i] for i in inside)
+    minimal = compile_ross(t, [as_json, as_key], tok, defect_scope="minimal")
+    assert sample.excluded > 3 * minimal.excluded
+
+
+def test_action_scope_spares_a_neighbouring_call(tok) -> None:  # noqa: ANN001
+    messages = [dict(m) for m in BASE]
+    messages[2] = {**messages[2], "tool_calls": [call("c1", "shell", command=["bash", "-lc", "ls -R"]), call("c1b", "shell", command=["bash", "-lc", "cat calc.py"])]}
+    messages.insert(3, {"role": "tool", "tool_call_id": "c1b", "content": "..."})
+    messages[3], messages[4] = {"role": "tool", "tool_call_id": "c1", "content": "calc.py"}, messages[3]
+    t = trajectory(messages)
+    first = defect(t, 2, "tool_calls[0].arguments.command", "ls -R")
+    text = supervised_text(tok, compile_ross(t, [first], tok))
+    assert "ls -R" not in text and "cat calc.py" in text
+    assert text.count("<tool_call>") == 2  # the second call of that turn, and the patch
+    assert '<function=shell>\n<parameter=command>\n["bash", "-lc", "cat calc.py"]\n</parameter>\n</function>\n</tool_call><|im_end|>' in text
 
 
 def test_defects_at_the_edges_of_a_message(tok) -> None:  # noqa: ANN001
@@ -202,6 +238,17 @@ def test_modes_and_selection(tok) -> None:  # noqa: ANN001
         compile_trajectory(unverified, None, tok, MaskOptions(mode="positive"))
     with pytest.raises(Rejected, match="longer than ctx"):
         compile_trajectory(t, accepted, tok, MaskOptions(ctx=50))
+
+
+def test_ross_and_ross_nomask_reject_the_same_trajectories(tok) -> None:  # noqa: ANN001
+    t = trajectory(BASE)
+    moved = defect(t, 2, "content", "look at").model_copy(update={"start": 0, "end": 7})
+    review = Review(trajectory_id=t.id, decision="accept", defects=[moved])
+    for mode in ("ross", "ross-nomask"):
+        with pytest.raises(Rejected, match="quote not at its offsets"):
+            compile_trajectory(t, review, tok, MaskOptions(mode=mode))
+    (positive,) = compile_trajectory(t, review, tok, MaskOptions(mode="positive"))  # no review needed, none read
+    assert positive.excluded == 0
 
 
 # ---- properties over generated trajectories ---------------------------------------------

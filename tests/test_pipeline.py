@@ -7,10 +7,12 @@ import io
 import json
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
 
+from records.trajectory import Message, Trajectory
 from relearn.pipeline.config import PipelineError, load_pipeline
 from relearn.pipeline.runner import Stage, read_stamp, run_stages
 
@@ -244,3 +246,195 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     assert counts == {"graded now": 1, "ungradable (no task or no final patch)": 1, "resolved": 1, "unreadable": 0}
     graded = {t["id"]: t.get("outcome") for t in map(json.loads, verified_path(ctx).read_text().splitlines())}
     assert graded["a"]["resolved"] is True and graded["a"]["verdict"]["patch_applied"] and graded["b"] is None
+
+
+# ---------------------------------------------------------------- held-out tasks, contrasts, analyze
+
+FULL = """
+workdir = "work"
+[pool.import]
+format = "codex"
+paths = ["rollouts"]
+[masks]
+variants = ["positive", "ross-nomask", "ross"]
+heldout_tasks = ["sub"]
+[train]
+tiny = "qwen3"
+[analyze]
+bootstrap = 200
+[eval]
+ids = ["mini__calc-1"]
+"""
+
+
+def full_context(tmp_path: Path, text: str = FULL):  # noqa: ANN201
+    from relearn.pipeline.stages import Context
+
+    (tmp_path / "p.toml").write_text(text)
+    return Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
+
+
+def test_plan_sets_the_heldout_tasks_apart_checks_contrasts_before_training_and_analyzes_after(tmp_path: Path) -> None:
+    from relearn.pipeline.stages import plan
+
+    stages = {s.name: s for s in plan(full_context(tmp_path), dict)}
+    assert list(stages) == [
+        "pool", "verify", "review", "holdout", "masks:positive", "masks:ross-nomask", "masks:ross", "contrasts",
+        "upstream", "train:positive", "train:ross-nomask", "train:ross", "analyze",
+        "eval:upstream", "eval:positive", "eval:ross-nomask", "eval:ross", "report",
+    ]  # fmt: skip
+    assert all(stages[f"masks:{v}"].needs == ("holdout", "review") for v in ("positive", "ross-nomask", "ross"))
+    assert stages["contrasts"].needs == ("masks:positive", "masks:ross-nomask", "masks:ross")
+    assert "contrasts" not in stages["train:ross"].needs  # retraining one variant does not follow the others' masks
+    assert set(stages["analyze"].needs) == {"holdout", "review", "upstream", "train:positive", "train:ross-nomask", "train:ross"}
+    # Held-out tasks and analysis are opt-in: a file without them plans what it planned before.
+    bare = {s.name: s for s in plan(full_context(tmp_path, FULL.replace('heldout_tasks = ["sub"]\n', "").replace("[analyze]\nbootstrap = 200\n", "")), dict)}
+    assert "holdout" not in bare and "analyze" not in bare and bare["masks:ross"].needs == ("verify", "review")
+    with pytest.raises(PipelineError, match=r"\[analyze\] .* needs \[train\]"):
+        full_context(tmp_path, PIPELINE.replace('[train]\ntiny = "qwen3"\n', "[analyze]\n"))
+
+
+def verified_pool(ctx: Any) -> list[Trajectory]:
+    from relearn.pipeline.stages import verified_path
+
+    def one(task: str, n: int) -> Trajectory:
+        messages = [
+            Message(role="system", content="You are a coding agent."),
+            Message(role="user", content=f"Fix {task}() in calc.py."),
+            Message(role="assistant", generated=True, reasoning_content=f"Probably in {task}(), attempt {n}.", content="Let me look at the file."),
+            Message(role="user", content="Go on."),
+            Message(role="assistant", generated=True, content=f"Fixed {task}(): it is correct now."),
+        ]
+        return Trajectory(id=f"{task}-{n}", task_id=task, messages=messages, outcome={"resolved": True, "reward": 1.0})
+
+    pool = [one("add", 0), one("sub", 0), one("mul", 0), one("sub", 1)]
+    verified_path(ctx).parent.mkdir(parents=True, exist_ok=True)
+    verified_path(ctx).write_text("".join(t.model_dump_json() + "\n" for t in pool) + '{"messages": [\n')  # and a torn record
+    return pool
+
+
+def test_holdout_stage_copies_records_verbatim_and_refuses_an_unknown_task(tmp_path: Path) -> None:
+    from relearn.pipeline.stages import heldout_pool_path, holdout_stage, training_pool_path, verified_path
+
+    ctx = full_context(tmp_path)
+    verified_pool(ctx)
+    assert holdout_stage(ctx) == {"train": 3, "heldout": 2, "heldout_tasks": 1}
+    lines = verified_path(ctx).read_text().splitlines()
+    assert heldout_pool_path(ctx).read_text().splitlines() == [lines[1], lines[3]]
+    assert training_pool_path(ctx).read_text().splitlines() == [lines[0], lines[2], lines[4]]  # the torn one too: masks reject and count it
+
+    typo = full_context(tmp_path, FULL.replace('["sub"]', '["sub", "dvi"]'))
+    with pytest.raises(ValueError, match=r"heldout_tasks: no trajectory of dvi in .*verified.jsonl \(its tasks: add, mul, sub\)"):
+        holdout_stage(typo)
+    everything = full_context(tmp_path, FULL.replace('["sub"]', '["sub", "add", "mul"]'))
+    with pytest.raises(ValueError, match="holds out every trajectory"):
+        holdout_stage(everything)
+
+
+def write_dataset(folder: Path, ids: list[str], rejections: dict[str, str] | None = None) -> None:
+    """A dataset folder as `relearn masks` writes it, as far as the contrasts read it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"sample_id": ids, "trajectory_id": ids}), folder / "shard-00000.parquet")
+    stats = {"trajectories_out": len(ids), "rejections": [{"trajectory_id": i, "reason": r, "detail": "message 2"} for i, r in (rejections or {}).items()]}
+    (folder / "stats.json").write_text(json.dumps(stats))
+
+
+def test_training_does_not_start_when_ross_and_ross_nomask_hold_different_trajectories(tmp_path: Path) -> None:
+    from relearn.pipeline.report import contrasts_lines
+    from relearn.pipeline.stages import contrasts_path, dataset_dir, plan
+
+    ctx = full_context(tmp_path)
+    shared = [f"t{i}" for i in range(14)]
+    write_dataset(dataset_dir(ctx, "positive"), [*shared, "only-positive", "odd", "dropped"])
+    write_dataset(dataset_dir(ctx, "ross-nomask"), [*shared, "odd", "dropped"])
+    write_dataset(dataset_dir(ctx, "ross"), [*shared, "extra"], rejections={"odd": "defect outside its field", "dropped": "quote not in the render"})
+    trained: list[str] = []
+
+    def train_ross() -> dict[str, int]:
+        trained.append("ross")
+        (tmp_path / "trained").write_text("")
+        return {}
+
+    train = Stage("train:ross", "train", {}, [tmp_path / "trained"], train_ross)
+    contrasts = next(s for s in plan(ctx, dict) if s.name == "contrasts")
+
+    first = run_stages([contrasts, train], ctx.workdir, Console(file=io.StringIO()))
+    assert [(r.name, r.status) for r in first] == [("contrasts", "failed")] and trained == []
+    error = first[0].error or ""
+    assert "ross (15 trajectories) and ross-nomask (16)" in error
+    assert "1 only in ross: extra;" in error
+    assert "2 only in ross-nomask: dropped (ross: quote not in the render: message 2), odd (ross: defect outside its field: message 2)" in error
+    written = json.loads(contrasts_path(ctx).read_text())  # every id, also when it refuses
+    assert written["only"]["ross-nomask not ross"] == ["dropped", "odd"] and written["only"]["ross not ross-nomask"] == ["extra"]
+    assert len(written["ids"]["positive"]) == 17
+
+    # Many differences: a few named, all counted.
+    write_dataset(dataset_dir(ctx, "ross"), shared[:2])
+    many = run_stages([contrasts, train], ctx.workdir, Console(file=io.StringIO()))
+    assert "14 only in ross-nomask: dropped, odd, t10, t11," in (many[0].error or "") and "and 4 more" in (many[0].error or "") and trained == []
+
+    write_dataset(dataset_dir(ctx, "ross"), [*shared, "odd", "dropped"])
+    fixed = run_stages([contrasts, train], ctx.workdir, Console(file=io.StringIO()))
+    assert [(r.name, r.status) for r in fixed] == [("contrasts", "ran"), ("train:ross", "ran")] and trained == ["ross"]
+    assert fixed[0].counts == {"positive": 17, "ross-nomask": 16, "ross": 16, "relation": "ross = ross-nomask ⊆ positive (positive holds 1 more)"}
+    summary = json.loads(contrasts_path(ctx).read_text())
+    lines = "\n".join(contrasts_lines({**summary, "only": {pair: len(ids) for pair, ids in summary["only"].items()}}))
+    assert "| ROSS (`ross`) | 16 |" in lines and "one and not the other: positive not ross: 1; positive not ross-nomask: 1." in lines
+
+
+def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_pools_per_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The start model and each trained one on the training pool and the held-out one; a model
+    that equals the start changes nothing (a paired Δ of exactly 0), and a rerun loads no model."""
+    import shutil
+
+    import torch
+
+    from records.review import Defect, Review, field_text
+    from relearn.pipeline.stages import analyze_dir, analyze_stage, holdout_stage, reviews_path, train_dir, upstream_dir, upstream_stage
+    from relearn.train.model import build_model
+
+    ctx = full_context(tmp_path, FULL.replace('["positive", "ross-nomask", "ross"]', '["ross-nomask", "ross"]'))
+    pool = verified_pool(ctx)
+    reviews = []
+    for t in pool:
+        text = field_text(t.messages[2], "reasoning_content") or ""
+        defect = Defect(message_index=2, field="reasoning_content", start=0, end=len("Probably"), quote="Probably", category="wrong_hypothesis")
+        assert text.startswith("Probably")
+        reviews.append(Review(trajectory_id=t.id, decision="reject" if t.id == "mul-0" else "accept", defects=[defect]))
+    reviews_path(ctx).write_text("".join(r.model_dump_json() + "\n" for r in reviews))
+    holdout_stage(ctx)
+    upstream_stage(ctx)
+    shutil.copytree(upstream_dir(ctx), train_dir(ctx, "ross-nomask") / "model")  # "trained" to exactly the start
+    changed = build_model(init=str(upstream_dir(ctx)))
+    with torch.no_grad():
+        changed.get_output_embeddings().weight.mul_(3.0)  # sharper logits: another NLL everywhere
+    changed.save_pretrained(train_dir(ctx, "ross") / "model")
+
+    counts = analyze_stage(ctx)
+    assert counts["models"] == 3 and counts["train_trajectories"] == 2 and counts["heldout_trajectories"] == 2
+    assert counts["train_split"] == 1 and counts["heldout_split"] == 2 and counts["not_split"] == {"review rejected": 1}
+    result = json.loads((analyze_dir(ctx) / "nll.json").read_text())
+    rows = {(r["model"], r["pool"]): r for r in result["rows"]}
+    assert set(rows) == {(m, p) for m in ("upstream", "ross-nomask", "ross") for p in ("train", "heldout")}
+    for pool_name in ("train", "heldout"):
+        same = rows[("ross-nomask", pool_name)]["vs_first"]
+        assert same["kept"]["delta"] == 0 and same["kept"]["ci95"] == [0, 0] and same["excluded"]["delta"] == 0
+        assert rows[("ross", pool_name)]["vs_first"]["kept"]["delta"] != 0
+        assert rows[("ross", pool_name)]["excluded"]["tokens"] > 0
+    (masking,) = [p for p in result["pairs"] if p["pool"] == "heldout"]
+    assert (masking["from"], masking["to"]) == ("ross-nomask", "ross")
+    assert masking["kept"]["delta"] == pytest.approx(rows[("ross", "heldout")]["vs_first"]["kept"]["delta"])
+    for model in ("upstream", "ross-nomask", "ross"):
+        assert (analyze_dir(ctx) / model / "nll-scores.jsonl").is_file() and "## Kept" in (analyze_dir(ctx) / model / "nll.md").read_text()
+    assert "| ROSS | heldout | 2 |" in (analyze_dir(ctx) / "nll.md").read_text()
+
+    def no_model(**_kwargs: object) -> None:
+        raise AssertionError("the rerun loaded a model")
+
+    monkeypatch.setattr("relearn.train.model.build_model", no_model)
+    again = analyze_stage(ctx)
+    assert again["reused"] == 3 * 4  # every trajectory of both pools, under each of the three models
+    assert json.loads((analyze_dir(ctx) / "nll.json").read_text())["rows"] == result["rows"]

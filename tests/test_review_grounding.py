@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -130,11 +131,39 @@ def test_quote_spanning_two_messages_is_rejected() -> None:
     assert ground(t, 4, "content", "Fixed: add() returns a + b.").reason == "in another message"
 
 
-def test_no_such_field_or_message() -> None:
+def test_a_field_the_step_lacks_is_searched_for_in_the_whole_step() -> None:
     t = trajectory()
-    assert ground(t, 2, "tool_calls[5].arguments", "bash").reason == "no such field"
-    assert ground(t, 2, "arguments", "bash").reason == "no such field"
-    assert ground(t, 2, "tool_calls[0].arguments.missing", "bash").reason == "no such field"
+    # Judges name fields loosely: a call index past the last, a bare "arguments", a misspelt key.
+    for named in ("tool_calls[5].arguments", "arguments", "tool_calls[0].arguments.missing", "tool_calls[0].arguments.cmd", "command"):
+        result = ground(t, 2, named, "bash")
+        assert result.defect.field == "tool_calls[0].arguments.command" and check(t, result) == "bash"
+    # ... still unique or nothing: message 4 names calc.py in its text and in its patch.
+    assert ground(t, 4, "tool_calls[7].arguments", "calc.py").reason == "ambiguous"
+    assert ground(t, 2, "tool_calls[5].arguments", "rm -rf /").reason == "not found"
+
+
+def test_quotes_of_argv_commands_in_every_form_judges_write() -> None:
+    t = trajectory()
+    argv = t.messages[2].tool_calls[0].function.arguments["command"]
+    field = "tool_calls[0].arguments.command"
+    as_json = json.dumps(argv, ensure_ascii=False)
+    # Inside one element, as written in the JSON (escaped) and as the shell runs it (raw).
+    assert check(t, ground(t, 2, field, 'grep -n \\"def tokenize\\" calc/tokenizer.py')) == 'grep -n \\"def tokenize\\" calc/tokenizer.py'
+    raw = ground(t, 2, field, SCRIPT)
+    assert check(t, raw) == json.dumps(SCRIPT, ensure_ascii=False)[1:-1] and as_json[raw.defect.start : raw.defect.end] == raw.defect.quote
+    # The whole list, as JSON re-spaced or as the command line it runs.
+    for quote in (json.dumps(argv, indent=2), shlex.join(argv), " ".join(argv)):
+        whole = ground(t, 2, field, quote)
+        assert whole.defect is not None and (whole.defect.start, whole.defect.end) == (0, len(as_json)), quote
+    # The whole arguments object, pretty-printed as judge 1 read it, under the object's field or a key's.
+    arguments = t.messages[2].tool_calls[0].function.arguments
+    for named in ("tool_calls[0].arguments", field):
+        result = ground(t, 2, named, json.dumps(arguments, ensure_ascii=False, indent=1))
+        assert result.defect.field == "tool_calls[0].arguments" and check(t, result) == json.dumps(arguments, ensure_ascii=False)
+
+
+def test_no_such_message() -> None:
+    t = trajectory()
     assert ground(t, 99, "content", "x").reason == "no such message"
     assert ground(t, 1, "content", "Fix add()").reason == "not a generated assistant message"
 
@@ -145,8 +174,8 @@ def test_field_auto_detection() -> None:
     assert in_reasoning.defect.field == "reasoning_content" and check(t, in_reasoning)
     in_patch = ground(t, 4, "", "+    return a + b")
     assert in_patch.defect.field == "tool_calls[0].arguments.input" and check(t, in_patch)
-    in_argv = ground(t, 2, "auto", '\\"def tokenize\\"')  # only the JSON text holds argv elements
-    assert in_argv.defect.field == "tool_calls[0].arguments" and check(t, in_argv)
+    in_argv = ground(t, 2, "auto", '\\"def tokenize\\"')  # an argv value's field text is its JSON
+    assert in_argv.defect.field == "tool_calls[0].arguments.command" and check(t, in_argv)
     # The same text in two fields is ambiguous in auto mode.
     assert ground(t, 4, "auto", "calc.py").reason == "ambiguous"
     # A named field that lacks the quote falls back to a unique hit in another field.

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def test_failed_commands_tool_errors_and_tracebacks() -> None:
     signals = prefilter(t)
     assert [(s.message_index, s.kind, s.category) for s in signals] == [
         (2, "failed_command", "corrected_mistake"),
-        (4, "traceback", "other"),  # before any edit: likely a reproduction
+        (4, "expected_failure", "other"),  # before any edit: a reproduction, a hint and no mistake
         (6, "tool_error", "corrected_mistake"),
         (10, "traceback", "corrected_mistake"),  # after our own edit
         (12, "failed_command", "corrected_mistake"),
@@ -181,7 +182,9 @@ def text_protocol(*steps: tuple[str, int, str], final: str = "echo COMPLETE_TASK
 
 def test_text_protocol_trajectories() -> None:
     t = text_protocol(("cat calc.py", 0, "def add"), ("python run.py", 1, "boom\n"), ("cat calc.py", 0, "def add"), ("grep -n sub calc.py", 1, ""))
-    assert found(t) == [(4, "failed_command"), (6, "repeated_command")]
+    assert found(t) == [(4, "expected_failure"), (6, "repeated_command")]  # run.py fails before any edit: a reproduction
+    t = text_protocol(("cat calc.py", 0, "def add"), ("sed -i 's/a - b/a + b/' calc.py", 0, ""), ("python run.py", 1, "boom\n"))
+    assert found(t) == [(6, "failed_command")]  # after the edit
 
 
 def test_real_samples_have_no_signals(samples: Path) -> None:
@@ -295,6 +298,266 @@ def test_prompts_hash_is_of_the_version() -> None:
     assert heuristic_review(clean()).model_extra["prompts_hash"] == hashlib.sha256(PROMPTS_VERSION.encode()).hexdigest()
 
 
+# ---- expected failures --------------------------------------------------------------------
+
+FAILING = "F..\nFAILED tests/test_calc.py::test_add - assert -1 == 3\n1 failed, 2 passed in 0.02s\n"
+
+
+def test_reproduction_before_the_fix_is_no_defect() -> None:
+    t = trajectory(
+        shell("cat calc.py", output="def add(a, b):\n    return a - b\n"),  # 2
+        shell(TEST, exit_code=1, output=FAILING),  # 4: the bug, seen before any edit
+        patch(PATCH),  # 6
+        shell(TEST, output="3 passed\n"),  # 8
+    )
+    (signal,) = prefilter(t)
+    assert (signal.message_index, signal.kind, signal.is_defect) == (4, "expected_failure", False)
+    assert "exit code 1" in signal.detail and "reproduction" in signal.detail and "1 failed" in signal.evidence
+    review = heuristic_review(t)
+    assert_valid(t, review)
+    # No error entry either: it would count in the category shares.
+    assert review.decision == "accept" and review.defects == [] and review.errors == []
+
+
+def test_setting_up_a_reproduction_is_not_the_start_of_the_fix() -> None:
+    script = "cat > reproduce.py << 'EOF'\nfrom calc import add\nassert add(1, 2) == 3\nEOF"
+    traceback = 'Traceback (most recent call last):\n  File "reproduce.py", line 2, in <module>\nAssertionError\n'
+    for setup in (shell(script), shell("pip install -e .", output="ok"), shell("mkdir -p /tmp/r && cp calc.py /tmp/r/"), patch(PATCH.replace("calc.py", "tests/test_new.py"))):
+        t = trajectory(setup, shell("python reproduce.py", exit_code=1, output=traceback), patch(PATCH), shell("python reproduce.py"))
+        assert found(t) == [(4, "expected_failure")], setup[0]
+    # A write to a file the agent has seen is an edit of the code: what fails after it is a mistake.
+    rewrite = trajectory(shell("cat calc.py", output="def add"), shell("cat > calc.py << 'EOF'\nx\nEOF"), shell("python reproduce.py", exit_code=1, output=traceback))
+    assert found(rewrite) == [(6, "traceback")]
+
+
+def test_failure_after_an_edit_is_still_a_mistake() -> None:
+    t = trajectory(
+        shell(TEST, exit_code=1, output=FAILING, reasoning="Reproduce the failure."),  # 2
+        patch(PATCH.replace("a + b", "a * b")),  # 4: the wrong fix
+        shell(TEST, exit_code=1, output=FAILING, reasoning="Check the reproduction again."),  # 6: "reproduction" after an edit predicts nothing
+        patch(PATCH.replace("-    return a - b", "-    return a * b")),  # 8
+        shell(TEST, output="3 passed\n"),  # 10
+    )
+    assert [(s.message_index, s.kind, s.category) for s in prefilter(t)] == [(2, "expected_failure", "other"), (6, "failed_command", "corrected_mistake")]
+    review = heuristic_review(t)
+    assert [(e["message_index"], e["kind"], e["category"]) for e in review.errors] == [(6, "failed_command", "corrected_mistake")]
+    assert [d.message_index for d in review.defects] == [6]
+
+
+def test_a_failure_the_agent_announced_is_expected() -> None:
+    stash = "git stash push -- calc.py && python3 -m pytest -q tests/test_regression.py"
+    for reasoning in ("The new test should fail on the original code.", "I expect it to fail without the fix.", "This is expected to fail."):
+        t = trajectory(patch(PATCH), shell(stash, exit_code=1, output="F\n1 failed\n", reasoning=reasoning), shell("git stash pop"), shell(TEST, output="3 passed\n"))
+        assert found(t) == [(4, "expected_failure")], reasoning
+        assert heuristic_review(t).defects == []
+    # Negated, or predicting a pass as well, or only in the code: no prediction of this failure.
+    for reasoning in ("This should not fail any more.", "It should fail before the fix and pass after it.", "Run `should_fail.py`."):
+        t = trajectory(patch(PATCH), shell(TEST, exit_code=1, output=FAILING, reasoning=reasoning))
+        assert found(t) == [(4, "failed_command")], reasoning
+    # Before any edit, saying "reproduce" makes a command that runs no code a reproduction too.
+    curl = trajectory(shell("curl -sf localhost:8000/add?a=1", exit_code=22, output="", reasoning="Reproduce the bug against the server."))
+    assert found(curl) == [(2, "expected_failure")]
+    assert found(trajectory(shell("curl -sf localhost:8000/add?a=1", exit_code=22))) == [(2, "failed_command")]
+    text = text_protocol(("python3 -m pytest -q tests/test_calc.py", 1, FAILING))
+    assert found(text) == [(2, "expected_failure")]
+
+
+def test_broken_invocations_are_mistakes_even_as_reproductions() -> None:
+    cases = [
+        ("pyhton -m pytest -q", 127, "bash: pyhton: command not found", "command not found"),
+        ("python3 -m pytest -q tests/test_cal.py", 4, "ERROR: file or directory not found: tests/test_cal.py", "pytest usage error"),
+        ("python3 -m pytest -q -k addition", 5, "3 deselected in 0.01s", "no tests collected"),
+        ("python3 -m pytest -q", 1, "/usr/bin/python3: No module named pytest", '"No module named"'),
+        ("python reproduce.py --verbos", 2, "reproduce.py: error: unrecognized arguments: --verbos", '"unrecognized arguments"'),
+        ('python -c "print(calc.add(1, 2)"', 1, '  File "<string>", line 1\n    print(calc.add(1, 2)\nSyntaxError: \'(\' was never closed', "SyntaxError in the agent's own snippet"),
+        ('python -c "import calcc"', 1, 'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nModuleNotFoundError: No module named \'calcc\'', "ModuleNotFoundError in the agent's own snippet"),
+    ]
+    for script, code, output, why in cases:
+        (signal,) = prefilter(trajectory(shell(script, exit_code=code, output=output, reasoning="Reproduce the bug first.")))
+        assert signal.is_defect and signal.category == "corrected_mistake" and signal.detail.endswith(why), script
+    # The code's own errors, even with such words in them, are the bug showing.
+    raised = 'Traceback (most recent call last):\n  File "calc.py", line 3, in load\nFileNotFoundError: [Errno 2] No such file or directory: \'rates.csv\''
+    assert found(trajectory(shell("python -c 'import calc; calc.load()'", exit_code=1, output=raised))) == [(2, "expected_failure")]
+    report = "FAILED tests/test_calc.py::test_load - FileNotFoundError: No such file or directory\n1 failed in 0.1s"
+    assert found(trajectory(shell(TEST, exit_code=1, output=report))) == [(2, "expected_failure")]
+
+
+def test_a_command_retyped_at_once_was_a_mistake() -> None:
+    typo = 'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nAttributeError: module \'calc\' has no attribute \'ad\''
+    t = trajectory(shell('python -c "import calc; print(calc.ad(1, 2))"', exit_code=1, output=typo), shell('python -c "import calc; print(calc.add(1, 2))"', output="-1"))
+    (signal,) = prefilter(t)
+    assert signal.kind == "traceback" and "retyped at message 4" in signal.detail
+    # Not retyped: the same command with more arguments, a narrower test run, another program, a failing retry.
+    for later in (shell('python -c "import calc; print(calc.ad(1, 2))" -v'), shell("cat calc.py"), shell('python -c "import calc; print(calc.ad(1, 3))"', exit_code=1, output=typo)):
+        assert prefilter(trajectory(shell('python -c "import calc; print(calc.ad(1, 2))"', exit_code=1, output=typo), later))[0].kind == "expected_failure"
+    narrower = trajectory(shell(TEST, exit_code=1, output=FAILING), shell(TEST + "::test_sub", output="1 passed"), shell(TEST + " -k mul", output="1 passed"))
+    assert found(narrower) == [(2, "expected_failure")]
+
+
+def test_answers_that_are_not_failures() -> None:
+    t = trajectory(
+        shell("which ruff", exit_code=1),  # not installed: an answer
+        shell("python3 -m pytest --collect-only -q -k power", exit_code=5, output="no tests ran"),  # no such test: an answer
+        shell("cat build.log", output="Traceback (most recent call last):\nValueError: old\n"),  # a traceback it shows, not raises
+        shell("python reproduce.py 2>&1 | tail -2", output="Traceback (most recent call last):\nAssertionError\n"),  # 8: a pipe hid the failure
+        patch(PATCH),
+        shell("python reproduce.py 2>&1 | tail -2", output="Traceback (most recent call last):\nAssertionError\n"),  # 12: after the fix
+    )
+    assert found(t) == [(8, "expected_failure"), (12, "traceback")]
+
+
+def test_stash_and_pop_is_not_a_reverted_edit() -> None:
+    popped_later = trajectory(patch(PATCH), shell("git stash"), shell(TEST, exit_code=1, output=FAILING, reasoning="Should fail on the original code."), shell("git stash pop"))
+    assert found(popped_later) == [(6, "expected_failure")]
+    same_command = trajectory(patch(PATCH), shell("git stash && python3 -m pytest -q; git stash pop"))
+    assert found(same_command) == []
+    never_popped = trajectory(patch(PATCH), shell("git stash"), patch(PATCH))
+    assert found(never_popped) == [(2, "reverted_edit")]
+
+
+def test_bad_input_does_not_crash_the_reviewer() -> None:
+    step, result = shell("x", exit_code=1)
+    step["tool_calls"][0]["function"]["arguments"] = {"command": ["bash", "-lc", "python -c 'unbalanced"], "workdir": 3}
+    result["content"] = "Traceback (most recent call last):\n  File \"<string\nNameError"
+    empty = {"role": "assistant", "generated": True, "tool_calls": [{"id": "e", "type": "function", "function": {"name": "shell", "arguments": {"command": []}}}]}
+    t = trajectory([step, result], [empty, {"role": "tool", "tool_call_id": "e", "content": ""}], shell("timeout", exit_code=124), shell("FOO=1", exit_code=1))
+    review = heuristic_review(t)
+    assert_valid(t, review)
+
+
+# ---- precision on a labelled set ------------------------------------------------------------
+
+LABELLED = Path(__file__).resolve().parent / "data" / "heuristic"
+MISTAKES = ("failure", "redundant", "abandoned")
+# Measured on tests/data/heuristic (28 cases, 132 steps, 28 of them mistakes) with this rule
+# set (heuristic-2): failed_command 10/11 (the miss is in limits.json), every other kind all
+# right, expected_failure 19/20, recall 25/28. With heuristic-1, before expected failures
+# were told apart: failed_command 13/30, traceback 2/6, reverted_edit 3/4, recall 26/28.
+MIN_PRECISION = {
+    "failed_command": 0.9,
+    "tool_error": 1.0,
+    "traceback": 1.0,
+    "reverted_edit": 1.0,
+    "repeated_command": 1.0,
+    "repeated_test_run": 1.0,
+    "stuck_loop": 1.0,
+    "abab": 1.0,
+}
+MIN_EXPECTED_FAILURE_PRECISION = 0.95  # hints at steps whose failure is no mistake
+MIN_RECALL = 0.89  # mistake steps with at least one defect; a wrong edit nothing undoes goes unseen
+
+
+@dataclass
+class LabelledCase:
+    name: str
+    trajectory: Trajectory
+    labels: dict[int, str]  # message index of each step -> its label
+
+
+def load_labelled() -> list[LabelledCase]:
+    cases = []
+    for path in sorted(LABELLED.glob("*.json")):
+        data = json.loads(path.read_text())
+        patches = {name: "\n".join(lines) + "\n" for name, lines in data["patches"].items()}
+        for case in data["cases"]:
+            build = text_case if case.get("protocol") == "text" else tool_case
+            t, labels = build(case["steps"], patches)
+            cases.append(LabelledCase(f"{path.stem}/{case['name']}", t, labels))
+    return cases
+
+
+def tool_case(steps: list[dict[str, Any]], patches: dict[str, str]) -> tuple[Trajectory, dict[int, str]]:
+    built, labels, index = [], {}, 2  # after the system and user messages
+    for step in steps:
+        if "patch" in step:
+            pair = patch(patches[step["patch"]], ok=step.get("applies", True), content=step.get("say"))
+        else:
+            pair = shell(step["run"], exit_code=step["exit"], output=step["out"], reasoning=step.get("think"))
+            if step.get("say"):
+                pair[0]["content"] = step["say"]
+        built.append(pair)
+        labels[index] = step["label"]
+        index += 2
+    return trajectory(*built), labels
+
+
+def text_case(steps: list[dict[str, Any]], patches: dict[str, str]) -> tuple[Trajectory, dict[int, str]]:
+    messages: list[dict] = [{"role": "system", "content": "Answer with one bash block."}, {"role": "user", "content": "Please solve this issue."}]
+    labels = {}
+    for step in steps:
+        labels[len(messages)] = step["label"]
+        messages.append({"role": "assistant", "generated": True, "content": f"THOUGHT: {step.get('think') or 'Next.'}\n\n```bash\n{step['run']}\n```"})
+        messages.append({"role": "user", "content": f"<returncode>{step['exit']}</returncode>\n<output>\n{step['out']}</output>"})
+    messages.append({"role": "assistant", "generated": True, "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"})
+    messages.append({"role": "user", "content": ""})
+    return Trajectory.model_validate({"messages": messages, "outcome": {"resolved": True}}), labels
+
+
+@dataclass
+class Tally:
+    right: int = 0
+    wrong: int = 0
+
+    @property
+    def precision(self) -> float:
+        return self.right / (self.right + self.wrong)
+
+
+def score(cases: list[LabelledCase]) -> tuple[dict[str, Tally], float]:
+    """Per kind, the review's error entries at steps labelled a mistake (right) or ok
+    (wrong); for expected_failure hints, right where the step's failure is no mistake.
+    Also the share of mistake steps that got at least one defect (recall)."""
+    tallies: dict[str, Tally] = {}
+    flagged_mistakes = mistakes = 0
+    for case in cases:
+        review = heuristic_review(case.trajectory)
+        assert review.decision == "accept", (case.name, review.reason)
+        for error in review.errors:
+            tally = tallies.setdefault(error["kind"], Tally())
+            if case.labels[error["message_index"]] in MISTAKES:
+                tally.right += 1
+            else:
+                tally.wrong += 1
+        for signal in prefilter(case.trajectory):
+            if not signal.is_defect:
+                tally = tallies.setdefault(signal.kind, Tally())
+                if case.labels[signal.message_index] == "failure":
+                    tally.wrong += 1
+                else:
+                    tally.right += 1
+        flagged = {d.message_index for d in review.defects}
+        mistakes += sum(label in MISTAKES for label in case.labels.values())
+        flagged_mistakes += sum(label in MISTAKES and i in flagged for i, label in case.labels.items())
+    return tallies, flagged_mistakes / mistakes
+
+
+def test_labelled_set_is_well_formed() -> None:
+    cases = load_labelled()
+    assert len(cases) >= 20 and len({c.name for c in cases}) == len(cases)
+    for case in cases:
+        assert set(case.labels.values()) <= {"ok", *MISTAKES}, case.name
+        assert all(case.trajectory.messages[i].role == "assistant" for i in case.labels), case.name
+
+
+def test_precision_per_signal_kind_on_the_labelled_set() -> None:
+    tallies, recall = score(load_labelled())
+    # Every kind is exercised, so no figure holds vacuously.
+    assert set(tallies) == set(MIN_PRECISION) | {"expected_failure"}
+    for kind, minimum in MIN_PRECISION.items():
+        assert tallies[kind].precision >= minimum, (kind, tallies[kind])
+    assert tallies["expected_failure"].precision >= MIN_EXPECTED_FAILURE_PRECISION, tallies["expected_failure"]
+    assert recall >= MIN_RECALL
+
+
+def test_demo_steps_that_are_reproductions() -> None:
+    """The demo's historical policy: the first failing test run is a reproduction; the
+    second is still excluded as a repeat; the missing setup.py stays a failed command."""
+    (demo,) = [c for c in load_labelled() if c.name == "demo/demo_historical"]
+    review = heuristic_review(demo.trajectory)
+    assert [(e["step"], e["kind"]) for e in review.errors] == [(1, "failed_command"), (3, "repeated_command"), (5, "repeated_test_run"), (6, "reverted_edit")]
+    assert [(s.message_index, s.kind) for s in prefilter(demo.trajectory) if not s.is_defect] == [(8, "expected_failure"), (10, "expected_failure")]
+
+
 # ---- real trajectories through the mask compiler -------------------------------------------
 
 
@@ -339,9 +602,9 @@ def test_mini_suite_reviews_compile_to_masks(task: Task, tok) -> None:  # noqa: 
     assert_valid(t, review)
     assert review.decision == "accept", review.reason
     kinds = {e["kind"] for e in review.errors}
-    assert {"failed_command", "repeated_test_run"} <= kinds
+    assert "repeated_test_run" in kinds and "expected_failure" not in kinds  # the reproduction is no error
     if (Path(task.task_dir or "") / "wrong.patch").is_file():
-        assert "reverted_edit" in kinds
+        assert {"reverted_edit", "failed_command"} <= kinds  # the run after the wrong fix failed
     (sample,) = compile_trajectory(t, review, tok, MaskOptions())
     assert sample.excluded > 0 and sample.supervised > 0 and sample.supervised + sample.excluded == sample.eligible
     assert set(sample.excluded_by_category) <= set(CATEGORIES)
@@ -354,7 +617,7 @@ def test_text_protocol_reviews_compile(tok, samples: Path) -> None:  # noqa: ANN
     t = text_protocol(("cat calc.py", 0, "def add"), ("python run.py", 1, "boom\n"), ("cat calc.py", 0, "def add"))
     review = heuristic_review(t)
     assert_valid(t, review)
-    assert [(d.message_index, d.field, d.quote) for d in review.defects] == [(4, "content", "python run.py"), (6, "content", "cat calc.py")]
+    assert [(d.message_index, d.field, d.quote) for d in review.defects] == [(6, "content", "cat calc.py")]  # run.py reproduces, before any edit
     (sample,) = compile_trajectory(t, review, tok, MaskOptions())
     assert sample.excluded > 0
     (result,) = list(mini_swe_agent.read(samples / "mini_swe_agent_v1.13.4.traj.json"))

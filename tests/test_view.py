@@ -323,6 +323,7 @@ def test_overlapping_defects_and_a_defect_in_tool_call_arguments_are_struck_exac
     assert not any(chars[i][1].strike for i in before) and chars[before[-1] + 1][0] == "c"
     assert chars[command[-1] + 1][0] == "{" and not chars[command[-1] + len("{#3 corrected_mistake}") + 1][1].strike
     assert "#3 corrected_mistake tool_calls[0].arguments" in joined and "there is no setup.py" in joined
+    assert "--defect-scope action excludes all of tool call 0" in joined  # the legend says what the mask takes
 
     # Context-only text is dim: the observation and nothing struck in it.
     for i in find(chars, "Exit code: 0"):

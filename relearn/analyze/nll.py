@@ -10,17 +10,23 @@ teacher's usually are not, whatever their quality.
 The LM head runs only at eligible positions, in chunks (``relearn.train.loss``), so a
 65,536-token trajectory never materialises its 65 GB of logits.
 
+With reviews (``relearn analyze nll --reviews``), each trajectory's eligible tokens are also
+split into kept (A \\ E, what ROSS trains on) and excluded (E, by defect category) exactly as
+``relearn masks --mode ross`` compiles them (``relearn.analyze.split``); a trajectory its
+latest review rejects, or that the mask compiler refuses, is scored as without reviews and
+counted as not split, by reason.
+
 Results (scores, skips, rejections) are appended to ``nll-scores.jsonl`` as they are
 computed, keyed by trajectory id and a digest of what decides them (model, tokenizer, dtype,
-template options): a rerun of the same analysis costs nothing and loads no model, a killed
-one resumes.
+template options), and a split also by its review's content: a rerun of the same analysis
+costs nothing and loads no model, a killed one resumes, a changed review is split again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
+import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,15 +36,23 @@ from typing import Any
 import numpy as np
 
 from records.pools import JsonlWriter, RecordError, iter_lines, iter_pool
+from records.review import Review
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.analyze.pools import NamedPool
-from relearn.masks.compile import Rejected, Sample, compile_one
+from relearn.analyze.split import (
+    TrajectorySplit,
+    review_key,
+    split_sequence,
+)
+from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_one, compile_trajectory
 from relearn.masks.shards import BUILD
 from relearn.masks.template import RenderError, context_segments, render
 
+# The latest review of each trajectory (``relearn.masks.shards.load_reviews``): its Review, or
+# the located error of that line when it cannot be read.
+Reviews = dict[str, Review | RecordError]
+
 SCORES_FILE = "nll-scores.jsonl"
-BOOTSTRAP_SAMPLES = 10_000
-SEED = 0
 TOO_LONG = "longer than ctx"
 
 
@@ -62,6 +76,7 @@ class Settings:
     # Folders' file names, sizes and modification times: a checkpoint folder overwritten
     # with new weights must not reuse the old weights' scores.
     fingerprint: str = ""
+    defect_scope: str = "action"  # how the kept/excluded split reads defects (relearn.masks.compile.DEFECT_SCOPES)
 
     def digest(self) -> str:
         # The masks build (relearn.masks.shards.BUILD) says how sequences are cut: scores of
@@ -138,24 +153,45 @@ class PoolScores:
     skipped: Counter[str] = field(default_factory=Counter)
     rejected: list[RecordError] = field(default_factory=list)
     reused: int = 0  # scores taken from an earlier run
+    split_asked: bool = False  # reviews were given: scores carry a kept/excluded split where they could
+    not_split: Counter[str] = field(default_factory=Counter)
+    # Trajectories whose latest review line is unreadable: scored, not split, and listed.
+    review_errors: list[str] = field(default_factory=list)
+
+
+class ScoreCache:
+    """Earlier results under the same settings (a torn last line is ignored). A result split
+    with reviews is found again only under the same review (``review_key``); a plain lookup
+    takes any result of the trajectory, since the plain figures do not depend on a review."""
+
+    def __init__(self, path: Path, digest: str) -> None:
+        self.plain: dict[str, dict[str, Any]] = {}
+        self.reviewed: dict[tuple[str, str], dict[str, Any]] = {}
+        if not path.is_file():
+            return
+        try:
+            for _line, text in iter_lines(path):
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError:
+                    continue  # a killed writer's torn line; the writer starts the next record on a new line
+                if isinstance(record, dict) and record.get("settings") == digest and "trajectory_id" in record:
+                    self.put(record)
+        except RecordError:
+            pass  # an unreadable cache only costs recomputation
+
+    def put(self, record: dict[str, Any]) -> None:
+        self.plain[record["trajectory_id"]] = record
+        if "review" in record:
+            self.reviewed[(record["trajectory_id"], record["review"])] = record
+
+    def get(self, trajectory_id: str, review: str | None) -> dict[str, Any] | None:
+        return self.plain.get(trajectory_id) if review is None else self.reviewed.get((trajectory_id, review))
 
 
 def load_cache(path: Path, digest: str) -> dict[str, dict[str, Any]]:
-    """Earlier scores under the same settings, by trajectory id (a torn last line is ignored)."""
-    cache: dict[str, dict[str, Any]] = {}
-    if not path.is_file():
-        return cache
-    try:
-        for _line, text in iter_lines(path):
-            try:
-                record = json.loads(text)
-            except json.JSONDecodeError:
-                continue  # a killed writer's torn line; the writer starts the next record on a new line
-            if isinstance(record, dict) and record.get("settings") == digest and "trajectory_id" in record:
-                cache[record["trajectory_id"]] = record
-    except RecordError:
-        pass  # an unreadable cache only costs recomputation
-    return cache
+    """Earlier scores under the same settings, by trajectory id."""
+    return ScoreCache(path, digest).plain
 
 
 def _from_cache(cached: dict[str, Any] | None, ctx: int) -> dict[str, Any] | None:
@@ -177,21 +213,23 @@ def score_pools(
     ctx: int = 65536,
     limit: int | None = None,
     positive_only: bool = False,
+    reviews: Reviews | None = None,
     on_record: Callable[[], None] | None = None,
 ) -> list[PoolScores]:
-    """Score every trajectory of every pool, reusing ``out_dir``'s earlier scores.
+    """Score every trajectory of every pool, reusing ``out_dir``'s earlier scores; with
+    ``reviews``, split each one's eligible tokens into kept and excluded too.
 
     ``load`` returns ``(tokenizer, scorer)`` and is called once, at the first trajectory the
     cache lacks, so a rerun that has everything loads no model.
     """
     digest = settings.digest()
     scores_path = out_dir / SCORES_FILE
-    cache = load_cache(scores_path, digest)
+    cache = ScoreCache(scores_path, digest)
     loaded: list[tuple[Any, Scorer]] = []
     results = []
     with JsonlWriter(scores_path) as writer:
         for pool in pools:
-            result = PoolScores(pool.name, str(pool.path))
+            result = PoolScores(pool.name, str(pool.path), split_asked=reviews is not None)
             first_line: dict[str, int] = {}
             for line, trajectory in iter_pool(pool.path, result.rejected, limit):
                 result.records += 1
@@ -204,7 +242,9 @@ def score_pools(
                 if positive_only and not is_verified_positive(trajectory):
                     result.skipped["not verified positive"] += 1
                     continue
-                record = _from_cache(cache.get(trajectory.id), ctx)
+                review = reviews.get(trajectory.id) if reviews is not None else None
+                key = review_key(review) if reviews is not None else None
+                record = _from_cache(cache.get(trajectory.id, key), ctx)
                 if record is not None:
                     result.reused += 1
                 else:
@@ -212,26 +252,48 @@ def score_pools(
                         loaded.append(load())
                     tokenizer, scorer = loaded[0]
                     try:
-                        record = _score_one(trajectory, tokenizer, scorer, settings, ctx)
+                        record = _score_one(trajectory, tokenizer, scorer, settings, ctx, review if reviews is not None else _NOT_ASKED)
                     except Rejected as exc:
                         # Kept too: under the same settings the same trajectory fails the same way.
                         record = {"trajectory_id": trajectory.id, "task_id": trajectory.task_id, "rejected": str(exc)}
                     record["settings"] = digest
+                    if key is not None:
+                        record["review"] = key
                     writer.write(record)
-                    cache[trajectory.id] = record
-                if "rejected" in record:
-                    result.rejected.append(RecordError(str(pool.path), line, "messages", f"{trajectory.id}: {record['rejected']}"))
-                elif "skipped" in record:
-                    result.skipped[record["skipped"]] += 1
-                elif record["tokens"] > ctx:  # scored under a larger ctx earlier
-                    result.skipped[TOO_LONG] += 1
-                else:
-                    result.scores.append({**record, "line": line, "resolved": is_verified_positive(trajectory)})
+                    cache.put(record)
+                _tally_record(result, pool, line, record, ctx, review)
             results.append(result)
     return results
 
 
-def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int) -> dict[str, Any]:
+def _tally_record(result: PoolScores, pool: NamedPool, line: int, record: dict[str, Any], ctx: int, review: Review | RecordError | None) -> None:
+    if result.split_asked and isinstance(review, RecordError):
+        # Never an earlier review in its place: that could split by defects the reviewer withdrew.
+        result.review_errors.append(f"{pool.path}:{line}: {record['trajectory_id']}: not split, its latest review is unreadable: {review}")
+    if "rejected" in record:
+        result.rejected.append(RecordError(str(pool.path), line, "messages", f"{record['trajectory_id']}: {record['rejected']}"))
+    elif "skipped" in record:
+        result.skipped[record["skipped"]] += 1
+    elif record["tokens"] > ctx:  # scored under a larger ctx earlier
+        result.skipped[TOO_LONG] += 1
+    else:
+        score = {**record, "line": line}
+        if not result.split_asked:
+            score.pop("split", None)  # a cached split of some other review is no answer here
+            score.pop("not_split", None)
+        elif "not_split" in score:
+            result.not_split[score["not_split"]] += 1
+        result.scores.append(score)
+
+
+class _NotAsked:
+    """No reviews were given: no split is attempted (unlike a trajectory without a review)."""
+
+
+_NOT_ASKED = _NotAsked()
+
+
+def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int, review: Review | RecordError | None | _NotAsked = _NOT_ASKED) -> dict[str, Any]:
     base: dict[str, Any] = {"trajectory_id": trajectory.id, "task_id": trajectory.task_id}
     try:
         samples = eligible_tokens(trajectory, tokenizer, settings.template_kwargs)
@@ -243,8 +305,16 @@ def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings:
         return {**base, "skipped": TOO_LONG, "tokens": tokens}
     if eligible == 0:
         return {**base, "skipped": "no eligible token", "tokens": tokens}
+    masked: list[Sample] | None = None
+    outcome: dict[str, Any] = {}
+    if not isinstance(review, _NotAsked):
+        try:
+            masked = ross_samples(trajectory, review, tokenizer, settings.template_kwargs, samples, settings.defect_scope)
+        except Rejected as exc:
+            outcome = {"not_split": exc.reason, "not_split_detail": exc.detail}
     total = 0.0
-    for sample in samples:
+    split = TrajectorySplit()
+    for number, sample in enumerate(samples):
         if int(sample.input_ids.max()) >= scorer.vocab_size:
             raise Rejected("token id outside the model's vocabulary", f"{int(sample.input_ids.max())} >= {scorer.vocab_size}")
         nll = scorer.token_nll(sample.input_ids, sample.loss_mask)
@@ -252,109 +322,31 @@ def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings:
         if len(nll) != sample.eligible:
             raise Rejected("internal: scored tokens differ from the eligible count", f"{len(nll)} != {sample.eligible}")
         total += float(nll.sum())
-    return {**base, "tokens": tokens, "eligible": eligible, "nll_sum": total, "nll_mean": total / eligible}
+        if masked is not None:
+            m = masked[number]
+            assert m.excluded_category is not None
+            split.add(*split_sequence(nll, sample.loss_mask, m.loss_mask, m.excluded_category))
+    if masked is not None:
+        outcome = {"split": split.to_json()}
+    return {**base, "tokens": tokens, "eligible": eligible, "nll_sum": total, "nll_mean": total / eligible, **outcome}
 
 
-# ---------------------------------------------------------------- statistics
-
-
-def bootstrap_ratio(sums: np.ndarray, counts: np.ndarray, samples: int = BOOTSTRAP_SAMPLES, seed: int = SEED) -> np.ndarray:
-    """``samples`` resamples (trajectories with replacement) of Σ sums / Σ counts."""
-    n = len(sums)
-    out = np.empty(samples)
-    rng = np.random.default_rng(seed)
-    batch = max(1, 2_000_000 // max(n, 1))  # bounded memory whatever the pool size
-    for start in range(0, samples, batch):
-        stop = min(samples, start + batch)
-        picks = rng.integers(0, n, (stop - start, n))
-        out[start:stop] = sums[picks].sum(1) / counts[picks].sum(1)
-    return out
-
-
-def _interval(values: np.ndarray) -> list[float]:
-    return [float(np.quantile(values, 0.025)), float(np.quantile(values, 0.975))]
-
-
-def summarize(pool: PoolScores, baseline: PoolScores | None = None, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
-    """The pool's row: token-weighted NLL with a 95% bootstrap CI, the distribution of
-    per-trajectory means, and the difference from ``baseline`` (resampled independently)."""
-    row: dict[str, Any] = {
-        "name": pool.name,
-        "path": pool.path,
-        "records": pool.records,
-        "scored": len(pool.scores),
-        "reused": pool.reused,
-        "skipped": dict(pool.skipped),
-        "rejected": len(pool.rejected),
-    }
-    if not pool.scores:
-        return row
-    sums = np.array([s["nll_sum"] for s in pool.scores])
-    counts = np.array([s["eligible"] for s in pool.scores], dtype=np.float64)
-    means = sums / counts
-    token_nll = float(sums.sum() / counts.sum())
-    boot = bootstrap_ratio(sums, counts, samples)
-    row.update(
-        eligible_tokens=int(counts.sum()),
-        tokens=int(sum(s["tokens"] for s in pool.scores)),
-        nll_per_token=token_nll,
-        nll_per_token_ci95=_interval(boot),
-        perplexity=math.exp(token_nll),
-        trajectory_mean=float(means.mean()),
-        trajectory_mean_ci95=_interval(bootstrap_ratio(means, np.ones_like(means), samples, SEED + 1)),
-        median=float(np.median(means)),
-        p10=float(np.quantile(means, 0.1)),
-        p90=float(np.quantile(means, 0.9)),
-        std=float(means.std()),
-    )
-    if baseline is not None and baseline is not pool and baseline.scores:
-        base_sums = np.array([s["nll_sum"] for s in baseline.scores])
-        base_counts = np.array([s["eligible"] for s in baseline.scores], dtype=np.float64)
-        base_boot = bootstrap_ratio(base_sums, base_counts, samples, SEED + 2)
-        row["diff_vs_first"] = token_nll - float(base_sums.sum() / base_counts.sum())
-        row["diff_vs_first_ci95"] = _interval(boot - base_boot)
-    return row
-
-
-def analyze(pools: list[PoolScores], settings: Settings, ctx: int, samples: int = BOOTSTRAP_SAMPLES) -> dict[str, Any]:
-    """Everything ``relearn analyze nll`` writes to nll.json."""
-    baseline = pools[0] if pools else None
-    return {
-        "settings": {**asdict(settings), "digest": settings.digest(), "ctx": ctx},
-        "pools": [summarize(p, baseline, samples) for p in pools],
-        "trajectories": {p.name: p.scores for p in pools},
-    }
-
-
-def markdown(result: dict[str, Any]) -> str:
-    s = result["settings"]
-    rows = result["pools"]
-    first = rows[0]["name"] if rows else "-"
-    lines = [
-        f"# NLL of eligible tokens under {s['model']}",
-        "",
-        f"Tokenizer {s['tokenizer']}, {s['dtype']}, ctx {s['ctx']}. NLL per token is token-weighted over the pool (nats); "
-        f"the distribution is of per-trajectory means; intervals are 95% bootstrap over trajectories; Δ is against {first}.",
-        "",
-        "| pool | scored | skipped | rejected | eligible tokens | NLL/token (95% CI) | ppl | per-trajectory mean (95% CI) | median | p10–p90 | Δ vs first (95% CI) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        skipped = sum(r["skipped"].values())
-        if not r["scored"]:
-            lines.append(f"| {r['name']} | 0 | {skipped} | {r['rejected']} | 0 | – | – | – | – | – | – |")
-            continue
-        lo, hi = r["nll_per_token_ci95"]
-        tlo, thi = r["trajectory_mean_ci95"]
-        diff = "–"
-        if "diff_vs_first" in r:
-            dlo, dhi = r["diff_vs_first_ci95"]
-            diff = f"{r['diff_vs_first']:+.3f} ({dlo:+.3f}–{dhi:+.3f})"
-        lines.append(
-            f"| {r['name']} | {r['scored']} | {skipped} | {r['rejected']} | {r['eligible_tokens']:,} | {r['nll_per_token']:.3f} ({lo:.3f}–{hi:.3f}) "
-            f"| {r['perplexity']:.2f} | {r['trajectory_mean']:.3f} ({tlo:.3f}–{thi:.3f}) | {r['median']:.3f} | {r['p10']:.3f}–{r['p90']:.3f} | {diff} |"
-        )
-    reasons = sorted({reason for r in rows for reason in r["skipped"]})
-    if reasons:
-        lines += ["", "Skipped: " + "; ".join(f"{reason}: " + ", ".join(f"{r['name']} {r['skipped'].get(reason, 0)}" for r in rows) for reason in reasons) + "."]
-    return "\n".join(lines) + "\n"
+def ross_samples(
+    trajectory: Trajectory, review: Review | RecordError | None, tokenizer: Any, template_kwargs: dict[str, Any], plain: list[Sample], defect_scope: str = "action"
+) -> list[Sample]:
+    """The trajectory compiled as ``relearn masks --mode ross`` compiles it with ``review``,
+    sequence for sequence over the same tokens and eligible positions as ``plain``; Rejected
+    (the compiler's reason) when it cannot be split."""
+    if isinstance(review, RecordError):
+        raise Rejected("unreadable review", str(review))
+    # Length is the plain score's business (skipped as too long, counted there), not a reason here.
+    options = MaskOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope)
+    masked = compile_trajectory(trajectory, review, tokenizer, options)
+    if len(masked) != len(plain):
+        raise Rejected("internal: the mask compiler's sequences differ from the scored ones", f"{len(masked)} != {len(plain)}")
+    for m, p in zip(masked, plain, strict=True):
+        if m.eligible_mask is None or m.excluded_category is None:
+            raise Rejected("internal: the mask compiler gives no per-token eligibility")
+        if not np.array_equal(m.input_ids, p.input_ids) or not np.array_equal(m.eligible_mask, p.loss_mask):
+            raise Rejected("internal: the mask compiler's eligible tokens differ from the scored ones", m.sample_id)
+    return masked

@@ -91,6 +91,11 @@ def _loader(model: str | None, tiny: str | None, seed: int, tokenizer: str, attn
 def nll_command(
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for nll.json, nll.md, nll.png and the score cache nll-scores.jsonl.")],
     pools: PoolsOption = None,
+    reviews: Annotated[
+        Path | None,
+        typer.Option("--reviews", "-r", help="reviews.jsonl (relearn review): also split each pool's eligible tokens into kept (A \\ E) and excluded (E, by category) as `relearn masks --mode ross` does; the latest review line of a trajectory is used."),
+    ] = None,
+    defect_scope: Annotated[str, typer.Option(help="With --reviews: action (a defect in a tool call excludes the whole call, as `relearn masks` does by default) | minimal (only the quoted text).")] = "action",
     model: Annotated[str | None, typer.Option(help="Model folder: any Hugging Face causal LM (the current policy, say).")] = None,
     tiny: Annotated[str | None, typer.Option(help="Tiny random model instead of --model: qwen3 | qwen3-moe | qwen3.5-moe (tests).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of a --tiny model's init.")] = 0,
@@ -115,11 +120,29 @@ def nll_command(
     median, p10-p90) and the difference from the first pool. Lower means more compatible:
     historical rollouts of the same policy line, current-policy rollouts and an external
     teacher's can be compared side by side. Scores are cached in --out; a rerun is free.
+
+    With --reviews, each trajectory's eligible tokens are also split by the ROSS mask its
+    latest review gives: kept (A \\ E, what ROSS trains on) and excluded (E), with the NLL
+    of each, of each defect category's excluded tokens and of the excluded - kept gap
+    (95% bootstrap over trajectories). A trajectory the review rejects, or that the mask
+    compiler refuses, is scored but not split, and counted by reason; one whose latest
+    review line is unreadable is listed too (never split by an earlier review). A changed
+    review is split again; everything else comes from the cache.
     """
-    from relearn.analyze.nll import Settings, analyze, folder_fingerprint, markdown, score_pools
+    from relearn.analyze.nll import Settings, folder_fingerprint, score_pools
+    from relearn.analyze.nll_report import analyze, markdown
     from relearn.analyze.plots import nll_chart
 
     named = _pools(pools)
+    review_problems: list[str] = []
+    latest = None
+    if reviews is not None:
+        from relearn.masks.shards import load_reviews
+
+        if not reviews.is_file():
+            err.print(f"[red]error:[/red] --reviews {reviews}: no such file", highlight=False)
+            raise typer.Exit(EXIT_USAGE)
+        latest = load_reviews(reviews, review_problems)
     if (model is None) == (tiny is None):
         err.print("[red]error:[/red] give exactly one of --model FOLDER or --tiny NAME")
         raise typer.Exit(EXIT_USAGE)
@@ -129,6 +152,8 @@ def nll_command(
     tokenizer_name = tokenizer or model or "qwen3.6"
     try:
         _check_device(device)
+        if defect_scope not in ("action", "minimal"):
+            raise UsageError(f"--defect-scope must be action or minimal, not {defect_scope!r}")
     except UsageError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
@@ -138,6 +163,7 @@ def nll_command(
         dtype="bfloat16" if bf16 else "float32",
         template_kwargs={"preserve_thinking": preserve_thinking},
         fingerprint=folder_fingerprint(*([model] if model else []), tokenizer_name),
+        defect_scope=defect_scope,
     )
     load = _loader(model, tiny, seed, tokenizer_name, attn, bf16, device, chunk)
     total = sum(count_records(p.path, limit) for p in named)
@@ -145,12 +171,16 @@ def nll_command(
     try:
         with bar_view:
             bar = bar_view.add_task("nll", total=total)
-            results = score_pools(named, settings, load, out_dir, ctx=ctx, limit=limit, positive_only=positive_only, on_record=lambda: bar_view.advance(bar))
+            results = score_pools(
+                named, settings, load, out_dir, ctx=ctx, limit=limit, positive_only=positive_only, reviews=latest, on_record=lambda: bar_view.advance(bar)
+            )  # fmt: skip
     except UsageError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     rejected = [str(e) for r in results for e in r.rejected]
     show_problems("rejected", rejected)
+    review_problems += [problem for r in results for problem in r.review_errors]
+    show_problems("unreadable reviews", review_problems)
     if not any(r.scores for r in results):
         skipped = {reason: n for r in results for reason, n in r.skipped.items()}
         err.print(f"[red]error:[/red] no trajectory could be scored (skipped: {skipped or 'none'}, rejected: {len(rejected)})", highlight=False)
@@ -160,8 +190,10 @@ def nll_command(
     write_text_atomic(out_dir / "nll.md", markdown(result))
     nll_chart(result, out_dir / "nll.png")
     out.print(_nll_table(result))
+    if latest is not None:
+        out.print(_split_table(result))
     out.print(f"written: {out_dir / 'nll.md'}, {out_dir / 'nll.json'}, {out_dir / 'nll.png'}")
-    raise typer.Exit(EXIT_PARTIAL if rejected else EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if rejected or review_problems else EXIT_OK)
 
 
 def _nll_table(result: dict[str, Any]) -> Table:
@@ -182,6 +214,27 @@ def _nll_table(result: dict[str, Any]) -> Table:
             r["name"], str(r["scored"]), skipped, str(r["rejected"]), f"{r['eligible_tokens']:,}", f"{r['nll_per_token']:.3f} [{lo:.3f}, {hi:.3f}]",
             f"{r['trajectory_mean']:.3f}", f"{r['median']:.3f}", f"{r['p10']:.3f}-{r['p90']:.3f}", diff,
         )  # fmt: skip
+    return table
+
+
+def _split_table(result: dict[str, Any]) -> Table:
+    from relearn.analyze.split import fmt_ci, not_split_text
+
+    table = Table(title="kept (A \\ E) vs excluded (E) eligible tokens: NLL per token, nats [95% CI]")
+    for column in ("pool", "split", "not split", "kept tokens", "kept NLL", "excluded tokens", "excluded NLL", "excluded - kept"):
+        table.add_column(column, justify="left" if column in ("pool", "not split") else "right")
+    for r in result["pools"]:
+        s = r["split"]
+        if not s["trajectories"]:
+            table.add_row(r["name"], "0", not_split_text(s["not_split"]), *["-"] * 5)
+            continue
+        k, e, g = s["kept"], s["excluded"], s["gap"]
+        table.add_row(
+            r["name"], str(s["trajectories"]), not_split_text(s["not_split"]), f"{k['tokens']:,}", fmt_ci(k["nll"], k["ci95"]),
+            f"{e['tokens']:,}", fmt_ci(e["nll"], e["ci95"]), fmt_ci(g["nll"], g["ci95"], sign=True),
+        )  # fmt: skip
+        for category, c in s["categories"].items():
+            table.add_row(f"  {category}", "", "", "", "", f"{c['tokens']:,}", fmt_ci(c["nll"], c["ci95"]), "")
     return table
 
 

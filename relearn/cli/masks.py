@@ -11,7 +11,7 @@ from rich.table import Table
 
 from records.pools import iter_lines
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
-from relearn.masks.compile import MODES, MaskOptions
+from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions
 from relearn.masks.shards import build_dataset, load_reviews
 from relearn.masks.template import PREFIX_CHECKS
 
@@ -28,14 +28,20 @@ def masks_command(
     preserve_thinking: Annotated[bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking).")] = True,
     shard_size: Annotated[int, typer.Option(help="Trajectories of the pool per shard.")] = 256,
     include_suspicious: Annotated[bool, typer.Option(help="Also take successes the verifier found suspicious (edited tests or pytest config, code reaching into pytest); by default they are rejected and counted.")] = False,
+    defect_scope: Annotated[str, typer.Option(help="action: a defect in a tool call excludes the whole call as the template renders it (tags, function name, every argument, and the end of turn after a turn's last call), since the error is the decision to call | minimal: only the quoted characters (the ablation).")] = "action",
 ) -> None:
     """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
 
     Each trajectory is rendered once; each rejected trajectory is counted with its reason.
     Resumable (finished shards with the same options are kept) and deterministic.
+
+    ross and ross-nomask validate the same defects and so hold the same trajectories: the masking contrast is the same subset with and without the mask.
     """
     if mode not in MODES:
         err.print(f"[red]error:[/red] --mode must be one of {', '.join(MODES)}")
+        raise typer.Exit(EXIT_USAGE)
+    if defect_scope not in DEFECT_SCOPES:
+        err.print(f"[red]error:[/red] --defect-scope must be one of {', '.join(DEFECT_SCOPES)}")
         raise typer.Exit(EXIT_USAGE)
     if prefix_check not in PREFIX_CHECKS:
         err.print(f"[red]error:[/red] --prefix-check must be one of {', '.join(PREFIX_CHECKS)}")
@@ -53,7 +59,7 @@ def masks_command(
     review_errors: list[str] = []
     review_map = load_reviews(reviews, review_errors)
     show_problems("unreadable reviews", review_errors)
-    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs={"preserve_thinking": preserve_thinking}, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious)
+    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs={"preserve_thinking": preserve_thinking}, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious, defect_scope=defect_scope)
     total = sum(1 for _ in iter_lines(pool))
     progress = Progress(TextColumn("[bold]compiling masks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
     with progress:

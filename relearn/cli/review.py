@@ -15,6 +15,7 @@ from records.pools import RecordError, iter_lines, read_trajectories_lenient
 from records.review import Review, iter_reviews
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from review.agreement import agreement
+from review.reading import DEFAULT_JUDGE_CONTEXT
 
 if TYPE_CHECKING:
     from review.judges import Ledger
@@ -35,11 +36,14 @@ def review_command(
     price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = 0.0,
     agree_pool: Annotated[Path | None, typer.Option("--pool", help="With `agree`: the pool both reviews cover (for span agreement).")] = None,
     include_suspicious: Annotated[bool, typer.Option(help="Also review successes the verifier found suspicious (by default they are rejected unreviewed, at no cost).")] = False,
+    judge_context: Annotated[int, typer.Option(help="Tokens of prompt a judge reads at most (counted with tiktoken over the Qwen3.6 ranks). Judge 1 reads the whole trajectory; past this, only the middles of the longest tool outputs are elided, and the prompt says so. A trajectory whose task and agent text alone exceed it is rejected as too_long_for_judge and counted.")] = DEFAULT_JUDGE_CONTEXT,
 ) -> None:
     """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
 
     `relearn review POOL -o reviews.jsonl --judge1 M --judge2 M` prints accepted, rejected by
     reason, errors by category, grounded/rejected spans and cost; a rerun costs nothing.
+    Judge 1 reads the task statement, every step and the verifier's evidence whole (see --judge-context). Judge 2 quotes each confirmed error; every quote of an error must ground in the step's text, or the trajectory is rejected as no_valid_target.
+
     `relearn review agree A.jsonl B.jsonl --pool POOL` reports Cohen's kappa on decisions and
     categories, span F1 and the share of correct tokens wrongly excluded.
     """
@@ -65,7 +69,7 @@ def review_command(
         url = (judge2_base_url or base_url) if role == "judge2" else base_url
         return PolicySpec(kind=backend, model=model, base_url=url, api_key_env=api_key_env, price_in_per_mtok=price_in, price_out_per_mtok=price_out)  # type: ignore[arg-type]
 
-    judges = judge_pair(judge1, judge2, spec)
+    judges = judge_pair(judge1, judge2, spec, context=judge_context)
     total = sum(1 for _ in iter_lines(pool))
     progress = Progress(TextColumn("[bold]reviewing"), BarColumn(), MofNCompleteColumn(), TextColumn("${task.fields[spent]:.4f} spent"), TimeElapsedColumn(), console=err, transient=True)
     with progress:

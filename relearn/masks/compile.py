@@ -7,7 +7,9 @@ is excluded: excluding correct text costs little, imitating an error costs a lot
 
 Modes (DESIGN.md): ``ross`` = A \\ E on accepted trajectories; ``positive`` = A on every
 verifier-positive trajectory (Positive-Rollout SFT); ``ross-nomask`` = A on the accepted
-subset (filtering without masking).
+subset (filtering without masking): its defects are validated as in ``ross``, so both hold
+the same trajectories. Defect scope (``MaskOptions.defect_scope``): ``action`` (default) maps
+a defect in a tool call to the whole call as rendered; ``minimal`` to the quoted text only.
 
 VALIDATE fails closed, per trajectory, with a reason: the rendered text re-tokenizes to
 the same ids; every defect's quote is at its offsets, in its field and in the render;
@@ -24,11 +26,15 @@ from typing import Any
 
 import numpy as np
 
-from records.review import FIELD, Defect, Review, field_text
+from records.review import CATEGORIES, FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.masks.template import Rendered, RenderError, context_segments, nfc, nfc_offset, per_turn_renders, render
 
 MODES = ("ross", "positive", "ross-nomask")
+# ``action``: a defect in a tool call covers the whole call as rendered (its wrapper tags,
+# function name, every argument, and the end of turn after a turn's last call), since the
+# error is the decision to call; ``minimal``: only the quoted characters (the ablation).
+DEFECT_SCOPES = ("action", "minimal")
 
 
 class Rejected(Exception):
@@ -50,6 +56,12 @@ class Sample:
     excluded: int
     supervised: int
     excluded_by_category: Counter[str] = field(default_factory=Counter)
+    # Per token: 1 where eligible (A), and the index in ``records.review.CATEGORIES`` of the
+    # defect that excludes it (-1 where none does); for analyses that split A into kept and E.
+    # A token under defects of two categories is counted under both in ``excluded_by_category``
+    # (excluded for either reason) but named once here, by the first of those defects.
+    eligible_mask: np.ndarray | None = None
+    excluded_category: np.ndarray | None = None
 
     @property
     def ter(self) -> float:
@@ -64,10 +76,12 @@ class MaskOptions:
     prefix_check: str = "header"
     per_turn: bool = False
     include_suspicious: bool = False  # successes the verifier found suspicious (records.trajectory.Outcome)
+    defect_scope: str = "action"  # one of DEFECT_SCOPES
 
 
 def select(trajectory: Trajectory, review: Review | None, mode: str, *, include_suspicious: bool = False) -> list[Defect]:
-    """Whether a trajectory enters the dataset in ``mode``, and the defects to exclude."""
+    """Whether a trajectory enters the dataset in ``mode``, and the defects to check (and,
+    in ``ross``, to exclude)."""
     if not is_verified_positive(trajectory, allow_suspicious=include_suspicious):
         if is_verified_positive(trajectory, allow_suspicious=True):
             raise Rejected("suspicious verdict", "; ".join((trajectory.outcome.suspicious or [])[:3]) if trajectory.outcome else "")
@@ -78,13 +92,17 @@ def select(trajectory: Trajectory, review: Review | None, mode: str, *, include_
         raise Rejected("no review")
     if review.decision != "accept":
         raise Rejected("review rejected", review.reason or "")
-    return list(review.defects) if mode == "ross" else []
+    # ross-nomask gets the defects too: they are validated as for ross and then not excluded,
+    # so that both contrasts hold the same trajectories (the masking contrast is the same
+    # subset with and without the mask).
+    return list(review.defects)
 
 
-def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect) -> tuple[int, int] | None:
+def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect, scope: str = "action") -> tuple[int, int] | None:
     """Map a defect to rendered characters; None when it covers only text the template
     does not render (trimmed whitespace, JSON punctuation). Raises Rejected when the
-    quote is not where the defect says."""
+    quote is not where the defect says. Under ``action`` scope a defect in a tool call maps
+    to the call's whole region, once its quote is checked where it says."""
     where = f"defect in message {defect.message_index} {defect.field} [{defect.start}, {defect.end})"
     if not 0 <= defect.message_index < len(trajectory.messages):
         raise Rejected("defect outside the trajectory", where)
@@ -120,14 +138,20 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         span = call.values[key]
         if text[span.start + start : span.start + end] != quote:
             raise Rejected("quote not in the render", where)
-        return (span.start + start, span.start + end) if end > start else None
-    positions = [call.json_to_render[j] for j in range(start, end) if j in call.json_to_render]
-    if not positions:
-        return None
-    return min(positions), max(positions) + 1
+        found = (span.start + start, span.start + end) if end > start else None
+    else:
+        positions = [call.json_to_render[j] for j in range(start, end) if j in call.json_to_render]
+        found = (min(positions), max(positions) + 1) if positions else None
+    return call.region if scope == "action" and end > start else found
 
 
-def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect], tokenizer: Any, sample_id: str) -> Sample:
+def compile_one(
+    rendered: Rendered, trajectory: Trajectory, defects: list[Defect], tokenizer: Any, sample_id: str, *, scope: str = "action", exclude: bool = True
+) -> Sample:
+    """One sample's ids and mask. ``exclude=False`` (ross-nomask) validates the defects as
+    ``ross`` does and then supervises all of A."""
+    if scope not in DEFECT_SCOPES:
+        raise ValueError(f"defect scope {scope!r} is not one of {', '.join(DEFECT_SCOPES)}")
     text = rendered.text
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     ids = np.asarray(encoding["input_ids"], dtype=np.int32)
@@ -145,8 +169,8 @@ def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect
     defect_chars = np.zeros(len(text), dtype=bool)
     spans_by_category: list[tuple[int, int, str]] = []
     for defect in defects:
-        span = _defect_render_span(rendered, trajectory, defect)
-        if span is not None:
+        span = _defect_render_span(rendered, trajectory, defect, scope)
+        if span is not None and exclude:
             defect_chars[span[0] : span[1]] = True
             spans_by_category.append((span[0], span[1], defect.category))
 
@@ -177,8 +201,12 @@ def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect
 
     by_category: Counter[str] = Counter()
     excluded_tokens = eligible & touches
+    token_category = np.full(len(ids), -1, dtype=np.int8)
     for lo, hi, category in spans_by_category:
-        by_category[category] += int(np.sum(excluded_tokens & (starts < hi) & (ends > lo)))
+        hit = excluded_tokens & (starts < hi) & (ends > lo)
+        by_category[category] += int(np.sum(hit))
+        code = CATEGORIES.index(category) if category in CATEGORIES else CATEGORIES.index("other")
+        token_category[hit & (token_category < 0)] = code
     return Sample(
         sample_id=sample_id,
         trajectory_id=trajectory.id,
@@ -188,6 +216,8 @@ def compile_one(rendered: Rendered, trajectory: Trajectory, defects: list[Defect
         excluded=int(excluded_tokens.sum()),
         supervised=int(supervised.sum()),
         excluded_by_category=by_category,
+        eligible_mask=eligible.astype(np.uint8),
+        excluded_category=token_category,
     )
 
 
@@ -217,7 +247,7 @@ def compile_trajectory(trajectory: Trajectory, review: Review | None, tokenizer:
     split = options.per_turn or len(segments) > 1  # each sample excludes the defects of its own turns
     for suffix, rendered in renders:
         own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if split else defects
-        sample = compile_one(rendered, trajectory, own, tokenizer, trajectory.id + suffix)
+        sample = compile_one(rendered, trajectory, own, tokenizer, trajectory.id + suffix, scope=options.defect_scope, exclude=options.mode == "ross")
         if len(sample.input_ids) > options.ctx:
             raise Rejected("longer than ctx", f"{len(sample.input_ids)} tokens > {options.ctx}")
         samples.append(sample)

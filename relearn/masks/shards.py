@@ -83,8 +83,9 @@ class ShardStats:
 
 
 # Bumped when the same inputs and options compile differently: 2 renders each context between
-# resets apart (shards built before it trained post-reset turns on the history before the reset).
-BUILD = 2
+# resets apart (shards built before it trained post-reset turns on the history before the reset);
+# 3 has ross-nomask validate the defects as ross does, so both hold the same trajectories.
+BUILD = 3
 
 
 def options_hash(options: MaskOptions, tokenizer_name: str, template: str) -> str:

@@ -55,11 +55,16 @@ class Span:
 
 @dataclass
 class ArgumentSpans:
-    """One tool call's arguments: each key's value span, and a map from positions in
-    ``json.dumps(arguments, ensure_ascii=False)`` to rendered positions."""
+    """One tool call's arguments: each key's value span, a map from positions in
+    ``json.dumps(arguments, ensure_ascii=False)`` to rendered positions, and ``region``, the
+    whole call as rendered: from the template's call opener (``<tool_call>``) through its
+    closing tags, up to the next call, or through the end-of-turn token for the turn's last
+    call. A defect of ``action`` scope covers the region: the decision to call, not only
+    the quoted text."""
 
     values: dict[str, Span]
     json_to_render: dict[int, int]
+    region: tuple[int, int] = (0, 0)
 
 
 @dataclass
@@ -101,6 +106,7 @@ class TemplateShape:
 
     generation_prompt: str
     end_of_turn: str
+    call_opener: str = ""  # what precedes ``<function=NAME>`` in a call (Qwen: ``<tool_call>\n``)
 
     @property
     def role_header(self) -> str:
@@ -117,7 +123,30 @@ def probe(tokenizer: Any, template_kwargs: dict[str, Any]) -> TemplateShape:
     if not prompted.startswith(bare) or prompted == bare:
         raise RenderError("template", "the generation prompt is not appended to the conversation")
     end = tokenizer.eos_token or "<|im_end|>"
-    return TemplateShape(prompted[len(bare) :], end)
+    return TemplateShape(prompted[len(bare) :], end, _probe_call_opener(tokenizer, template_kwargs))
+
+
+_PROBE_TEXT = "relearn-probe-text"
+_PROBE_FUNCTION = "relearn_probe_function"
+
+
+def _probe_call_opener(tokenizer: Any, template_kwargs: dict[str, Any]) -> str:
+    """The wrapper the template writes between a turn's text and ``<function=NAME>``, found by
+    rendering one call; "" when the template renders calls some other way (then a call's
+    region starts at its function tag)."""
+    chat = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": _PROBE_TEXT, "tool_calls": [{"type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": {"a": "b"}}}]},
+    ]
+    try:
+        text = tokenizer.apply_chat_template(chat, tokenize=False, **template_kwargs)
+    except Exception:  # jinja raises template errors as several types
+        return ""
+    after_text = text.find(_PROBE_TEXT)
+    tag = text.find(f"<function={_PROBE_FUNCTION}>", max(after_text, 0))
+    if after_text < 0 or tag < 0:
+        return ""
+    return text[after_text + len(_PROBE_TEXT) : tag].lstrip()
 
 
 def _render(tokenizer: Any, chat: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], prompt: bool = False) -> str:
@@ -188,7 +217,7 @@ def _argument_spans(text: str, arguments: dict[str, Any], cursor: int, end: int,
     return ArgumentSpans(values, json_map), cursor
 
 
-def _locate_fields(text: str, turn: Turn, message: Message) -> None:
+def _locate_fields(text: str, turn: Turn, message: Message, shape: TemplateShape) -> None:
     index = turn.message_index
     cursor = turn.start
     reasoning, cursor = _field_span(text, message.reasoning_content, cursor, turn.end, "reasoning", index)
@@ -197,10 +226,26 @@ def _locate_fields(text: str, turn: Turn, message: Message) -> None:
         turn.fields["reasoning_content"] = reasoning
     if content is not None:
         turn.fields["content"] = content
+    starts = []
     for number, call in enumerate(message.tool_calls or []):
-        cursor = _find(text, f"<function={call.function.name}>", cursor, turn.end, f"tool call {number}", index)
-        spans, cursor = _argument_spans(text, call.function.arguments, cursor, turn.end, index)
+        tag_at = _find(text, f"<function={call.function.name}>", cursor, turn.end, f"tool call {number}", index)
+        opener = len(shape.call_opener) if shape.call_opener and text.startswith(shape.call_opener, tag_at - len(shape.call_opener)) else 0
+        starts.append(max(tag_at - opener, cursor))
+        spans, cursor = _argument_spans(text, call.function.arguments, tag_at, turn.end, index)
         turn.calls.append(spans)
+    for number, spans in enumerate(turn.calls):
+        spans.region = (starts[number], starts[number + 1] if number + 1 < len(starts) else turn.end)
+        _check_region(turn, number, index)
+
+
+def _check_region(turn: Turn, number: int, index: int) -> None:
+    """A call's region holds all of its arguments and none of the turn's text or other calls."""
+    lo, hi = turn.calls[number].region
+    values = turn.calls[number].values.values()
+    inside = all(lo <= v.start and v.start + v.kept <= hi for v in values)
+    clear = all(f.start + f.kept <= lo or f.start >= hi for f in turn.fields.values())
+    if not (turn.start <= lo < hi <= turn.end and inside and clear):
+        raise RenderError("locate", f"message {index}: tool call {number} does not render as one block of its turn")
 
 
 def normalised_messages(trajectory: Trajectory) -> list[Message]:
@@ -305,7 +350,7 @@ def render(
         if end_at < 0:
             raise RenderError("locate", f"message {source}: no end-of-turn token {shape.end_of_turn!r}")
         turn = Turn(source, start, end_at + len(shape.end_of_turn))
-        _locate_fields(text, turn, message)
+        _locate_fields(text, turn, message, shape)
         turns.append(turn)
         cursor = turn.end
     return Rendered(text, turns, messages)
@@ -333,6 +378,6 @@ def per_turn_renders(
             raise RenderError("locate", f"message {source}: no end-of-turn token")
         text = full[: end_at + len(shape.end_of_turn)]
         turn = Turn(source, len(prefix), len(text))
-        _locate_fields(text, turn, messages[source])
+        _locate_fields(text, turn, messages[source], shape)
         out.append(Rendered(text, [turn], messages))
     return out

@@ -14,10 +14,14 @@
     [masks]
     tokenizer = "qwen3.6"
     variants = ["ross", "ross-nomask", "positive"]
+    heldout_tasks = ["astropy__astropy-12907"]   # no variant trains on these tasks' trajectories
 
     [train]                          # one run per mask variant, all from the same start
     init = "/models/Qwen3-1.7B"      # or tiny = "qwen3"
     epochs = 3
+
+    [analyze]                        # NLL of kept (A \\ E) and excluded (E) tokens, training pool and held-out
+    bootstrap = 10000
 
     [eval]                           # the start ("upstream") and every trained variant, same budget
     dataset = "mini"
@@ -34,6 +38,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from review.reading import DEFAULT_JUDGE_CONTEXT
 
 VARIANTS = ("ross", "ross-nomask", "positive")
 # The paper's names for the variants, in the order its tables put them.
@@ -88,12 +94,26 @@ class ReviewConfig(_Strict):
     api_key_env: str | None = None
     workers: int = Field(4, ge=1)
     spend_cap_usd: float | None = None
+    judge_context: int = Field(DEFAULT_JUDGE_CONTEXT, ge=1000)  # tokens of prompt a judge reads at most
 
 
 class MasksConfig(_Strict):
     tokenizer: str = "qwen3.6"
     ctx: int = Field(65536, ge=1)
     variants: list[Literal["ross", "ross-nomask", "positive"]] = Field(default_factory=lambda: list(VARIANTS))
+    # Task ids whose trajectories every variant leaves out (the same for all), so that the
+    # analyze stage has verified, reviewed trajectories no model was trained on. None: none.
+    heldout_tasks: list[str] | None = None
+    # action: a defect in a tool call excludes the whole call; minimal: only its quote (the ablation).
+    defect_scope: Literal["action", "minimal"] = "action"
+
+    @model_validator(mode="after")
+    def distinct(self) -> MasksConfig:
+        if self.heldout_tasks is not None and len(set(self.heldout_tasks)) != len(self.heldout_tasks):
+            raise ValueError("heldout_tasks: a task id is named twice")
+        if len(set(self.variants)) != len(self.variants):
+            raise ValueError("variants: a variant is named twice")
+        return self
 
 
 class TrainConfig(_Strict):
@@ -116,6 +136,16 @@ class TrainConfig(_Strict):
         return self
 
 
+class AnalyzeConfig(_Strict):
+    """NLL of the training pool's and the held-out trajectories' kept and excluded tokens under
+    the start model and each trained variant (``relearn analyze nll --reviews``)."""
+
+    bootstrap: int = Field(10_000, ge=100)
+    device: str = "cpu"  # where it runs, not what it finds: not part of the stage's identity
+    bf16: bool = False
+    chunk: int = Field(1024, ge=1)
+
+
 class EvalConfig(_Strict):
     dataset: str = "mini"
     ids: list[str] | None = None
@@ -135,12 +165,19 @@ class PipelineConfig(_Strict):
     review: ReviewConfig = Field(default_factory=ReviewConfig)
     masks: MasksConfig = Field(default_factory=MasksConfig)
     train: TrainConfig | None = None
+    analyze: AnalyzeConfig | None = None
     eval: EvalConfig | None = None
     source: Path | None = Field(None, exclude=True)  # the file it was read from
 
     @property
     def variants(self) -> list[str]:
         return list(self.masks.variants)
+
+    @model_validator(mode="after")
+    def analyze_needs_train(self) -> PipelineConfig:
+        if self.analyze is not None and self.train is None:
+            raise ValueError("[analyze] scores the start model and the trained ones: it needs [train]")
+        return self
 
     def resolve(self, path: str | Path) -> Path:
         """A path written in the file, relative to the file's folder."""

@@ -2,7 +2,9 @@
 
 Upstream vs Positive-Rollout SFT vs ROSS w/o mask vs ROSS on the same instances, scaffold and
 budget (paired against Upstream: McNemar exact test, paired bootstrap CI), with what each
-model was trained on (trajectories, supervised tokens, TER) and how its loss went.
+model was trained on (trajectories, supervised tokens, TER) and how its loss went; the three
+contrasts' trajectory sets and how they relate; and, with an analyze stage, each model's NLL
+on the kept (A \\ E) and excluded (E) tokens of the training pool and of held-out trajectories.
 Markdown for people, JSON for scripts, PNGs for slides.
 """
 
@@ -45,7 +47,44 @@ def loss_chart(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
     plt.close(figure)
 
 
-def write_pipeline_report(workdir: Path, stages: list[Stage], eval_names: list[str], train_dirs: dict[str, Path], eval_dirs: dict[str, Path], out: Path) -> dict[str, Any]:
+def contrasts_lines(contrasts: dict[str, Any]) -> list[str]:
+    """The variants' trajectory sets: their sizes, their relation, the differences counted."""
+    counts = contrasts["trajectories"]
+    ordered = [v for v in ORDER if v in counts]
+    lines = ["| contrast | trajectories |", "|---|---|"]
+    lines += [f"| {VARIANT_NAMES[v]} (`{v}`) | {counts[v]} |" for v in ordered]
+    differences = [f"{pair}: {n}" for pair, n in contrasts.get("only", {}).items() if n]
+    lines += ["", f"Relation: {contrasts['relation']}. Trajectories in one and not the other: {'; '.join(differences) or 'none'}."]
+    return lines
+
+
+def analysis_lines(analysis: dict[str, Any]) -> list[str]:
+    from relearn.analyze.split import models_markdown
+
+    order = {name: i for i, name in enumerate(ORDER)}
+    rows = sorted(analysis["rows"], key=lambda r: (r["pool"] != "train", order.get(r["model"], len(order))))
+    return [
+        "Token-weighted NLL (nats) of each model on the eligible tokens ROSS keeps (A \\ E) and those it excludes (E), split as "
+        "`relearn masks --mode ross` compiles each trajectory with its review; `train` is the pool the variants were trained on, "
+        "`heldout` the held-out tasks' trajectories, which no variant saw. Intervals: 95% bootstrap over trajectories; the Δ are "
+        "paired (the same trajectories resampled for both models). The second table is the ablation's two steps: "
+        "filtering (Positive-Rollout SFT → ROSS w/o mask) and masking (ROSS w/o mask → ROSS).",
+        "",
+        *models_markdown({**analysis, "rows": rows}, VARIANT_NAMES),
+    ]
+
+
+def write_pipeline_report(
+    workdir: Path,
+    stages: list[Stage],
+    eval_names: list[str],
+    train_dirs: dict[str, Path],
+    eval_dirs: dict[str, Path],
+    out: Path,
+    *,
+    contrasts: Path | None = None,
+    analysis: Path | None = None,
+) -> dict[str, Any]:
     """Read every finished stage's stamp and outputs; write report.md/json and the PNGs into ``out``."""
     from eval.report import compare, compare_chart, compare_markdown
     from relearn.train.checkpoints import read_metrics
@@ -57,6 +96,14 @@ def write_pipeline_report(workdir: Path, stages: list[Stage], eval_names: list[s
     lines = ["# ROSS pipeline report", "", f"Work folder: `{workdir}`", "", "## Stages", "", "| stage | seconds | counts |", "|---|---|---|"]
     for name, stage_counts in counts.items():
         lines.append(f"| {name} | {seconds[name] or '-'} | " + "; ".join(f"{k}: {_fmt(v)}" for k, v in stage_counts.items()) + " |")
+
+    if contrasts is not None and contrasts.is_file():
+        sets = json.loads(contrasts.read_text())  # the ids stay in the stage's file; here only how many
+        report["contrasts"] = {"trajectories": sets["trajectories"], "relation": sets["relation"], "only": {pair: len(ids) for pair, ids in sets.get("only", {}).items()}}
+        lines += ["", "## What each contrast trains on", "", *contrasts_lines(report["contrasts"])]
+    if analysis is not None and analysis.is_file():
+        report["nll_kept_excluded"] = json.loads(analysis.read_text())
+        lines += ["", "## NLL of kept and excluded tokens: start model and each trained variant", "", *analysis_lines(report["nll_kept_excluded"])]
 
     curves = {VARIANT_NAMES[v]: [(m["step"], m["loss"]) for m in read_metrics(d)] for v, d in train_dirs.items()}
     if curves:

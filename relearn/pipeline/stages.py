@@ -1,16 +1,22 @@
 """The stages of a pipeline file, in order, each a call into the module that owns the work.
 
-    pool -> verify -> review -> masks:V -> upstream -> train:V -> eval:upstream, eval:V -> report
+    pool -> verify -> review -> [holdout] -> masks:V -> [contrasts] -> upstream -> train:V
+         -> [analyze] -> eval:upstream, eval:V -> report
 
-for every mask variant V the file asks for (ROSS, ROSS without mask, Positive-Rollout SFT).
-Work folder layout (``WORKDIR``):
+for every mask variant V the file asks for (ROSS, ROSS without mask, Positive-Rollout SFT);
+``holdout`` when ``[masks].heldout_tasks`` names tasks, ``contrasts`` with two variants or
+more, ``analyze`` with an ``[analyze]`` table. Work folder layout (``WORKDIR``):
 
     pool/trajectories.jsonl    collected (with episodes/, verify-logs/) or imported
     verified.jsonl             the pool with an outcome on every trajectory that can be graded
     reviews.jsonl              one Review per trajectory
+    heldout/train.jsonl        the verified pool without the held-out tasks: what masks compile
+    heldout/heldout.jsonl      the held-out tasks' trajectories: no variant trains on them
     datasets/V/                Parquet shards and stats.json
+    datasets/contrasts.json    each variant's trajectory ids and how the sets relate
     upstream/                  the starting weights (for a tiny random model; else --init is used as is)
     train/V/                   the training run; train/V/model/ the final weights
+    analyze/                   nll.md, nll.json: kept vs excluded NLL per model; analyze/MODEL/ its scores
     eval/NAME/                 one evaluation run per model (manifest, trajectories, report)
     report/                    report.md, report.json, PNGs
 """
@@ -27,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
+from records.pools import JsonlWriter, RecordError, read_trajectories_lenient, write_text_atomic
 from records.trajectory import Trajectory
 from relearn.pipeline.config import PipelineConfig
 from relearn.pipeline.runner import Stage, StageResult, run_stages
@@ -88,6 +94,27 @@ def verified_path(ctx: Context) -> Path:
 
 def reviews_path(ctx: Context) -> Path:
     return ctx.workdir / "reviews.jsonl"
+
+
+def heldout_dir(ctx: Context) -> Path:
+    return ctx.workdir / "heldout"
+
+
+def training_pool_path(ctx: Context) -> Path:
+    """What every masks variant compiles: the verified pool, less the held-out tasks."""
+    return heldout_dir(ctx) / "train.jsonl" if ctx.config.masks.heldout_tasks else verified_path(ctx)
+
+
+def heldout_pool_path(ctx: Context) -> Path:
+    return heldout_dir(ctx) / "heldout.jsonl"
+
+
+def contrasts_path(ctx: Context) -> Path:
+    return ctx.workdir / "datasets" / "contrasts.json"
+
+
+def analyze_dir(ctx: Context) -> Path:
+    return ctx.workdir / "analyze"
 
 
 def dataset_dir(ctx: Context, variant: str) -> Path:
@@ -224,7 +251,7 @@ def review_stage(ctx: Context) -> dict[str, Any]:
     from review.run import review_pool
 
     r = ctx.config.review
-    judges = judge_pair(r.judge1, r.judge2, lambda model, _role: PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env))
+    judges = judge_pair(r.judge1, r.judge2, lambda model, _role: PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env), context=r.judge_context)
     with open(verified_path(ctx), "rb") as pool:
         total = sum(1 for _ in pool)
     with ctx.progress("reviewing") as progress:
@@ -245,6 +272,12 @@ def review_stage(ctx: Context) -> dict[str, Any]:
     }
 
 
+def holdout_stage(ctx: Context) -> dict[str, Any]:
+    from relearn.pipeline.holdout import split_by_task
+
+    return split_by_task(verified_path(ctx), set(ctx.config.masks.heldout_tasks or ()), training_pool_path(ctx), heldout_pool_path(ctx))
+
+
 def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
     from relearn.masks.compile import MaskOptions
     from relearn.masks.shards import build_dataset, load_reviews
@@ -252,7 +285,7 @@ def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
     m = ctx.config.masks
     problems: list[str] = []
     reviews = load_reviews(reviews_path(ctx), problems)
-    stats, _ = build_dataset(verified_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, MaskOptions(mode=variant, ctx=m.ctx), dataset_dir(ctx, variant))
+    stats, _ = build_dataset(training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, MaskOptions(mode=variant, ctx=m.ctx, defect_scope=m.defect_scope), dataset_dir(ctx, variant))
     return {
         "trajectories_in": stats["trajectories_in"],
         "trajectories_out": stats["trajectories_out"],
@@ -262,6 +295,20 @@ def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
         "excluded_tokens": stats["tokens"]["excluded"],
         "ter": round(stats["ter_token_weighted"], 4),
     }
+
+
+def contrasts_stage(ctx: Context) -> dict[str, Any]:
+    """The datasets' trajectory sets side by side; refuses (so training does not start) when
+    ROSS and ROSS w/o mask differ. The ids are written first, also when it refuses."""
+    from relearn.pipeline.contrasts import ContrastError, contrast_problem, read_contrasts
+
+    datasets = {v: dataset_dir(ctx, v) for v in ctx.config.variants}
+    contrasts = read_contrasts(datasets)
+    write_text_atomic(contrasts_path(ctx), json.dumps(contrasts.to_json(), indent=1, sort_keys=True))
+    problem = contrast_problem(contrasts, datasets)
+    if problem is not None:
+        raise ContrastError(f"{problem} All ids: {contrasts_path(ctx)}")
+    return {**{v: len(ids) for v, ids in contrasts.sets.items()}, "relation": contrasts.relation()}
 
 
 def upstream_stage(ctx: Context) -> dict[str, Any]:
@@ -307,6 +354,29 @@ def train_stage(ctx: Context, variant: str) -> dict[str, Any]:
     }
 
 
+def analyzed_models(ctx: Context) -> dict[str, Path]:
+    """The start model first (the paired differences are against it), then every trained variant."""
+    return {"upstream": upstream_dir(ctx), **{v: train_dir(ctx, v) / "model" for v in ctx.config.variants}}
+
+
+def analyze_stage(ctx: Context) -> dict[str, Any]:
+    """NLL of the training pool's and the held-out trajectories' kept (A \\ E) and excluded
+    (E) tokens under each model (``relearn.pipeline.analysis``)."""
+    from relearn.analyze.pools import NamedPool
+    from relearn.masks.shards import load_reviews
+    from relearn.pipeline.analysis import analyze_models
+
+    problems: list[str] = []
+    reviews = load_reviews(reviews_path(ctx), problems)
+    pools = [NamedPool("train", training_pool_path(ctx))]
+    if ctx.config.masks.heldout_tasks:
+        pools.append(NamedPool("heldout", heldout_pool_path(ctx)))
+    assert ctx.config.analyze is not None
+    return analyze_models(
+        analyzed_models(ctx), pools, reviews, problems, ctx.tokenizer(), ctx.config.masks, ctx.config.analyze, analyze_dir(ctx), ctx.progress("scoring NLL")
+    )
+
+
 def eval_stage(ctx: Context, name: str, model_dir: Path) -> dict[str, Any]:
     """Serve the weights locally (the vLLM stand-in) and run the fixed-budget evaluation."""
     from eval.dataset import Selection
@@ -349,9 +419,22 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
         Stage("review", "review with " + ("the judges" if c.review.judge1 or c.review.judge2 else "the heuristic reviewer"),
               c.review.model_dump(mode="json", exclude={"base_url", "api_key_env", "workers"}), [reviews_path(ctx)], lambda: review_stage(ctx), ("verify",)),
     ]  # fmt: skip
+    pool_stage_name = "verify"
+    if c.masks.heldout_tasks:
+        pool_stage_name = "holdout"
+        stages.append(Stage("holdout", f"set {len(c.masks.heldout_tasks)} held-out tasks apart", {"heldout_tasks": sorted(c.masks.heldout_tasks)},
+                            [training_pool_path(ctx), heldout_pool_path(ctx)], lambda: holdout_stage(ctx), ("verify",), [heldout_dir(ctx)]))  # fmt: skip
     masks_settings = c.masks.model_dump(mode="json", exclude={"variants"})
+    if c.masks.heldout_tasks:
+        masks_settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
     for v in c.variants:
-        stages.append(Stage(f"masks:{v}", f"compile {v} masks", {**masks_settings, "mode": v}, [dataset_dir(ctx, v) / "stats.json"], lambda v=v: masks_stage(ctx, v), ("verify", "review"), [dataset_dir(ctx, v)]))
+        stages.append(Stage(f"masks:{v}", f"compile {v} masks", {**masks_settings, "mode": v}, [dataset_dir(ctx, v) / "stats.json"], lambda v=v: masks_stage(ctx, v), (pool_stage_name, "review"), [dataset_dir(ctx, v)]))
+    if len(c.variants) > 1:
+        # Before any training, so a run stops here (the runner stops at a failed stage) when the
+        # contrasts are broken; training does not need it, or retraining one variant would follow
+        # every other variant's masks.
+        stages.append(Stage("contrasts", "compare the variants' trajectory sets", {"variants": sorted(c.variants)}, [contrasts_path(ctx)],
+                            lambda: contrasts_stage(ctx), tuple(f"masks:{v}" for v in c.variants), [contrasts_path(ctx)]))  # fmt: skip
     names: list[str] = []
     if c.train is not None:
         train_settings = c.train.model_dump(mode="json")
@@ -359,6 +442,16 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
         stages.append(Stage("upstream", "make the starting weights", {k: train_settings[k] for k in ("init", "tiny", "seed")}, upstream_out, lambda: upstream_stage(ctx), (), [upstream_dir(ctx)] if c.train.tiny else []))
         for v in c.variants:
             stages.append(Stage(f"train:{v}", f"train on the {v} dataset", train_settings, [train_dir(ctx, v) / "model" / "config.json"], lambda v=v: train_stage(ctx, v), (f"masks:{v}", "upstream"), [train_dir(ctx, v)]))
+        if c.analyze is not None:
+            analyze_settings = {
+                **c.analyze.model_dump(mode="json", exclude={"device"}), "tokenizer": c.masks.tokenizer, "ctx": c.masks.ctx,
+                "heldout_tasks": sorted(c.masks.heldout_tasks or []), "variants": c.variants,
+            }  # fmt: skip
+            # Only the tables move aside when stale: the score caches under analyze/MODEL/ are keyed
+            # by model folder, tokenizer and review, so what is still valid in them is reused.
+            outputs = [analyze_dir(ctx) / "nll.json", analyze_dir(ctx) / "nll.md"]
+            needs = (pool_stage_name, "review", "upstream", *(f"train:{v}" for v in c.variants))
+            stages.append(Stage("analyze", "NLL of kept and excluded tokens under every model", analyze_settings, outputs, lambda: analyze_stage(ctx), needs, outputs))
         if c.eval is not None:
             eval_settings = c.eval.model_dump(mode="json")
             stages.append(Stage("eval:upstream", "evaluate the starting weights", eval_settings, [eval_dir(ctx, "upstream") / "report.json"], lambda: eval_stage(ctx, "upstream", upstream_dir(ctx)), ("upstream",), [eval_dir(ctx, "upstream")]))
@@ -382,7 +475,9 @@ def run_pipeline(config: PipelineConfig, console: Console, *, pool_url: str | No
 
     def report() -> dict[str, Any]:
         write_pipeline_report(
-            ctx.workdir, stages, eval_names, {v: train_dir(ctx, v) for v in variants}, {n: eval_dir(ctx, n) for n in eval_names}, report_dir(ctx)
+            ctx.workdir, stages, eval_names, {v: train_dir(ctx, v) for v in variants}, {n: eval_dir(ctx, n) for n in eval_names}, report_dir(ctx),
+            contrasts=contrasts_path(ctx) if len(config.variants) > 1 else None,
+            analysis=analyze_dir(ctx) / "nll.json" if config.analyze is not None and config.train is not None else None,
         )  # fmt: skip
         return {"report": str(report_dir(ctx) / "report.md")}
 

@@ -214,6 +214,9 @@ def legend(numbered: list[Numbered]) -> Text:
         out.append(f" {d.field} [{d.start}, {d.end})", STYLES["context"])
         if d.description:
             out.append(f" {d.description}")
+        if d.field.startswith("tool_calls["):
+            # What is struck is the quote; what the masks exclude by default is the whole call.
+            out.append(f"  (relearn masks' default --defect-scope action excludes all of tool call {d.field.split(']')[0][11:]})", STYLES["context"])
         if item.problem:
             out.append(f"  ⚠ not shown: {item.problem}", STYLES["warning"])
         out.append("\n")
