@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import analyze, envs, evaluate, harness, masks, pool, review, run, serve, stats, train, view
+from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, stats, train, view
 
 app = typer.Typer(
     name="relearn",
@@ -16,6 +16,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 pool.register(app)
+export.register(app)
 envs.register(app)
 masks.register(app)
 harness.register(app)

@@ -1,8 +1,7 @@
-"""Pool verbs: ``relearn import``, ``relearn export``, ``relearn validate``."""
+"""Pool verbs: ``relearn import``, ``relearn validate``."""
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from enum import StrEnum
 from pathlib import Path
@@ -18,10 +17,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from harness.exporters.atif import to_atif
-from harness.exporters.hf_chat import to_chat_record
 from harness.import_run import ImportSummary, discover, import_files
-from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
+from records.pools import RecordError, read_trajectories_lenient
 from records.trajectory import Trajectory, tool_call_pairs
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
@@ -31,11 +28,6 @@ class ImportFormat(StrEnum):
     mini_swe_agent = "mini-swe-agent"
     swe_agent = "swe-agent"
     atif = "atif"
-
-
-class ExportFormat(StrEnum):
-    atif = "atif"
-    hf = "hf"
 
 
 def _progress() -> Progress:
@@ -100,34 +92,6 @@ def import_command(
     raise typer.Exit(EXIT_PARTIAL if summary.rejected else EXIT_OK)
 
 
-def export_command(
-    fmt: Annotated[ExportFormat, typer.Argument(metavar="FORMAT", help="atif (one <id>.trajectory.json per trajectory) | hf (chat JSONL)")],
-    pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="atif: a directory; hf: a .jsonl file.")],
-) -> None:
-    """Export a pool as Harbor ATIF v1.7 documents or Hugging Face chat messages.
-
-    `hf` writes one `{id, messages, tools}` per line, ready for
-    `tokenizer.apply_chat_template(messages, tools=tools)`; `atif` writes one
-    `<id>.trajectory.json` per trajectory for Harbor's viewer, `harbor analyze` and SkyRL.
-    """
-    errors: list[RecordError] = []
-    count = 0
-    if fmt is ExportFormat.hf:
-        records = (to_chat_record(t) for pool in pools for t in read_trajectories_lenient(pool, errors))
-        count = write_atomic(output, records)
-    else:
-        output.mkdir(parents=True, exist_ok=True)
-        for pool in pools:
-            for trajectory in read_trajectories_lenient(pool, errors):
-                document = json.dumps(to_atif(trajectory), ensure_ascii=False, indent=2)
-                write_text_atomic(output / f"{trajectory.id}.trajectory.json", document)
-                count += 1
-    show_problems("rejected records", [str(e) for e in errors])
-    out.print(f"exported {count} trajectories as {fmt.value} to {output}; {len(errors)} records rejected")
-    raise typer.Exit(EXIT_PARTIAL if errors else EXIT_OK)
-
-
 def check_trajectory(trajectory: Trajectory) -> list[str]:
     """Structural problems a pool record can have even when every field parses."""
     problems = []
@@ -180,5 +144,4 @@ def validate_command(
 
 def register(app: typer.Typer) -> None:
     app.command("import")(import_command)
-    app.command("export")(export_command)
     app.command("validate")(validate_command)

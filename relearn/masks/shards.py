@@ -230,6 +230,9 @@ def build_dataset(
         shard_stats.append(stats)
     _remove_stale_shards(output, number + 1)
     summary = summarise(shard_stats, options, tokenizer_name, pool)
+    # What the ids mean: exports refuse a tokenizer that is not this one (relearn.export).
+    summary["tokenizer_fingerprint"] = tokenizer_id
+    summary["chat_template_sha256"] = hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest()
     write_text_atomic(output / "stats.json", json.dumps(summary, indent=1, sort_keys=True))
     return summary, reused
 
@@ -277,6 +280,7 @@ def summarise(shards: list[ShardStats], options: MaskOptions, tokenizer_name: st
         "ctx": options.ctx,
         "tokenizer": tokenizer_name,
         "per_turn": options.per_turn,
+        "defect_scope": options.defect_scope,
         "prefix_check": options.prefix_check,
         "template_kwargs": options.template_kwargs,
         "shards": len(shards),

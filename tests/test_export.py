@@ -1,0 +1,214 @@
+"""Compiled masks exported for other trainers: every format supervises exactly the shard's
+loss_mask, TRL's SFTTrainer trains on the same positions with the same loss as relearn train,
+and a tokenizer that is not the dataset's is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from records.pools import write_atomic
+from records.review import Review
+from relearn.cli.main import app
+from relearn.export.source import ExportError, iter_samples, open_dataset
+from relearn.export.spans import sample_spans
+from relearn.export.trainers import FORMATS, export_dataset
+from relearn.masks.compile import MaskOptions
+from relearn.masks.shards import build_dataset
+from tests.test_masks import BASE, call, defect, trajectory
+
+MODES = ("ross", "ross-nomask", "positive")
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    from relearn.masks.tokenizers import load_tokenizer
+
+    return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
+
+
+def _pool() -> tuple[list, list[Review]]:
+    """Three successes: two with defects (one a whole redundant call), one clean."""
+    first = trajectory(BASE, task_id="calc")
+    second_messages = [dict(m) for m in BASE]
+    second_messages[2] = {**second_messages[2], "tool_calls": [call("c1", "shell", command=["bash", "-lc", "ls -R"])]}
+    second = trajectory(second_messages, task_id="calc-ls")
+    clean = trajectory(BASE[:2] + [{"role": "assistant", "generated": True, "content": "add() now returns a + b."}], task_id="clean")
+    reviews = [
+        Review(trajectory_id=first.id, decision="accept", defects=[defect(first, 2, "reasoning_content", "probably in parse()", category="wrong_hypothesis")]),
+        Review(trajectory_id=second.id, decision="accept", defects=[defect(second, 2, "tool_calls[0].arguments.command", "ls -R", category="redundant_exploration")]),
+        Review(trajectory_id=clean.id, decision="accept"),
+    ]
+    return [first, second, clean], reviews
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory: pytest.TempPathFactory, tok) -> dict[str, Path]:  # noqa: ANN001
+    folder = tmp_path_factory.mktemp("compiled")
+    trajectories, reviews = _pool()
+    pool = folder / "pool.jsonl"
+    write_atomic(pool, trajectories)
+    by_id = {r.trajectory_id: r for r in reviews}
+    out = {}
+    for mode in MODES:
+        build_dataset(pool, by_id, tok, "qwen3.6", MaskOptions(mode=mode), folder / mode)  # type: ignore[arg-type]
+        out[mode] = folder / mode
+    return out
+
+
+def shard_masks(dataset: Path) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    rows = []
+    for sample in iter_samples(open_dataset(dataset)):
+        mask = sample.loss_mask.copy()
+        mask[0] = 0
+        rows.append((sample.sample_id, sample.input_ids, mask))
+    return rows
+
+
+def read_back(fmt: str, out: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(input_ids, supervised positions) of every exported row, read as the trainer reads them."""
+    if fmt == "trl":
+        table = pq.read_table(out / "train-00000.parquet")
+        return [(np.array(i), np.array(m)) for i, m in zip(table["input_ids"].to_pylist(), table["assistant_masks"].to_pylist(), strict=True)]
+    if fmt == "axolotl":
+        table = pq.read_table(out / "train-00000.parquet")
+        assert set(table.column_names) == {"input_ids", "attention_mask", "labels"}
+        return [(np.array(i), (np.array(lab) != -100).astype(np.uint8)) for i, lab in zip(table["input_ids"].to_pylist(), table["labels"].to_pylist(), strict=True)]
+    if fmt == "llamafactory":
+        import datasets
+
+        saved = datasets.load_from_disk(str(out / "tokenized"))
+        assert set(saved.column_names) == {"input_ids", "attention_mask", "labels"}
+        return [(np.array(r["input_ids"]), (np.array(r["labels"]) != -100).astype(np.uint8)) for r in saved]
+    if fmt == "verl":
+        spec = importlib.util.spec_from_file_location("relearn_verl_dataset", out / "relearn_verl_dataset.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        padded = module.RelearnSFTDataset([str(out / "train-00000.parquet")], tokenizer=None, config={"max_length": 4096})
+        unpadded = module.RelearnSFTDataset(str(out / "train-00000.parquet"), config={"pad_mode": "no_padding"})
+        rows = []
+        for index in range(len(padded)):
+            item, bare = padded[index], unpadded[index]
+            n = int(item["attention_mask"].sum())
+            assert len(bare["input_ids"]) == n and "attention_mask" not in bare and bool((bare["loss_mask"] == item["loss_mask"][:n]).all())
+            assert item["position_ids"][:n].tolist() == list(range(n)) and not item["loss_mask"][n:].any()
+            rows.append((item["input_ids"][:n].numpy(), item["loss_mask"][:n].numpy()))
+        with pytest.raises(ValueError, match="longer than data.max_length"):
+            module.RelearnSFTDataset(str(out / "train-00000.parquet"), config={"max_length": 8})[0]
+        return rows
+    import datasets
+
+    parquet = datasets.load_dataset("parquet", data_files=str(out / "parquet" / "*.parquet"), split="train")
+    saved = datasets.load_from_disk(str(out / "dataset"))
+    assert parquet.to_list() == saved.to_list()
+    for row in saved:
+        assert row["weight"] == pytest.approx(1 / sum(row["loss_mask"])) and [t if m else -100 for t, m in zip(row["input_ids"], row["loss_mask"], strict=True)] == row["labels"]
+    return [(np.array(r["input_ids"]), np.array(r["loss_mask"])) for r in saved]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_supervises_exactly_the_shards_loss_mask(tmp_path: Path, datasets: dict[str, Path], fmt: str) -> None:
+    for mode in MODES:
+        out = tmp_path / f"{fmt}-{mode}"
+        summary = export_dataset(open_dataset(datasets[mode]), fmt, out)
+        expected = shard_masks(datasets[mode])
+        got = read_back(fmt, out)
+        assert len(got) == len(expected) == summary.rows == 3
+        for (sample_id, ids, mask), (got_ids, got_mask) in zip(expected, got, strict=True):
+            assert np.array_equal(got_ids, ids) and np.array_equal(got_mask.astype(np.uint8), mask), (fmt, mode, sample_id)
+        rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+        assert [r["sample_id"] for r in rows] == [e[0] for e in expected]
+        manifest = json.loads((out / "relearn-export.json").read_text())
+        assert manifest["mode"] == mode and manifest["tokenizer"] == "qwen3.6" and manifest["supervised_tokens"] == sum(int(m.sum()) for _s, _i, m in expected)
+    # Excluded tokens are never supervised: where ross-nomask trains and ross does not.
+    excluded = [(n[2] == 1) & (r[2] == 0) for n, r in zip(shard_masks(datasets["ross-nomask"]), shard_masks(datasets["ross"]), strict=True)]
+    assert sum(int(e.sum()) for e in excluded) > 20
+    ross_rows = read_back(fmt, tmp_path / f"{fmt}-ross")
+    assert not any(bool((got_mask[e] == 1).any()) for (_ids, got_mask), e in zip(ross_rows, excluded, strict=True))
+
+
+def test_a_tokenizer_that_is_not_the_datasets_is_refused(tmp_path: Path, datasets: dict[str, Path], tok) -> None:  # noqa: ANN001
+    other = tmp_path / "other-template"
+    tok.save_pretrained(other)
+    config = json.loads((other / "tokenizer_config.json").read_text())
+    (other / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+    config.pop("chat_template", None)
+    (other / "tokenizer_config.json").write_text(json.dumps(config))
+    runner = CliRunner()
+    result = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "out"), "--tokenizer", str(other)])
+    assert result.exit_code == 2 and "chat template" in result.output and not (tmp_path / "out").exists()
+    same = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok"), "--tokenizer", "qwen3.6"])
+    assert same.exit_code == 0, same.output
+    again = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok")])
+    assert again.exit_code == 2 and "--overwrite" in again.output
+    stats = json.loads((datasets["ross"] / "stats.json").read_text())
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "stats.json").write_text(json.dumps({k: v for k, v in stats.items() if k != "tokenizer_fingerprint"}))
+    with pytest.raises(ExportError, match="older relearn"):
+        open_dataset(old)
+
+
+def test_spans_select_the_same_tokens_by_token_runs_and_by_characters(tmp_path: Path, datasets: dict[str, Path], tok) -> None:  # noqa: ANN001
+    out = tmp_path / "spans.jsonl"
+    result = CliRunner().invoke(app, ["export", "masks", str(datasets["ross"]), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    for line, (sample_id, ids, mask) in zip(lines, shard_masks(datasets["ross"]), strict=True):
+        assert line["sample_id"] == sample_id and tok(line["text"], add_special_tokens=False)["input_ids"] == ids.tolist()
+        by_runs = np.zeros(len(ids), dtype=np.uint8)
+        for a, b in line["token_spans"]:
+            by_runs[a:b] = 1
+        assert np.array_equal(by_runs, mask)
+        # Another trainer's view: the tokens lying wholly inside a character span.
+        offsets = tok(line["text"], add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        by_chars = np.array([any(lo <= s and e <= hi for lo, hi in line["char_spans"]) and e > s for s, e in offsets], dtype=np.uint8)
+        assert np.array_equal(by_chars, mask)
+    first = next(iter_samples(open_dataset(datasets["ross"])))
+    assert sample_spans(first, tok)["supervised"] == first.supervised
+
+
+def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn_train(tmp_path: Path, datasets: dict[str, Path], tok) -> None:  # noqa: ANN001
+    import datasets as hf_datasets
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import SFTConfig, SFTTrainer
+
+    from relearn.train.loop import train
+    from relearn.train.model import build_model
+    from relearn.train.options import TrainOptions
+
+    start = tmp_path / "start"
+    build_model(tiny="qwen3", seed=0).save_pretrained(start)
+    tok.save_pretrained(start)
+    export_dataset(open_dataset(datasets["ross"]), "trl", tmp_path / "trl")
+    rows = hf_datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train-00000.parquet"), split="train")
+    expected = shard_masks(datasets["ross"])
+
+    # One optimizer step over all three trajectories, per-token normalisation on both sides.
+    summary = train(
+        TrainOptions(dataset=datasets["ross"], out=tmp_path / "relearn", init=str(start), tokenizer="qwen3.6", epochs=1, max_steps=1, lr=1e-4, warmup=0,
+                     batch_trajectories=len(expected), loss_norm="token", progress=False, save_every=0),
+    )  # fmt: skip
+    trainer = SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(start, dtype=torch.float32),
+        # One trajectory per micro-batch (no padding), the step's tokens normalised together (num_items_in_batch).
+        args=SFTConfig(output_dir=str(tmp_path / "trl-run"), per_device_train_batch_size=1, gradient_accumulation_steps=len(expected), max_steps=1, learning_rate=1e-4, lr_scheduler_type="constant",
+                       max_length=None, bf16=False, logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, seed=0),
+        train_dataset=rows,
+        processing_class=tok,
+    )  # fmt: skip
+    prepared = trainer.train_dataset
+    for row, (_sample_id, ids, mask) in zip(prepared, expected, strict=True):
+        assert row["input_ids"] == ids.tolist()
+        assert [int(label != -100) for label in row["labels"]] == mask.tolist()  # the same supervised positions
+    trainer.train()
+    trl_loss = trainer.state.log_history[0]["loss"]
+    assert summary.first_loss is not None and abs(trl_loss - summary.first_loss) < 1e-5, (trl_loss, summary.first_loss)
