@@ -37,6 +37,7 @@ bench: setup
 	bash scripts/ensure-docker.sh
 	$(VENV)/bin/python bench/bench_envs.py
 	$(VENV)/bin/python bench/bench_masks.py
+	$(VENV)/bin/python bench/bench_export.py
 	$(VENV)/bin/python bench/bench_harness.py
 
 clean:
