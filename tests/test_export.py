@@ -212,3 +212,13 @@ def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn
     trainer.train()
     trl_loss = trainer.state.log_history[0]["loss"]
     assert summary.first_loss is not None and abs(trl_loss - summary.first_loss) < 1e-5, (trl_loss, summary.first_loss)
+
+
+def test_rows_stream_into_files_of_the_asked_size(tmp_path: Path, datasets: dict[str, Path]) -> None:
+    import datasets as hf_datasets
+
+    summary = export_dataset(open_dataset(datasets["ross"]), "trl", tmp_path / "trl", rows_per_file=2)
+    assert summary.files == ["train-00000.parquet", "train-00001.parquet"]
+    assert [pq.read_metadata(tmp_path / "trl" / f).num_rows for f in summary.files] == [2, 1]
+    rows = hf_datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "*.parquet"), split="train")
+    assert [r["input_ids"] for r in rows] == [ids.tolist() for _s, ids, _m in shard_masks(datasets["ross"])]
