@@ -142,6 +142,32 @@ def test_action_scope_spares_a_neighbouring_call(tok) -> None:  # noqa: ANN001
     assert '<function=shell>\n<parameter=command>\n["bash", "-lc", "cat calc.py"]\n</parameter>\n</function>\n</tool_call><|im_end|>' in text
 
 
+TEXT_PROTOCOL = [
+    {"role": "system", "content": "Answer with one bash block."},
+    {"role": "user", "content": "Fix add() in calc.py."},
+    {"role": "assistant", "generated": True, "content": "THOUGHT: list the files.\n\n```bash\nls\n```"},
+    {"role": "user", "content": "<returncode>0</returncode>\n<output>\ncalc.py\n</output>"},
+    {"role": "assistant", "generated": True, "content": "THOUGHT: list them again to be sure.\n\n```bash\nls -R\n```"},
+    {"role": "user", "content": "<returncode>0</returncode>\n<output>\ncalc.py\n</output>"},
+    {"role": "assistant", "generated": True, "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+]
+
+
+def test_action_scope_excludes_a_text_protocol_action_block_whole(tok) -> None:  # noqa: ANN001
+    t = trajectory(TEXT_PROTOCOL)
+    repeat = defect(t, 4, "content", "ls -R")
+    action = supervised_text(tok, compile_ross(t, [repeat], tok))
+    minimal = supervised_text(tok, compile_ross(t, [repeat], tok, defect_scope="minimal"))
+    assert "ls -R" not in action and "ls -R" not in minimal
+    # The block and its end of turn go; the thought before it and the other turns' blocks stay.
+    assert "THOUGHT: list them again to be sure." in action and action.count("```bash") == 2 and action.count("<|im_end|>") == 2
+    assert minimal.count("```bash") == 3 and minimal.count("<|im_end|>") == 3
+    # An agent with tool calls acts through them: a fenced block in its text is not an action.
+    with_calls = trajectory([*BASE[:-1], {"role": "assistant", "generated": True, "content": "Run:\n```bash\npytest -q\n```"}])
+    text = supervised_text(tok, compile_ross(with_calls, [defect(with_calls, 6, "content", "pytest -q")], tok))
+    assert "```bash" in text and "pytest -q" not in text
+
+
 def test_defects_at_the_edges_of_a_message(tok) -> None:  # noqa: ANN001
     t = trajectory(BASE)
     content = t.messages[2].content

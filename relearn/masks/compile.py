@@ -20,6 +20,7 @@ recorded generation token ids, where present, match.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -131,6 +132,15 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         expected = quote[lo - start : hi - start]
         if text[at : at + hi - lo] != expected:
             raise Rejected("quote not in the render", where)
+        if scope == "action" and defect.field == "content" and _text_protocol(trajectory):
+            block = _action_block(rendered.messages[defect.message_index].content or "", lo, hi)
+            if block is not None:
+                first, last = max(block[0], span.lead), min(block[1], span.lead + span.kept)
+                block_end = span.start + last - span.lead
+                # The action ends the turn: its end of turn is the decision to stop and run it.
+                if not text[block_end : turn.end].removesuffix(rendered.end_of_turn).strip():
+                    block_end = turn.end
+                return span.start + first - span.lead, block_end
         return at, at + hi - lo
     call = turn.calls[int(match.group(2))]
     key = match.group(3)
@@ -143,6 +153,23 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         positions = [call.json_to_render[j] for j in range(start, end) if j in call.json_to_render]
         found = (min(positions), max(positions) + 1) if positions else None
     return call.region if scope == "action" and end > start else found
+
+
+# The action of a text-protocol agent (mini-swe-agent, SWE-agent): the fenced shell block it runs.
+_ACTION_BLOCK = re.compile(r"```(?:bash|sh)[^\n]*\n.*?```", re.DOTALL)
+
+
+def _text_protocol(trajectory: Trajectory) -> bool:
+    """Whether the agent acted through text (a fenced block in its content) rather than tool calls."""
+    return not any(m.tool_calls for m in trajectory.messages)
+
+
+def _action_block(content: str, lo: int, hi: int) -> tuple[int, int] | None:
+    """The fenced shell block of ``content`` holding the characters [lo, hi), fences included."""
+    for block in _ACTION_BLOCK.finditer(content):
+        if block.start() <= lo and hi <= block.end():
+            return block.start(), block.end()
+    return None
 
 
 def compile_one(

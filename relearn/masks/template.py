@@ -81,6 +81,7 @@ class Rendered:
     text: str
     turns: list[Turn]
     messages: list[Message]  # the NFC-normalised messages the offsets refer to
+    end_of_turn: str = ""  # the template's end-of-turn token (each turn's end)
 
 
 def nfc(value: Any) -> Any:
@@ -353,7 +354,7 @@ def render(
         _locate_fields(text, turn, message, shape)
         turns.append(turn)
         cursor = turn.end
-    return Rendered(text, turns, messages)
+    return Rendered(text, turns, messages, shape.end_of_turn)
 
 
 def per_turn_renders(
@@ -379,5 +380,5 @@ def per_turn_renders(
         text = full[: end_at + len(shape.end_of_turn)]
         turn = Turn(source, len(prefix), len(text))
         _locate_fields(text, turn, messages[source], shape)
-        out.append(Rendered(text, [turn], messages))
+        out.append(Rendered(text, [turn], messages, shape.end_of_turn))
     return out
