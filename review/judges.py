@@ -252,14 +252,16 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
     by_step: dict[int, list[ConfirmedError]] = {}
     for error in errors:
         by_step.setdefault(error.step, []).append(error)
+    judge2_prompt = prompt("judge2")
+    judge2_prompt_tokens = count_tokens(judge2_prompt)
     for step, step_errors in sorted(by_step.items()):
         index = numbered[step]
         step_text = render_step(trajectory.messages[index], [f"[{e.category}] {e.description}" for e in step_errors])
-        if count_tokens(prompt("judge2")) + count_tokens(step_text) > judge2.context:
+        if judge2_prompt_tokens + count_tokens(step_text) > judge2.context:
             unlocated.append(step)  # a step judge 2 cannot read whole cannot be localized
             stats.reasons[TOO_LONG] = stats.reasons.get(TOO_LONG, 0) + 1
             continue
-        located, problem, spent = judge2.ask(prompt("judge2"), step_text, Judge2Output, cache, ledger)
+        located, problem, spent = judge2.ask(judge2_prompt, step_text, Judge2Output, cache, ledger)
         cost += spent
         if located is None:
             return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)

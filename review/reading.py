@@ -109,7 +109,8 @@ def render_for_reading(trajectory: Trajectory, hints: list[str], *, budget: int 
     fit ``budget`` tokens together with ``system``. Raises TooLongForJudge."""
     sections = _sections(trajectory, hints)
     text = _join(sections)
-    tokens = count_tokens(system) + count_tokens(text)
+    system_tokens = count_tokens(system)
+    tokens = system_tokens + count_tokens(text)
     if tokens <= budget:
         return Reading(text, tokens)
     sizes = [count_tokens(s.body) if s.elidable else 0 for s in sections]
@@ -126,7 +127,7 @@ def render_for_reading(trajectory: Trajectory, hints: list[str], *, budget: int 
             elided.append(f"- {section.label}: {removed:,} of {size:,} tokens elided from its middle")
     notice = Section("### Elided for length\nThe trajectory did not fit the reviewer's context whole. These tool outputs lost their middles (marked in place); the task, every step of the agent and the verifier's evidence are complete:\n" + "\n".join(elided))
     text = _join([notice, *sections])
-    tokens = count_tokens(system) + count_tokens(text)
+    tokens = system_tokens + count_tokens(text)
     if tokens > budget:
         raise TooLongForJudge(tokens, budget)
     return Reading(text, tokens, elided)

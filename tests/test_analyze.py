@@ -179,6 +179,7 @@ def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(tmp_pa
     (scored_good,) = result["trajectories"]["broken"]
     (sample,) = eligible_tokens(good, tok, KW)
     assert scored_good["eligible"] == sample.eligible and scored_good["line"] == 1
+    assert scored_good["resolved"] is bool(good.outcome and good.outcome.resolved)
     assert abs(scored_good["nll_mean"] - Scorer(lm).token_nll(sample.input_ids, sample.loss_mask).mean()) < 1e-5
     assert (out / "nll.png").read_bytes().startswith(PNG)
     assert "| policy | 2 |" in (out / "nll.md").read_text()
@@ -389,6 +390,7 @@ def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_
     assert set(scores) == set(plain_rows)  # every trajectory is still scored ...
     for name, score in scores.items():  # ... to the same plain figures as without reviews
         assert score["eligible"] == plain_rows[name]["eligible"] and abs(score["nll_sum"] - plain_rows[name]["nll_sum"]) < 1e-6
+        assert score["resolved"] == plain_rows[name]["resolved"]
         assert ("split" in score) == (name in ("split-me", "clean"))
 
     scorer = Scorer(lm)

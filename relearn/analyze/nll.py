@@ -189,11 +189,6 @@ class ScoreCache:
         return self.plain.get(trajectory_id) if review is None else self.reviewed.get((trajectory_id, review))
 
 
-def load_cache(path: Path, digest: str) -> dict[str, dict[str, Any]]:
-    """Earlier scores under the same settings, by trajectory id."""
-    return ScoreCache(path, digest).plain
-
-
 def _from_cache(cached: dict[str, Any] | None, ctx: int) -> dict[str, Any] | None:
     """A cached result still valid at this ``ctx``: a score that fits, or a skip for any reason
     but length. A trajectory skipped as too long is tried again when ``ctx`` grew enough."""
@@ -261,12 +256,14 @@ def score_pools(
                         record["review"] = key
                     writer.write(record)
                     cache.put(record)
-                _tally_record(result, pool, line, record, ctx, review)
+                _tally_record(result, pool, line, record, ctx, review, is_verified_positive(trajectory))
             results.append(result)
     return results
 
 
-def _tally_record(result: PoolScores, pool: NamedPool, line: int, record: dict[str, Any], ctx: int, review: Review | RecordError | None) -> None:
+def _tally_record(
+    result: PoolScores, pool: NamedPool, line: int, record: dict[str, Any], ctx: int, review: Review | RecordError | None, resolved: bool
+) -> None:
     if result.split_asked and isinstance(review, RecordError):
         # Never an earlier review in its place: that could split by defects the reviewer withdrew.
         result.review_errors.append(f"{pool.path}:{line}: {record['trajectory_id']}: not split, its latest review is unreadable: {review}")
@@ -277,7 +274,7 @@ def _tally_record(result: PoolScores, pool: NamedPool, line: int, record: dict[s
     elif record["tokens"] > ctx:  # scored under a larger ctx earlier
         result.skipped[TOO_LONG] += 1
     else:
-        score = {**record, "line": line}
+        score = {**record, "line": line, "resolved": resolved}
         if not result.split_asked:
             score.pop("split", None)  # a cached split of some other review is no answer here
             score.pop("not_split", None)
@@ -324,7 +321,6 @@ def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings:
         total += float(nll.sum())
         if masked is not None:
             m = masked[number]
-            assert m.excluded_category is not None
             split.add(*split_sequence(nll, sample.loss_mask, m.loss_mask, m.excluded_category))
     if masked is not None:
         outcome = {"split": split.to_json()}
@@ -345,8 +341,6 @@ def ross_samples(
     if len(masked) != len(plain):
         raise Rejected("internal: the mask compiler's sequences differ from the scored ones", f"{len(masked)} != {len(plain)}")
     for m, p in zip(masked, plain, strict=True):
-        if m.eligible_mask is None or m.excluded_category is None:
-            raise Rejected("internal: the mask compiler gives no per-token eligibility")
         if not np.array_equal(m.input_ids, p.input_ids) or not np.array_equal(m.eligible_mask, p.loss_mask):
             raise Rejected("internal: the mask compiler's eligible tokens differ from the scored ones", m.sample_id)
     return masked

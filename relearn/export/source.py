@@ -3,7 +3,6 @@ token ids mean (the tokenizer and chat template recorded in its ``stats.json``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -78,9 +77,9 @@ def iter_samples(info: DatasetInfo) -> Iterator[Sample]:
 def check_tokenizer(info: DatasetInfo, tokenizer: Any, name: str) -> None:
     """Refuse a tokenizer whose ids or template differ from the dataset's: the ids would mean
     other text, and the trainer would silently learn from it."""
-    from relearn.masks.shards import tokenizer_fingerprint
+    from relearn.masks.shards import chat_template_sha256, tokenizer_fingerprint
 
-    template = hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest()
+    template = chat_template_sha256(tokenizer)
     if template != info.stats.get("chat_template_sha256"):
         raise ExportError(f"--tokenizer {name}: its chat template (sha256 {template[:12]}) is not the one {info.path} was compiled with ({str(info.stats.get('chat_template_sha256'))[:12]}, {info.tokenizer})")
     if tokenizer_fingerprint(tokenizer) != info.stats["tokenizer_fingerprint"]:

@@ -56,13 +56,13 @@ class Sample:
     eligible: int
     excluded: int
     supervised: int
-    excluded_by_category: Counter[str] = field(default_factory=Counter)
     # Per token: 1 where eligible (A), and the index in ``records.review.CATEGORIES`` of the
     # defect that excludes it (-1 where none does); for analyses that split A into kept and E.
     # A token under defects of two categories is counted under both in ``excluded_by_category``
     # (excluded for either reason) but named once here, by the first of those defects.
-    eligible_mask: np.ndarray | None = None
-    excluded_category: np.ndarray | None = None
+    eligible_mask: np.ndarray  # uint8
+    excluded_category: np.ndarray  # int8
+    excluded_by_category: Counter[str] = field(default_factory=Counter)
 
     @property
     def ter(self) -> float:

@@ -101,6 +101,10 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     return hashlib.sha256((definition + "\0" + (tokenizer.chat_template or "")).encode()).hexdigest()
 
 
+def chat_template_sha256(tokenizer: Any) -> str:
+    return hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest()
+
+
 def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review | RecordError]:
     """The latest review line of each trajectory: its Review, or the located error of that
     line when it cannot be read (the trajectory is then rejected, never given an earlier
@@ -232,7 +236,7 @@ def build_dataset(
     summary = summarise(shard_stats, options, tokenizer_name, pool)
     # What the ids mean: exports refuse a tokenizer that is not this one (relearn.export).
     summary["tokenizer_fingerprint"] = tokenizer_id
-    summary["chat_template_sha256"] = hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest()
+    summary["chat_template_sha256"] = chat_template_sha256(tokenizer)
     write_text_atomic(output / "stats.json", json.dumps(summary, indent=1, sort_keys=True))
     return summary, reused
 
