@@ -24,6 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.bench_import import build_corpus  # noqa: E402
 from bench.bench_masks import make_trajectory, review_for  # noqa: E402
 from harness.import_run import discover, import_files  # noqa: E402
 from records.pools import write_atomic  # noqa: E402
@@ -53,6 +54,7 @@ def _codex_inputs(root: Path) -> None:
     compacted = envelope("compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Summary: " + AWKWARD}]}]})
     write_rollout(root / "codex" / "compacted.jsonl", grown[:9] + [compacted] + grown[9:])
     (root / "codex" / "sample.jsonl").write_bytes((SAMPLES / "codex_rollout_v0.135.0_exec.jsonl").read_bytes())
+    build_corpus(root / "codex" / "bench", 1.0, 40)  # the import benchmark's corpus, 1 MB of it
     (root / "mini").mkdir()
     (root / "mini" / "sample.traj.json").write_bytes((SAMPLES / "mini_swe_agent_v1.13.4.traj.json").read_bytes())
 
