@@ -7,6 +7,9 @@ shell calls and outputs, apply_patch, token counts; see tests/codex_rollouts.py)
 The baseline reads every line of every file and runs ``json.loads`` on it: the least
 any importer must do. The import is the full ``relearn import codex`` path: parse,
 pair calls, build and validate records, serialise and append them to a pool.
+
+Memory: the peak resident memory of a fresh process importing a quarter of the corpus and
+the whole of it, to show that import holds one input file at a time whatever the corpus's size.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -49,6 +53,21 @@ def baseline(files: list[Path]) -> float:
     return time.perf_counter() - start
 
 
+def peak_rss(files: list[Path], pool: Path) -> int:
+    """Peak resident memory of a fresh Python process that imports ``files`` into ``pool``."""
+    pool.unlink(missing_ok=True)
+    listing = pool.with_suffix(".files")
+    listing.write_text("\n".join(map(str, files)))
+    script = (
+        "import resource, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
+        "from harness.import_run import import_files;"
+        "import_files('codex', [Path(p) for p in Path(sys.argv[2]).read_text().splitlines()], Path(sys.argv[3]));"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    result = subprocess.run([sys.executable, "-c", script, str(Path(__file__).resolve().parent.parent), str(listing), str(pool)], check=True, capture_output=True, text=True)
+    return int(result.stdout.strip()) * 1024
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mb", type=float, default=200.0, help="corpus size in MB (default 200)")
@@ -75,6 +94,11 @@ def main() -> None:
         print(f"{'relearn import codex':28s}{import_s:10.2f}{mb / import_s:10.1f}{n_files / import_s:10.1f}")
         print(f"ratio (import time / json.loads time): {import_s / base_s:.2f}x")
         print(f"pool written: {(root / 'pool.jsonl').stat().st_size / 1e6:.1f} MB, {summary.messages} messages")
+        print("\npeak memory of a process importing (fresh pool each time)")
+        for share in (4, 1):
+            part = files[: len(files) // share]
+            size = sum(p.stat().st_size for p in part)
+            print(f"  {len(part):5d} files, {size / 1e6:6.1f} MB: peak RSS {peak_rss(part, root / 'mem.jsonl') / 1e6:6.0f} MB")
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,31 +1,48 @@
-"""Mask compile throughput with the built-in qwen3.6 tokenizer, against per-turn re-rendering.
+"""Mask compile throughput end to end with the built-in qwen3.6 tokenizer, against the
+tokenizer's own speed and against per-turn re-rendering.
 
-    python bench/bench_masks.py [--tokens 60000] [--trajectories 3]
+    python bench/bench_masks.py [--tokens 60000] [--trajectories 6] [--baseline-trajectories 2]
 
-Pool: generated SWE-style agentic trajectories (one task, then rounds of reasoning,
-text, a shell or apply_patch call and its output) of about ``--tokens`` tokens each,
-with a few defects per trajectory. Ours: render once, tokenize once with offsets, mask
-by character spans (relearn.masks.compile). Baseline: the per-turn approach most trainers use
-(render the prefix up to each assistant turn with the generation prompt and the prefix
-through that turn, tokenize both, take the difference as the turn's tokens), which
-costs O(turns x length). Also prints our time per token at 1/4, 1/2 and the full
-length to show that it grows linearly.
+Pool: generated SWE-style agentic trajectories (one task, then rounds of reasoning, text,
+a shell or apply_patch call and its output) of about ``--tokens`` tokens each, with a few
+defects per trajectory, written to a pool file and a review file.
+
+- ``relearn masks``: what the command runs (``relearn.masks.shards.build_dataset``), from
+  the files on disk to the Parquet shards and statistics: read and validate the records,
+  render once, tokenize once with offsets, mask by character spans, VALIDATE, write.
+- the limit: the HF fast tokenizer alone encoding the same rendered texts with offsets
+  (``tokenizer(text, return_offsets_mapping=True)``), nothing else. The ratio of the two
+  throughputs is the figure to compare; absolute speeds vary with this machine's load.
+- per-turn re-render: the approach most trainers use (render the prefix up to each
+  assistant turn with the generation prompt and the prefix through that turn, tokenize
+  both, take the difference), O(turns x length), on the first trajectories only.
+
+Also prints the time per token at 1/4, 1/2 and the full length (one trajectory compiled,
+render to mask), to show that it grows linearly, and the peak memory of the ``relearn masks``
+command on a pool of one shard and on a pool four times larger (``--memory-shard`` records per
+shard), to show that memory holds one shard whatever the pool's size.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.exporters.hf_chat import to_chat_messages  # noqa: E402
+from records.pools import write_atomic  # noqa: E402
 from records.review import Defect, Review  # noqa: E402
 from records.trajectory import Trajectory  # noqa: E402
 from relearn.masks.compile import MaskOptions, compile_trajectory  # noqa: E402
+from relearn.masks.shards import build_dataset, load_reviews  # noqa: E402
+from relearn.masks.template import render  # noqa: E402
 from relearn.masks.tokenizers import load_tokenizer  # noqa: E402
 
 WORDS = "the a function returns value when test fails because index off by one list parse token file path error we should check".split()
@@ -96,37 +113,93 @@ def timed(fn, *args) -> tuple[float, int]:  # noqa: ANN001
     return time.perf_counter() - start, tokens
 
 
+def end_to_end(pool: list[Trajectory], reviews: list[Review], tok, root: Path) -> tuple[float, int]:  # noqa: ANN001
+    """``relearn masks`` from the files: seconds and tokens written."""
+    write_atomic(root / "pool.jsonl", pool)
+    (root / "reviews.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in reviews))
+    shutil.rmtree(root / "dataset", ignore_errors=True)
+    start = time.perf_counter()
+    errors: list[str] = []
+    stats, _reused = build_dataset(root / "pool.jsonl", load_reviews(root / "reviews.jsonl", errors), tok, "qwen3.6", MaskOptions(ctx=10**7), root / "dataset")
+    seconds = time.perf_counter() - start
+    assert stats["trajectories_out"] == len(pool) and not errors, stats["rejected"]
+    return seconds, stats["tokens"]["total"]
+
+
+def peak_rss(pool: list[Trajectory], reviews: list[Review], shard_size: int, root: Path) -> tuple[int, int]:
+    """Peak resident memory of the ``relearn masks`` command on this pool, and the pool's size."""
+    write_atomic(root / "mem.jsonl", pool)
+    (root / "mem-reviews.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in reviews))
+    shutil.rmtree(root / "mem-dataset", ignore_errors=True)
+    relearn = str(Path(sys.executable).with_name("relearn"))
+    command = [relearn, "masks", str(root / "mem.jsonl"), "-r", str(root / "mem-reviews.jsonl"), "-o", str(root / "mem-dataset"), "--shard-size", str(shard_size), "--ctx", str(10**7)]
+    # A fresh parent per run: RUSAGE_CHILDREN is the largest child so far, so each run gets its own.
+    probe = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    result = subprocess.run([sys.executable, "-c", probe, *command], check=True, capture_output=True, text=True)
+    return int(result.stdout.strip()) * 1024, (root / "mem.jsonl").stat().st_size
+
+
+def tokenizer_alone(pool: list[Trajectory], tok, *, batched: bool = False) -> tuple[float, int]:  # noqa: ANN001
+    """The HF fast tokenizer encoding the rendered texts with offsets, and nothing else: one
+    text per call, or (``batched``) all in one call, spread over every core."""
+    texts = [render(t, tok, template_kwargs={"preserve_thinking": True}).text for t in pool]
+    start = time.perf_counter()
+    if batched:
+        tokens = sum(len(ids) for ids in tok(texts, add_special_tokens=False, return_offsets_mapping=True)["input_ids"])
+    else:
+        tokens = sum(len(tok(text, add_special_tokens=False, return_offsets_mapping=True)["input_ids"]) for text in texts)
+    return time.perf_counter() - start, tokens
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=60000)
-    parser.add_argument("--trajectories", type=int, default=3)
+    parser.add_argument("--trajectories", type=int, default=6)
+    parser.add_argument("--baseline-trajectories", type=int, default=2, help="trajectories the slow per-turn baseline compiles")
+    parser.add_argument("--memory-shard", type=int, default=16, help="records per shard in the memory run (0: skip it)")
     args = parser.parse_args()
     tok = load_tokenizer("qwen3.6")
     rng = random.Random(0)
     pool = [make_trajectory(rng, args.tokens, seed) for seed in range(args.trajectories)]
     reviews = [review_for(t, rng) for t in pool]
+    root = Path(tempfile.mkdtemp(prefix="relearn-bench-masks-"))
+    try:
+        end_to_end(pool[:1], reviews[:1], tok, root)  # warm: the template compiles once per process
+        ours_s, tokens = end_to_end(pool, reviews, tok, root)
+        limit_s, limit_tokens = tokenizer_alone(pool, tok)
+        batch_s, batch_tokens = tokenizer_alone(pool, tok, batched=True)
+        assert limit_tokens == batch_tokens == tokens, (limit_tokens, batch_tokens, tokens)
+        few = pool[: args.baseline_trajectories]
+        base_s = sum(timed(per_turn_baseline, t, tok)[0] for t in few)
+        base_tokens = sum(ours(t, r, tok) for t, r in zip(few, reviews, strict=False))
+        turns = sum(1 for m in pool[0].messages if m.role == "assistant")
+        print(f"pool: {len(pool)} trajectories, {tokens} tokens ({tokens // len(pool)} each, {turns} assistant turns each)")
+        print(f"{'':52s}{'seconds':>9s}{'tokens/s':>12s}")
+        print(f"{'relearn masks, end to end (files -> shards)':52s}{ours_s:9.2f}{tokens / ours_s:12.0f}")
+        print(f"{'HF fast tokenizer with offsets alone, one text a call':52s}{limit_s:9.2f}{tokens / limit_s:12.0f}")
+        print(f"{'HF fast tokenizer with offsets alone, one batch call':52s}{batch_s:9.2f}{tokens / batch_s:12.0f}")
+        print(f"{f'per-turn re-render ({len(few)} trajectories)':52s}{base_s:9.2f}{base_tokens / base_s:12.0f}")
+        print(
+            f"relearn masks runs at {limit_s / ours_s:.0%} of the tokenizer's throughput one text a call, {batch_s / ours_s:.0%} of its batch throughput;"
+            f" {tokens / ours_s / (base_tokens / base_s):.1f}x the per-turn baseline"
+        )
 
-    total_ours = total_base = 0.0
-    tokens = 0
-    for trajectory, review in zip(pool, reviews, strict=True):
-        seconds, n = timed(ours, trajectory, review, tok)
-        total_ours += seconds
-        tokens += n
-        seconds, _ = timed(per_turn_baseline, trajectory, tok)
-        total_base += seconds
-    turns = sum(1 for m in pool[0].messages if m.role == "assistant")
-    print(f"pool: {len(pool)} trajectories, {tokens} tokens ({tokens // len(pool)} each, {turns} assistant turns each)")
-    print(f"{'':36s}{'seconds':>9s}{'tokens/s':>12s}")
-    print(f"{'relearn masks (render once)':36s}{total_ours:9.2f}{tokens / total_ours:12.0f}")
-    print(f"{'per-turn re-render (baseline)':36s}{total_base:9.2f}{tokens / total_base:12.0f}")
-    print(f"speed-up: {total_base / total_ours:.1f}x")
+        print("\nscaling (one trajectory compiled): length -> microseconds per token")
+        for fraction in (4, 2, 1):
+            trajectory = make_trajectory(random.Random(1), args.tokens // fraction, 99)
+            seconds, n = timed(ours, trajectory, review_for(trajectory, random.Random(2)), tok)
+            print(f"  {n:7d} tokens: {seconds / n * 1e6:6.2f} us/token")
 
-    print("\nscaling (one trajectory, ours): length -> microseconds per token")
-    for fraction in (4, 2, 1):
-        trajectory = make_trajectory(random.Random(1), args.tokens // fraction, 99)
-        seconds, n = timed(ours, trajectory, review_for(trajectory, random.Random(2)), tok)
-        base_seconds, _ = timed(per_turn_baseline, trajectory, tok)
-        print(f"  {n:7d} tokens: ours {seconds / n * 1e6:6.1f} us/token, per-turn baseline {base_seconds / n * 1e6:8.1f} us/token")
+        if args.memory_shard:
+            print(f"\npeak memory of `relearn masks` (--shard-size {args.memory_shard}, trajectories of ~{args.tokens} tokens)")
+            rng = random.Random(3)
+            big = [make_trajectory(rng, args.tokens, 1000 + seed) for seed in range(4 * args.memory_shard)]
+            big_reviews = [review_for(t, rng) for t in big]
+            for count in (args.memory_shard, 4 * args.memory_shard):
+                rss, size = peak_rss(big[:count], big_reviews[:count], args.memory_shard, root)
+                print(f"  {count:4d} trajectories, pool of {size / 1e6:6.1f} MB: peak RSS {rss / 1e6:6.0f} MB")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+import msgspec
+
 from harness.importers import FORMATS
-from records.pools import JsonlWriter, RecordError, iter_lines, write_atomic
+from records.pools import JsonlWriter, RecordError, iter_lines, loads, write_atomic
 from records.trajectory import Trajectory, content_id
 
 
@@ -42,6 +44,20 @@ def discover(format_name: str, inputs: Iterable[Path]) -> list[Path]:
     return found
 
 
+class _Source(msgspec.Struct):
+    content_hash: str | None = None
+
+
+class _Indexed(msgspec.Struct):
+    """The two fields of a pool line that resuming needs; msgspec skips the rest unparsed."""
+
+    id: str
+    source: _Source | None = None
+
+
+_INDEX_DECODER = msgspec.json.Decoder(_Indexed)
+
+
 def pool_index(path: Path) -> dict[str, str | None]:
     """Id -> content hash of every trajectory already in a pool (torn lines skipped)."""
     index: dict[str, str | None] = {}
@@ -49,13 +65,22 @@ def pool_index(path: Path) -> dict[str, str | None]:
         return index
     for _number, text in iter_lines(path):
         try:
-            data = json.loads(text)
-        except json.JSONDecodeError:
+            entry = _INDEX_DECODER.decode(text)
+        except (msgspec.DecodeError, UnicodeEncodeError):
+            _index_slowly(text, index)  # a line of another shape, or text msgspec refuses
             continue
-        if isinstance(data, dict) and isinstance(data.get("id"), str):
-            source = data.get("source") if isinstance(data.get("source"), dict) else {}
-            index[data["id"]] = source.get("content_hash")
+        index[entry.id] = entry.source.content_hash if entry.source is not None else None
     return index
+
+
+def _index_slowly(text: str, index: dict[str, str | None]) -> None:
+    try:
+        data = loads(text)
+    except json.JSONDecodeError:
+        return
+    if isinstance(data, dict) and isinstance(data.get("id"), str):
+        source = data.get("source") if isinstance(data.get("source"), dict) else {}
+        index[data["id"]] = source.get("content_hash")
 
 
 def _claim_id(trajectory: Trajectory, seen: dict[str, str | None], summary: ImportSummary) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from records.pools import RecordError, validation_error
+from records.pools import RecordError, loads, validation_error
 from records.trajectory import FunctionCall, Message, ToolCall, Trajectory
 
 
@@ -67,11 +67,13 @@ class Fields:
         return f"{self.prefix}.{key}" if self.prefix else key
 
     def get(self, key: str, types: type | tuple[type, ...], *, required: bool = False, default: Any = None) -> Any:
-        if key not in self.data or self.data[key] is None:
+        value = self.data.get(key)
+        if type(value) is types:  # the common case, checked first: importers call this per field
+            return value
+        if value is None:
             if required:
                 raise fail(self.path, self.line, self._name(key), "missing")
             return default
-        value = self.data[key]
         # JSON true/false must not pass as numbers.
         if isinstance(value, bool) and bool not in _as_tuple(types):
             raise fail(self.path, self.line, self._name(key), f"expected {_names(types)}, got boolean")
@@ -80,7 +82,8 @@ class Fields:
         return value
 
     def str(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
-        return self.get(key, str, required=required, default=default)
+        value = self.data.get(key)
+        return value if type(value) is str else self.get(key, str, required=required, default=default)
 
     def obj(self, key: str, *, required: bool = False) -> Fields | None:
         value = self.get(key, dict, required=required)
@@ -122,7 +125,7 @@ def parse_arguments(text: str) -> tuple[dict[str, Any], str | None]:
     object, so nothing the model wrote is lost.
     """
     try:
-        value = json.loads(text) if text.strip() else {}
+        value = loads(text) if text.strip() else {}
     except json.JSONDecodeError:
         return {}, text
     if isinstance(value, dict):

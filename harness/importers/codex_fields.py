@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from harness.importers.base import Diagnostics, Fields, fail, parse_arguments
+from records.pools import loads as fast_loads
 from records.trajectory import FunctionCall, ToolCall, Usage
 
 # Event kinds that only mirror a response item (kept once, as the message).
@@ -41,7 +42,7 @@ USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning
 
 def loads(path: str, number: int, text: str) -> Any:
     try:
-        return json.loads(text)
+        return fast_loads(text)
     except json.JSONDecodeError as exc:
         truncated = exc.pos >= len(text.rstrip("\n")) - 1
         hint = " (the line is truncated)" if truncated else ""
@@ -83,7 +84,7 @@ def tool_output_parts(path: str, number: int, prefix: str, output: Any) -> tuple
     # Legacy Codex encoded {"output": ..., "metadata": {"exit_code", "duration_seconds"}} as a string.
     if output.startswith("{") and '"output"' in output:
         try:
-            decoded = json.loads(output)
+            decoded = fast_loads(output)
         except json.JSONDecodeError:
             decoded = None
         if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):

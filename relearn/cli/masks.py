@@ -6,10 +6,10 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from records.pools import iter_lines
+from records.pools import is_zstd
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions
 from relearn.masks.shards import build_dataset, load_reviews
@@ -60,11 +60,22 @@ def masks_command(
     review_map = load_reviews(reviews, review_errors)
     show_problems("unreadable reviews", review_errors)
     options = MaskOptions(mode=mode, ctx=ctx, template_kwargs={"preserve_thinking": preserve_thinking}, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious, defect_scope=defect_scope)
-    total = sum(1 for _ in iter_lines(pool))
-    progress = Progress(TextColumn("[bold]compiling masks"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
+    # The bar counts the pool's bytes (a compressed pool's are only known as they are read) and
+    # shows the tokens compiled so far.
+    total = None if is_zstd(pool) else pool.stat().st_size
+    progress = Progress(
+        TextColumn("[bold]compiling masks"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[tokens]:,} tokens"), TimeElapsedColumn(), console=err, transient=True
+    )
     with progress:
-        bar = progress.add_task("masks", total=total)
-        stats, reused = build_dataset(pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_trajectory=lambda: progress.advance(bar))
+        bar = progress.add_task("masks", total=total, tokens=0)
+        compiled = 0
+
+        def advance(size: int, tokens: int) -> None:
+            nonlocal compiled
+            compiled += tokens
+            progress.update(bar, advance=size, tokens=compiled)
+
+        stats, reused = build_dataset(pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_record=advance)
     show_problems("rejected", [f"{r['trajectory_id']}: {r['reason']}: {r['detail']}" for r in stats["rejections"]])
     table = Table(title=f"relearn masks --mode {mode} -> {output}", show_header=False)
     tokens = stats["tokens"]

@@ -25,13 +25,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from records.pools import RecordError, iter_pool_records, write_text_atomic
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
-from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_trajectory
+from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_batch
+from relearn.masks.template import RenderError, TemplateShape, probe
 
 SCHEMA = pa.schema(
     [
@@ -120,7 +122,14 @@ def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review | Rec
     return reviews
 
 
-Item = tuple[str, Trajectory | RecordError]  # a pool record's text, and what it parsed into
+@dataclass
+class Item:
+    """A pool record: the digest and size of its text (the text itself is not kept: a shard's
+    worth of 60k-token records is hundreds of MB), and what it parsed into."""
+
+    digest: bytes
+    size: int  # bytes of the record's line
+    record: Trajectory | RecordError
 
 
 def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
@@ -136,13 +145,15 @@ def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
 
 def _pool_items(pool: Path) -> Iterator[Item]:
     for _line, text, item in iter_pool_records(pool):
-        yield text, item
+        data = text.encode()
+        yield Item(hashlib.sha256(data).digest(), len(data), item)
 
 
 def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: dict[str, Review | RecordError]) -> str:
     h = hashlib.sha256(f"{digest}\0{tokenizer_id}\0".encode())
-    for text, item in chunk:
-        h.update(hashlib.sha256(text.encode()).digest())
+    for entry in chunk:
+        item = entry.record
+        h.update(entry.digest)
         review = reviews.get(item.id) if isinstance(item, Trajectory) else None
         if isinstance(review, Review):
             h.update(json.dumps(review.model_dump(mode="json"), sort_keys=True).encode())
@@ -152,19 +163,64 @@ def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: dic
     return h.hexdigest()[:32]
 
 
-def _write_shard(path: Path, samples: list[Sample], mode: str) -> None:
+# Pool text tokenized in one batch call: enough trajectories to keep every core busy, few
+# enough that their tokenizer encodings (a few MB per 60k tokens) stay small.
+BATCH_BYTES = 4_000_000
+
+
+def _batches(chunk: list[Item]) -> Iterator[list[Item]]:
+    batch: list[Item] = []
+    size = 0
+    for item in chunk:
+        batch.append(item)
+        size += item.size
+        if size >= BATCH_BYTES:
+            yield batch
+            batch, size = [], 0
+    if batch:
+        yield batch
+
+
+def _compilable(batch: list[Item], reviews: dict[str, Review | RecordError]) -> Iterator[tuple[Trajectory, Review | None]]:
+    """The records of ``batch`` that go to the compiler: readable, with a readable review or none."""
+    for entry in batch:
+        if isinstance(entry.record, Trajectory):
+            review = reviews.get(entry.record.id)
+            if not isinstance(review, RecordError):
+                yield entry.record, review
+
+
+@dataclass
+class ShardRow:
+    """What a shard keeps of a sample (not the per-token arrays only analyses use)."""
+
+    sample_id: str
+    trajectory_id: str
+    input_ids: np.ndarray
+    loss_mask: np.ndarray
+    eligible: int
+    excluded: int
+    supervised: int
+    ter: float
+
+    @classmethod
+    def of(cls, sample: Sample) -> ShardRow:
+        return cls(sample.sample_id, sample.trajectory_id, sample.input_ids, sample.loss_mask, sample.eligible, sample.excluded, sample.supervised, sample.ter)
+
+
+def _write_shard(path: Path, rows: list[ShardRow], mode: str) -> None:
     table = pa.table(
         {
-            "sample_id": [s.sample_id for s in samples],
-            "trajectory_id": [s.trajectory_id for s in samples],
-            "input_ids": [s.input_ids for s in samples],
-            "loss_mask": [s.loss_mask for s in samples],
-            "n_tokens": [len(s.input_ids) for s in samples],
-            "eligible": [s.eligible for s in samples],
-            "excluded": [s.excluded for s in samples],
-            "supervised": [s.supervised for s in samples],
-            "ter": [s.ter for s in samples],
-            "mode": [mode] * len(samples),
+            "sample_id": [s.sample_id for s in rows],
+            "trajectory_id": [s.trajectory_id for s in rows],
+            "input_ids": [s.input_ids for s in rows],
+            "loss_mask": [s.loss_mask for s in rows],
+            "n_tokens": [len(s.input_ids) for s in rows],
+            "eligible": [s.eligible for s in rows],
+            "excluded": [s.excluded for s in rows],
+            "supervised": [s.supervised for s in rows],
+            "ter": [s.ter for s in rows],
+            "mode": [mode] * len(rows),
         },
         schema=SCHEMA,
     )
@@ -182,13 +238,20 @@ def build_dataset(
     output: Path,
     *,
     shard_size: int = 256,
-    on_trajectory: Callable[[], None] | None = None,
+    on_record: Callable[[int, int], None] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Compile ``pool`` into ``output``; returns the statistics and how many shards
-    were already there and reused."""
+    were already there and reused. ``on_record(size, tokens)`` follows progress: each record's
+    size in bytes and the tokens it gave (0 when rejected or in a reused shard).
+
+    Memory holds one shard's records and rows at a time, whatever the pool's size."""
     output.mkdir(parents=True, exist_ok=True)
     digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
+    try:
+        shape: TemplateShape | None = probe(tokenizer, dict(options.template_kwargs))
+    except RenderError:
+        shape = None  # each trajectory probes again and is rejected with the reason
     shard_stats: list[ShardStats] = []
     reused = 0
     number = -1
@@ -204,32 +267,36 @@ def build_dataset(
             if saved.get("inputs_hash") == inputs_hash:
                 shard_stats.append(_stats_from_json(saved))
                 reused += 1
-                for _ in chunk:
-                    if on_trajectory:
-                        on_trajectory()
+                for entry in chunk:
+                    if on_record:
+                        on_record(entry.size, 0)
                 continue
         stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
-        samples: list[Sample] = []
-        for _text, item in chunk:
-            stats.inputs += 1
-            review = reviews.get(item.id) if isinstance(item, Trajectory) else None
-            if isinstance(item, RecordError):
-                stats.reject("", "unreadable record", str(item))
-            elif isinstance(review, RecordError):
-                stats.reject(item.id, "unreadable review", str(review))
-            else:
-                try:
-                    produced = compile_trajectory(item, review, tokenizer, options)
-                except Rejected as exc:
-                    stats.reject(item.id, exc.reason, exc.detail)
+        rows: list[ShardRow] = []
+        for batch in _batches(chunk):
+            compiled = iter(compile_batch(list(_compilable(batch, reviews)), tokenizer, options, shape=shape))
+            for entry in batch:
+                item = entry.record
+                tokens = 0
+                stats.inputs += 1
+                review = reviews.get(item.id) if isinstance(item, Trajectory) else None
+                if isinstance(item, RecordError):
+                    stats.reject("", "unreadable record", str(item))
+                elif isinstance(review, RecordError):
+                    stats.reject(item.id, "unreadable review", str(review))
                 else:
-                    stats.accepted += 1
-                    for sample in produced:
-                        stats.add(sample)
-                        samples.append(sample)
-            if on_trajectory:
-                on_trajectory()
-        _write_shard(shard, samples, options.mode)
+                    produced = next(compiled)
+                    if isinstance(produced, Rejected):
+                        stats.reject(item.id, produced.reason, produced.detail)
+                    else:
+                        stats.accepted += 1
+                        for sample in produced:
+                            stats.add(sample)
+                            rows.append(ShardRow.of(sample))
+                            tokens += len(sample.input_ids)
+                if on_record:
+                    on_record(entry.size, tokens)
+        _write_shard(shard, rows, options.mode)
         write_text_atomic(stats_path, json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
         shard_stats.append(stats)
     _remove_stale_shards(output, number + 1)

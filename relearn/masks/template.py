@@ -23,6 +23,7 @@ through the same normalisation.
 from __future__ import annotations
 
 import json
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,16 +182,28 @@ def map_json_value(value: Any, json_pos: int, shown_at: int, json_map: dict[int,
     JSON. Returns the JSON position after the value."""
     if not isinstance(value, str):
         shown = json.dumps(value, ensure_ascii=False)
-        for i in range(len(shown)):
-            json_map[json_pos + i] = shown_at + i
+        json_map.update(zip(range(json_pos, json_pos + len(shown)), range(shown_at, shown_at + len(shown)), strict=True))
         return json_pos + len(shown)
     json_pos += 1  # opening quote
-    for i, char in enumerate(value):
-        width = len(json.dumps(char, ensure_ascii=False)) - 2  # escapes are wider
+    done = 0
+    # Runs of characters JSON writes as themselves map one to one; each escaped character
+    # (wider in JSON) maps all of its JSON characters onto itself.
+    for escaped in _JSON_ESCAPED.finditer(value):
+        run = escaped.start() - done
+        json_map.update(zip(range(json_pos, json_pos + run), range(shown_at + done, shown_at + done + run), strict=True))
+        json_pos += run
+        width = len(json.dumps(escaped.group(), ensure_ascii=False)) - 2
         for j in range(width):
-            json_map[json_pos + j] = shown_at + i
+            json_map[json_pos + j] = shown_at + escaped.start()
         json_pos += width
-    return json_pos + 1  # closing quote
+        done = escaped.end()
+    run = len(value) - done
+    json_map.update(zip(range(json_pos, json_pos + run), range(shown_at + done, shown_at + done + run), strict=True))
+    return json_pos + run + 1  # closing quote
+
+
+# The characters ``json.dumps(..., ensure_ascii=False)`` escapes (its own ESCAPE pattern).
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')
 
 
 def _argument_spans(text: str, arguments: dict[str, Any], cursor: int, end: int, index: int) -> tuple[ArgumentSpans, int]:
@@ -249,9 +262,25 @@ def _check_region(turn: Turn, number: int, index: int) -> None:
         raise RenderError("locate", f"message {index}: tool call {number} does not render as one block of its turn")
 
 
+def _is_nfc(value: Any) -> bool:
+    if isinstance(value, str):
+        return unicodedata.is_normalized("NFC", value)
+    if isinstance(value, list):
+        return all(_is_nfc(v) for v in value)
+    if isinstance(value, dict):
+        return all(_is_nfc(v) for v in value.values())
+    return True
+
+
 def normalised_messages(trajectory: Trajectory) -> list[Message]:
+    """The messages with every rendered text NFC-normalised; a message already in NFC (nearly
+    all) is the same object, not a copy."""
     out = []
     for message in trajectory.messages:
+        calls = message.tool_calls or []
+        if _is_nfc(message.content) and _is_nfc(message.reasoning_content) and all(_is_nfc(c.function.arguments) for c in calls):
+            out.append(message)
+            continue
         data = message.model_dump()
         for key in ("content", "reasoning_content"):
             data[key] = nfc(data[key])
@@ -309,6 +338,7 @@ def render(
     template_kwargs: dict[str, Any] | None = None,
     prefix_check: str = "header",
     segment: list[int] | None = None,
+    shape: TemplateShape | None = None,
 ) -> Rendered:
     """Render the trajectory (or the messages of one ``segment``, see ``context_segments``)
     once and locate every generated assistant turn.
@@ -317,10 +347,11 @@ def render(
     template's generation prompt, which catches templates that rewrite past turns
     (dropped reasoning) at no extra cost; ``every`` also renders the conversation up to
     each generated turn and requires it to be an exact prefix of the whole render;
-    ``off`` trusts the template.
+    ``off`` trusts the template. ``shape``: what ``probe`` found for this tokenizer and these
+    keyword arguments, when the caller probed once for many trajectories.
     """
     kwargs = dict(template_kwargs or {})
-    shape = probe(tokenizer, kwargs)
+    shape = shape or probe(tokenizer, kwargs)
     conversation = template_input(trajectory, segment)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     text = _render(tokenizer, chat, tools, kwargs)
@@ -358,12 +389,17 @@ def render(
 
 
 def per_turn_renders(
-    trajectory: Trajectory, tokenizer: Any, *, template_kwargs: dict[str, Any] | None = None, segment: list[int] | None = None
+    trajectory: Trajectory,
+    tokenizer: Any,
+    *,
+    template_kwargs: dict[str, Any] | None = None,
+    segment: list[int] | None = None,
+    shape: TemplateShape | None = None,
 ) -> list[Rendered]:
     """For templates that rewrite earlier turns: one render per generated assistant turn,
     the conversation up to it (as the model was given it, within its ``segment``) plus that turn."""
     kwargs = dict(template_kwargs or {})
-    shape = probe(tokenizer, kwargs)
+    shape = shape or probe(tokenizer, kwargs)
     conversation = template_input(trajectory, segment)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     out = []
