@@ -196,6 +196,27 @@ def test_unknown_types_and_fields_are_kept_and_counted(tmp_path: Path) -> None:
     assert any(r["payload"].get("type") == "telepathy" for r in kept)
 
 
+def test_line_fields_beside_the_payload_are_kept_and_counted(tmp_path: Path) -> None:
+    """Codex 0.171 numbers each line (``ordinal``) and can add ``metadata``: on lines that become
+    messages as on lines kept whole, nothing of it is lost, and each field is counted."""
+    lines = [{**line, "ordinal": number} for number, line in enumerate(session())]
+    lines[5]["metadata"] = {"history_sequence": 4, "retained_source": "rollout"}
+    path = tmp_path / "r.jsonl"
+    write_rollout(path, lines)
+    (result,) = list(codex.read(path))
+    t = result.trajectory
+    assert t is not None and t.source is not None and t.source.records is not None
+    assert result.diagnostics.unknown == {"line field 'ordinal'": len(lines), "line field 'metadata'": 1}
+    ordinals = {r["record"]["ordinal"] for r in t.source.records if "record" in r} | {r["line_fields"]["ordinal"] for r in t.source.records if "line_fields" in r}
+    assert ordinals == set(range(len(lines)))
+    (fields,) = [r for r in t.source.records if r.get("line") == 6]
+    assert fields == {"line": 6, "at_message": 3, "line_fields": {"ordinal": 5, "metadata": {"history_sequence": 4, "retained_source": "rollout"}}}
+    # The messages are what they are without the fields.
+    write_rollout(path, session())
+    (plain,) = list(codex.read(path))
+    assert plain.trajectory is not None and [m.content for m in plain.trajectory.messages] == [m.content for m in t.messages]
+
+
 @pytest.mark.parametrize(
     ("mutate", "expected"),
     [

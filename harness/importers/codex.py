@@ -127,7 +127,10 @@ class _RolloutReader:
             if not isinstance(kind, str):
                 raise fail(self.name, number, "type", "expected string")
             self.stamp(data.get("timestamp"))
+            kept, at = len(self.records), len(self.messages)
             self.envelope(number, kind, data["payload"], data)
+            if len(data) > 3:
+                self.line_fields(number, data, at, whole_line_kept=len(self.records) > kept)
         elif "record_type" in data:
             self.layout = "legacy"
             if set(data) != {"record_type"} or data["record_type"] != "state":
@@ -169,6 +172,16 @@ class _RolloutReader:
                     self.diag.warn(number, f"model changed from {self.policy.name!r} to {model!r} within the session")
                 self.policy.name = self.policy.name or model
             self.keep(number, line)
+
+    def line_fields(self, number: int, line: dict[str, Any], at: int, *, whole_line_kept: bool) -> None:
+        """Fields beside ``timestamp``/``type``/``payload`` (Codex 0.171's ``ordinal`` and
+        ``metadata``): counted, and kept under ``source.records`` (at the message count when the
+        line was read) when the line itself went into a message rather than a kept record."""
+        extra = {k: v for k, v in line.items() if k not in ("timestamp", "type", "payload")}
+        for key in extra:
+            self.diag.unknown_kind(number, f"line field {key!r}")
+        if not whole_line_kept:
+            self.records.append({"line": number, "at_message": at, "line_fields": extra})
 
     def keep(self, number: int, line: dict[str, Any]) -> None:
         self.records.append({"line": number, "at_message": len(self.messages), "record": line})
