@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import docker
 
-from envs.docker_backend import Container
+from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.tasks import Task, patch_files
 
 
@@ -44,9 +44,9 @@ class AuditReport:
         return out
 
 
-def audit(client: docker.DockerClient, task: Task, image: str) -> AuditReport:
+def audit(client: docker.DockerClient, task: Task, image: str, *, limits: Limits = DEFAULT_LIMITS) -> AuditReport:
     report = AuditReport(task.instance_id, image)
-    with Container.start(client, image, workdir=task.workdir) as container:
+    with Container.start(client, image, workdir=task.workdir, limits=limits) as container:
         probe = container.exec("git rev-parse --git-dir", timeout_s=60)
         if not probe.ok:
             report.error = "no git repository in the work directory"

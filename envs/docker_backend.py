@@ -50,6 +50,9 @@ class Limits:
     pids: int = 512
     network: bool = False
 
+    def to_dict(self) -> dict[str, float | int | bool]:
+        return {"cpus": self.cpus, "memory_mb": self.memory_mb, "pids": self.pids, "network": self.network}
+
 
 DEFAULT_LIMITS = Limits()
 
@@ -79,6 +82,10 @@ class CappedBuffer:
     def truncated(self) -> bool:
         return self.total > len(self.head) + len(self.tail)
 
+    @property
+    def omitted(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
     def text(self) -> str:
         if not self.truncated:
             return (bytes(self.head) + bytes(self.tail)).decode("utf-8", errors="replace")
@@ -96,6 +103,7 @@ class ExecResult:
     timed_out: bool
     truncated: bool
     duration_s: float
+    omitted_bytes: int = 0  # of the interleaved output, cut from its middle (see CappedBuffer)
 
     @property
     def ok(self) -> bool:
@@ -184,6 +192,7 @@ class Container:
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         output_cap: int = DEFAULT_OUTPUT_CAP,
+        stream_cap: int | None = None,
         stdin: bytes | None = None,
         keep_background: bool = False,
     ) -> ExecResult:
@@ -193,6 +202,10 @@ class Container:
         killed when the command ends (``keep_background`` spares background jobs, e.g. a
         server the next command talks to). If the stream has not ended by the deadline,
         every process the execs started is killed, also those that left the group.
+
+        ``output_cap`` bounds the interleaved output, ``stream_cap`` (default: the same)
+        each of stdout and stderr apart: a caller that reads only the interleaved output
+        can keep much of it without holding three copies.
         """
         argv = ["bash", "-c", command] if isinstance(command, str) else list(command)
         wrapped = ["timeout", "--kill-after=1", "--signal=KILL", f"{max(timeout_s, 0.1):.3f}", *argv]
@@ -212,7 +225,8 @@ class Container:
         if stdin is not None:
             raw.sendall(stdin)
             raw.shutdown(socket.SHUT_WR)
-        stdout, stderr, combined = CappedBuffer(output_cap), CappedBuffer(output_cap), CappedBuffer(output_cap)
+        streams = output_cap if stream_cap is None else stream_cap
+        stdout, stderr, combined = CappedBuffer(streams), CappedBuffer(streams), CappedBuffer(output_cap)
         timed_out = False
         try:
             timed_out = not _drain(raw, started + timeout_s + 2.0, stdout, stderr, combined)
@@ -240,6 +254,7 @@ class Container:
             timed_out=timed_out,
             truncated=stdout.truncated or stderr.truncated,
             duration_s=duration,
+            omitted_bytes=combined.omitted,
         )
 
     def _kill_group(self, host_pid: int | None) -> None:

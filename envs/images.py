@@ -6,6 +6,10 @@ with a single commit, the base. Upstream history is never copied in, so nothing 
 ``.git`` can reveal the fix. ``leaky=True`` builds the opposite on purpose (the fix
 committed after the base, then the work tree reset to the base), which is what the
 ``.git`` audit must catch.
+
+``prepare_images`` is what every verb that runs tasks calls first: it routes tasks to the
+images the user named (``envs.image_choice``), pulls the missing ones when asked
+(``envs.registry``), and builds the base image only when a task is built from it.
 """
 
 from __future__ import annotations
@@ -15,10 +19,13 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
 
+from envs.image_choice import ImageChoice
+from envs.registry import PullError, PullProgress, pull_image, registry_of
 from envs.tasks import Task
 
 BASE_REPOSITORY = "relearn/base"
@@ -149,15 +156,85 @@ def build_harbor_image(client: docker.DockerClient, task: Task) -> str:
     return tag
 
 
+def needs_base(tasks: list[Task]) -> bool:
+    """Whether any task is built here ``FROM`` the base image (a bundled mini task the
+    user did not route to an image of their own). Tasks that bring their own image, as
+    SWE-bench rows do, never need it, so a run of them needs no debootstrap or mirror."""
+    return any(task.kind != "harbor" and task.task_dir is not None and task.image_source is None for task in tasks)
+
+
+def base_if_needed(client: docker.DockerClient, tasks: list[Task], *, log: Callable[[str], None] = print) -> str | None:
+    return build_base(client, log=log) if needs_base(tasks) else None
+
+
 def task_image(client: docker.DockerClient, task: Task, base: str | None = None, *, leaky: bool = False) -> str:
-    """The image a task runs in: the one it names if present, else built here."""
+    """The image a task runs in: the one the user routed it to, else the one it names if
+    present, else one built here (mini suite, Harbor Dockerfiles)."""
+    if task.image_source is not None:  # chosen by the user: used as named, never built
+        return _present(client, task)
     if task.kind == "harbor":
         return build_harbor_image(client, task)
     if task.task_dir is not None:  # a bundled mini task
         return build_mini_image(client, task, base or base_tag(), leaky=leaky)
+    return _present(client, task)
+
+
+def _present(client: docker.DockerClient, task: Task) -> str:
     if task.image and image_exists(client, task.image):
         return task.image
+    if not task.image:
+        raise RuntimeError(f"{task.instance_id}: the task names no image; give one with --image-map FILE or --image-template")
+    source = task.image_source or "the dataset row's image column"
     raise RuntimeError(
-        f"{task.instance_id}: image {task.image!r} is not on this engine and no registry can be reached; "
-        "pull or build it first (docker load, or swebench's image builder)"
+        f"{task.instance_id}: image {task.image} (from {source}) is not on this engine. Get it with one of: "
+        f"--pull (from {registry_of(task.image)}); `relearn envs load DIR` (docker save tarballs); "
+        f"`relearn envs build-swebench -t TASKS --id {task.instance_id} --repo CHECKOUT --wheels DIR` (offline build); "
+        "or point --image-map/--image-template at the name your registry or tarball uses"
     )
+
+
+@dataclass
+class Prepared:
+    """Tasks routed to their images, the base image when one was needed, and what went
+    wrong getting images (each names the task, the image and the registry's answer)."""
+
+    tasks: list[Task]
+    base: str | None
+    problems: list[str] = field(default_factory=list)
+
+
+def prepare_images(
+    client: docker.DockerClient,
+    tasks: list[Task],
+    choice: ImageChoice | None = None,
+    *,
+    pull: bool = False,
+    need_base: bool = False,
+    base: str | None = None,
+    log: Callable[[str], None] = print,
+    on_pull_progress: Callable[[PullProgress], None] | None = None,
+) -> Prepared:
+    """Route ``tasks`` by ``choice``, pull the images they name that are missing (with
+    ``pull``), and build the base image only when a task (or the caller: ``need_base``,
+    e.g. a relay container) needs it and ``base`` does not already name it."""
+    routed = choice.route(tasks) if choice is not None else list(tasks)
+    problems: list[str] = []
+    if choice is not None and choice.mapping and not any(t.instance_id in choice.mapping for t in tasks):
+        problems.append(f"the image map {choice.map_path} names none of the {len(tasks)} task(s) (e.g. {tasks[0].instance_id})")
+    if pull:
+        wanted: dict[str, list[str]] = {}
+        for task in routed:
+            brings_own = task.image_source is not None or (task.task_dir is None and task.kind != "harbor")
+            if brings_own and task.image:
+                wanted.setdefault(task.image, []).append(task.instance_id)
+        for image, ids in wanted.items():
+            if image_exists(client, image):
+                continue
+            log(f"pulling {image} from {registry_of(image)}")
+            try:
+                pull_image(client, image, on_progress=on_pull_progress, log=log)
+            except PullError as exc:
+                problems.append(f"{', '.join(ids)}: {exc}")
+    if base is None and (need_base or needs_base(routed)):
+        base = build_base(client, log=log)
+    return Prepared(routed, base, problems)

@@ -43,6 +43,9 @@ class Task(BaseModel):
     log_parser: str | None = None
     eval_type: str = "pass_and_fail"
     image: str | None = None
+    # Where ``image`` came from when the user chose it (``envs.image_choice``): such a task
+    # runs in exactly that image, never one built here. None: the task's own.
+    image_source: str | None = None
     image_assets: Any = None
     workdir: str = "/testbed"
     # Files the grader resets before applying the test patch; edits a candidate makes

@@ -34,12 +34,17 @@ from envs.grading import grade, grade_openswe
 from envs.tasks import Task, patch_files
 from envs.test_run import SETUP_FAILED, Phases, canary_source, split_eval_script
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 SETUP_PATH = "/tmp/relearn/setup.sh"
 TESTS_PATH = "/tmp/relearn/tests.sh"
 SCRIPT_PATH = "/tmp/relearn/eval.sh"
 TEST_PATCH_PATH = "/tmp/relearn/test.patch"
+# The setup's output (installs, resets) is never graded: past its cap its middle is cut,
+# counted in the verdict. The test command's output is graded, so it is kept whole up to a
+# far larger cap; past that the run is not graded at all rather than graded on a log with
+# a hole in it.
 LOG_CAP = 16 << 20
+TEST_LOG_CAP = 128 << 20
 TEST_PATCH_MISSING = 98  # the setup's exit status when the test patch is not in place after it
 
 
@@ -71,6 +76,8 @@ class Verdict(BaseModel):
     image_digest: str | None = None
     log_path: str | None = None
     log_tail: str = ""
+    log_omitted_bytes: dict[str, int] = {}  # run ("setup", "tests") -> bytes cut from its output
+    limits: dict[str, float | int | bool] | None = None  # what the grading container ran under
     durations_s: dict[str, float] = {}
     model_name_or_path: str | None = None
 
@@ -152,6 +159,7 @@ def verify(
         pids=limits.pids,
         network=task.network or limits.network,
     )
+    verdict.limits = limits.to_dict()
     with Container.start(client, image, limits=limits, workdir=task.workdir) as container:
         verdict.durations_s["start"] = time.monotonic() - started
         if task.kind == "harbor":
@@ -218,6 +226,8 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
         files[phases.canary_path] = (canary_source(phases), 0o644)
     container.put_files(files)
     setup = container.exec(f"bash {SETUP_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
+    if setup.omitted_bytes:
+        verdict.log_omitted_bytes["setup"] = setup.omitted_bytes
     log_lines.append(f"$ setup\n{setup.output}")
     if setup.timed_out or setup.exit_code in (SETUP_FAILED, TEST_PATCH_MISSING):
         if setup.timed_out:
@@ -229,6 +239,12 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
         return "\n".join(log_lines)
     output, exit_code, report = _run_tests(container, phases, verdict, timeout_s)
     log_lines.append(f"$ tests (exit status {exit_code})\n{output}")
+    if verdict.log_omitted_bytes.get("tests"):
+        verdict.error = (
+            f"the test output is {verdict.log_omitted_bytes['tests'] + TEST_LOG_CAP:,} bytes, over the {TEST_LOG_CAP >> 20} MiB "
+            "the verifier keeps whole: not graded (a log with its middle cut could hide results)"
+        )
+        return "\n".join(log_lines)
     if task.kind == "openswe":
         grade_openswe(exit_code, verdict)
     else:
@@ -241,8 +257,11 @@ def _run_tests(container: Container, phases: Phases, verdict: Verdict, timeout_s
     """The test command alone (its script and canary are in place): its output, its exit
     status (from Docker), its report."""
     started = time.monotonic()
-    result = container.exec(f"bash {TESTS_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
+    # Only the interleaved output is graded: stdout and stderr apart need no big cap.
+    result = container.exec(f"bash {TESTS_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=TEST_LOG_CAP, stream_cap=1 << 20)
     verdict.durations_s["tests"] = time.monotonic() - started
+    if result.omitted_bytes:
+        verdict.log_omitted_bytes["tests"] = result.omitted_bytes
     verdict.timed_out = result.timed_out
     report = None
     if phases.report_path is not None:

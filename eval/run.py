@@ -26,6 +26,9 @@ from typing import Any
 
 import docker
 
+from envs.docker_backend import DEFAULT_LIMITS, Limits
+from envs.image_choice import ImageChoice
+from envs.images import Prepared, prepare_images
 from envs.tasks import Task
 from eval.dataset import Selection, dataset_digest, load_dataset_tasks
 from harness.agent import SCAFFOLD_VERSION, AgentConfig
@@ -63,6 +66,9 @@ class RunConfig:
     # The real Codex CLI as the agent instead of our own loop.
     codex: codex_setup.CodexCliConfig | None = None
     apply_patch: Semantics = "codex"  # the builtin tool set's apply_patch semantics
+    images: ImageChoice = field(default_factory=ImageChoice)  # --image-map / --image-template
+    pull: bool = False
+    limits: Limits = DEFAULT_LIMITS
 
 
 def tools_digest() -> str:
@@ -95,6 +101,14 @@ def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] |
         "seed": config.seed,
         "spend_cap_usd": config.spend_cap_usd,
         "instances": {t.instance_id: {"repo": t.repo, "difficulty": t.difficulty} for t in tasks},
+        # Where each instance ran: the image names (their digests are added as the run
+        # goes, under image_digests), how they were chosen, the containers' limits.
+        "environment": {
+            **config.images.to_manifest(),
+            "pull": config.pull,
+            "limits": config.limits.to_dict(),
+            "images": {t.instance_id: t.image for t in tasks},
+        },
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     if config.codex is not None:
@@ -146,13 +160,29 @@ def latest_trajectories(run_dir: Path, errors: list[RecordError]) -> dict[str, T
     return by_task
 
 
-def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_image: str | None = None, on_done: Callable[[Trajectory | None], None] | None = None) -> tuple[CollectSummary, int]:
+def run_eval(
+    client: docker.DockerClient,
+    config: RunConfig,
+    out: Path,
+    *,
+    base_image: str | None = None,
+    on_done: Callable[[Trajectory | None], None] | None = None,
+    prepare: Callable[[list[Task]], Prepared] | None = None,
+) -> tuple[CollectSummary, int]:
     """Run (or resume) the evaluation; returns the collection summary and the number of
-    selected instances."""
+    selected instances. ``prepare`` routes the selected tasks to their images and gets
+    them (default: ``envs.images.prepare_images`` with the run's image options); the base
+    image is built only when a task or the codex-cli relay needs it."""
     all_tasks, load_errors = load_dataset_tasks(config.dataset)
     if load_errors and not all_tasks:
         raise ValueError(f"no readable instances in {config.dataset}: {load_errors[0]}")
     tasks = config.selection.apply(all_tasks)
+    if prepare is None:
+        prepared = prepare_images(client, tasks, config.images, pull=config.pull, need_base=config.codex is not None, base=base_image, log=lambda _m: None)
+    else:
+        prepared = prepare(tasks)
+    tasks = prepared.tasks
+    base_image = base_image or prepared.base
     spec = config.spec
     if config.seed is not None:
         spec.sampling = {**spec.sampling, "seed": config.seed}
@@ -162,6 +192,8 @@ def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_
     if (out / "manifest.json").exists():
         existing = load_manifest(out)
         changed = differences(existing, manifest)
+        if existing.get("environment", {}).get("images") is not None:  # runs from before it was recorded resume as they were
+            changed += differences(existing["environment"], manifest["environment"], ("images",))
         if changed:
             raise ManifestMismatch(f"{out} holds another run; it differs in: " + "; ".join(changed))
         manifest["created"] = existing["created"]
@@ -180,6 +212,7 @@ def run_eval(client: docker.DockerClient, config: RunConfig, out: Path, *, base_
         infra_retries=config.infra_retries,
         on_done=on_done,
         codex=config.codex,
+        limits=config.limits,
     )
     finalize(out, manifest)
     return summary, len(tasks)

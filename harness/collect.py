@@ -140,7 +140,7 @@ def run_job(
         else:
             with Container.start(client, job.image, limits=limits, workdir=job.task.workdir) as container:
                 trajectory = run_episode(job.task, policy, container, config, header, recorder)
-        verdict = verify(client, job.task, trajectory.final_patch, job.image, log_dir=out / "verify-logs", timeout_s=verify_timeout_s)
+        verdict = verify(client, job.task, trajectory.final_patch, job.image, log_dir=out / "verify-logs", timeout_s=verify_timeout_s, limits=limits)
         trajectory.outcome = outcome_of(verdict)
         recorder.end(trajectory, {"budget": config.budget.to_dict()})
     finally:

@@ -104,5 +104,5 @@ def replay(
     if trajectory.final_patch is not None:
         report.patch_matches = report.final_patch == trajectory.final_patch
     if run_verifier:
-        report.verdict = verify(client, task, report.final_patch, image)
+        report.verdict = verify(client, task, report.final_patch, image, limits=limits)
     return report

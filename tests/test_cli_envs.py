@@ -46,3 +46,49 @@ def test_envs_usage_errors(relearn_bin: str, tmp_path: Path) -> None:
     assert run(relearn_bin, "verify", "-p", str(tmp_path / "missing.jsonl")).returncode == 2
     gc = run(relearn_bin, "envs", "gc")
     assert gc.returncode == 0 and "removed" in gc.stdout
+
+
+TASK_VERBS = [("verify",), ("collect",), ("replay",), ("eval", "run"), ("envs", "check-image"), ("envs", "audit")]
+VERIFIED = Path(__file__).resolve().parents[2] / "shared" / "samples" / "swebench_verified.parquet"
+
+
+def test_every_verb_that_runs_tasks_takes_the_image_and_limit_options(relearn_bin: str) -> None:
+    for verb in TASK_VERBS:
+        result = run(relearn_bin, *verb, "--help")
+        assert result.returncode == 0, result.stderr
+        for option in ("--image-map", "--image-template", "--pull", "--cpus", "--memory"):
+            assert option in result.stdout, (verb, option)
+    for verb in (("envs", "load"), ("envs", "build-swebench")):
+        assert "--image-template" in run(relearn_bin, *verb, "--help").stdout
+
+
+def test_image_and_limit_options_are_checked_before_anything_runs(relearn_bin: str, tmp_path: Path) -> None:
+    predictions = tmp_path / "preds.jsonl"
+    predictions.write_text(json.dumps({"instance_id": "mini__calc-1", "model_patch": ""}) + "\n")
+    template = run(relearn_bin, "verify", "-p", str(predictions), "--image-template", "mirror/{instance}:latest")
+    assert template.returncode == 2 and "unknown placeholder {instance}" in " ".join(template.stderr.split())
+    memory = run(relearn_bin, "verify", "-p", str(predictions), "--memory", "plenty")
+    assert memory.returncode == 2 and "--memory 'plenty'" in memory.stderr
+    bad_map = tmp_path / "images.txt"
+    bad_map.write_text("mini__calc-1\n")
+    mapped = run(relearn_bin, "verify", "-p", str(predictions), "--image-map", str(bad_map))
+    assert mapped.returncode == 2 and "images.txt:1: expected `INSTANCE_ID IMAGE`" in " ".join(mapped.stderr.split())
+    one = run(relearn_bin, "envs", "check-image", "-t", "mini", "some/image:1")
+    assert one.returncode == 2 and "IMAGE is checked against one task" in one.stderr
+
+
+def test_build_swebench_refuses_what_it_cannot_build_and_says_why(relearn_bin: str) -> None:
+    refused = run(relearn_bin, "envs", "build-swebench", "-t", str(VERIFIED), "-i", "astropy__astropy-12907", "--repo", "/nowhere")
+    text = " ".join(refused.stderr.split())
+    assert refused.returncode == 1 and "astropy/astropy is not supported by the offline builder" in text and "compiles C extensions" in text
+    mixed = run(relearn_bin, "envs", "build-swebench", "-t", str(VERIFIED), "-i", "sympy__sympy-24562", "-i", "django__django-11099", "--repo", "/nowhere")
+    assert mixed.returncode == 2 and "--repo is one repository" in mixed.stderr
+    missing = run(relearn_bin, "envs", "build-swebench", "-t", str(VERIFIED), "-i", "sympy__sympy-24562", "--repo", "/nowhere")
+    assert missing.returncode == 2 and "no such directory, and not a clone URL" in missing.stderr
+
+
+def test_check_image_on_a_mini_task(relearn_bin: str, base_image: str) -> None:
+    result = run(relearn_bin, "envs", "check-image", "--id", "mini__calc-1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = " ".join(result.stdout.split())
+    assert "keeps the contract" in text and "the test runner (python -m pytest)" in text and "pytest collects the task's test files" in text

@@ -1,4 +1,5 @@
-"""Environment verbs: ``relearn envs build-base|build|audit|gc`` and ``relearn verify``."""
+"""Environment verbs: ``relearn envs build-base|build|audit|gc`` (and ``load``,
+``check-image``, ``build-swebench`` from ``relearn.cli.envs_images``) and ``relearn verify``."""
 
 from __future__ import annotations
 
@@ -12,10 +13,21 @@ from rich.table import Table
 
 from envs import docker_backend
 from envs.audit import audit
-from envs.docker_backend import Limits
-from envs.images import build_base, task_image
+from envs.images import base_if_needed, build_base, task_image
 from envs.tasks import Task, load_tasks
 from records.pools import iter_lines
+from relearn.cli.image_options import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    CpusArg,
+    ImageMapArg,
+    ImageTemplateArg,
+    MemoryArg,
+    PullArg,
+    image_choice,
+    limits_from,
+    prepare,
+)
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 MINI_SUITE = Path(__file__).resolve().parents[2] / "envs" / "mini_tasks"
@@ -79,10 +91,10 @@ def build_command(
     ids: IdsArg = None,
     leaky: Annotated[bool, typer.Option(help="Mini suite: also commit the fix into .git history (to exercise `envs audit`).")] = False,
 ) -> None:
-    """Build the task images (the base image first, if needed)."""
+    """Build the task images (the base image first, if a task needs it) and check that the others are on the engine."""
     client = docker_client()
     chosen = load_task_list(tasks, ids)
-    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    base = base_if_needed(client, chosen, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     table = Table(title="task images")
     table.add_column("task")
     table.add_column("image")
@@ -104,6 +116,11 @@ def audit_command(
     ids: IdsArg = None,
     leaky: Annotated[bool, typer.Option(help="Mini suite: audit the deliberately leaky builds.")] = False,
     verdicts: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Instead of images: list what the verifier refused, restored, neutralized, found contradictory or suspicious in these verdicts (`relearn verify -o`).")] = None,
+    image_map: ImageMapArg = None,
+    image_template: ImageTemplateArg = None,
+    pull: PullArg = False,
+    cpus: CpusArg = DEFAULT_CPUS,
+    memory: MemoryArg = DEFAULT_MEMORY,
 ) -> None:
     """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged.
 
@@ -112,23 +129,30 @@ def audit_command(
     if verdicts is not None:
         audit_verdicts(verdicts)
         return
+    choice = image_choice(image_map, image_template)
+    limits = limits_from(cpus, memory)
     client = docker_client()
     terminate_cleanly()
-    chosen = load_task_list(tasks, ids)
-    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    prepared = prepare(client, load_task_list(tasks, ids), choice, pull=pull)
+    chosen, base = prepared.tasks, prepared.base
     table = Table(title="relearn envs audit")
     for column in ("task", "verdict", "why"):
         table.add_column(column)
-    flagged = 0
+    flagged = unavailable = 0
     for task in chosen:
-        image = task_image(client, task, base, leaky=leaky)
-        report = audit(client, task, image)
+        try:
+            image = task_image(client, task, base, leaky=leaky)
+        except (RuntimeError, ValueError) as exc:
+            table.add_row(task.instance_id, "[yellow]error[/yellow]", str(exc))
+            unavailable += 1
+            continue
+        report = audit(client, task, image, limits=limits)
         flagged += report.flagged
         verdict = "[red]EXPOSED[/red]" if report.flagged else ("[yellow]error[/yellow]" if report.error else "[green]clean[/green]")
         table.add_row(task.instance_id, verdict, "; ".join(report.reasons()) or (report.error or ""))
     out.print(table)
-    out.print(f"{flagged} of {len(chosen)} task images expose their fix")
-    raise typer.Exit(EXIT_PARTIAL if flagged else EXIT_OK)
+    out.print(f"{flagged} of {len(chosen)} task images expose their fix" + (f"; {unavailable} not on this engine" if unavailable else ""))
+    raise typer.Exit(EXIT_PARTIAL if flagged or unavailable else EXIT_OK)
 
 
 def audit_verdicts(path: Path) -> None:
@@ -180,11 +204,20 @@ def verify_command(
     workers: Annotated[int, typer.Option(help="Containers at once.")] = 1,
     timeout: Annotated[float, typer.Option(help="Seconds for one test run.")] = 1800.0,
     log_dir: Annotated[Path | None, typer.Option(help="Keep each full test log here.")] = None,
+    image_map: ImageMapArg = None,
+    image_template: ImageTemplateArg = None,
+    pull: PullArg = False,
+    cpus: CpusArg = DEFAULT_CPUS,
+    memory: MemoryArg = DEFAULT_MEMORY,
 ) -> None:
     """Grade patches in fresh containers with the tasks' tests (SWE-bench grading, Harbor reward files).
 
-    Resumable: a (task, patch) pair already in the output is not run again.
+    Each task runs in the image --image-map or --image-template names, else the row's own
+    (the mini suite's are built here). Resumable: a (task, patch) pair already in the output
+    is not run again.
     """
+    choice = image_choice(image_map, image_template)
+    limits = limits_from(cpus, memory)
     client = docker_client()
     terminate_cleanly()
     task_list = load_task_list(tasks, None)
@@ -195,20 +228,22 @@ def verify_command(
     if not predictions:
         err.print(f"[red]error:[/red] no predictions in {patches}")
         raise typer.Exit(EXIT_USAGE)
-    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    wanted = {p.instance_id for p in predictions}
+    prepared = prepare(client, [t for t in task_list if t.instance_id in wanted], choice, pull=pull)
+    routed = {t.instance_id: t for t in task_list} | {t.instance_id: t for t in prepared.tasks}
     progress = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
     with progress:
         bar = progress.add_task("verify", total=len(predictions))
         summary = verify_batch(
             client,
-            {t.instance_id: t for t in task_list},
+            routed,
             predictions,
             output,
             workers=workers,
             timeout_s=timeout,
             log_dir=log_dir,
-            limits=Limits(),
-            base_image=base,
+            limits=limits,
+            base_image=prepared.base,
             on_done=lambda _v: progress.advance(bar),
         )
     show_problems("errors", summary.errors)
@@ -233,9 +268,12 @@ def verify_command(
     out.print(table)
     resolved = sum(v.resolved for v in summary.verdicts)
     out.print(f"{len(summary.verdicts)} verified, {resolved} resolved, {summary.skipped} already verified (skipped), {len(summary.errors)} errors")
-    raise typer.Exit(EXIT_PARTIAL if summary.errors or errors else EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if summary.errors or errors or prepared.problems else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:
+    from relearn.cli import envs_images
+
+    envs_images.register(envs_app)
     app.add_typer(envs_app, name="envs")
     app.command("verify")(verify_command)

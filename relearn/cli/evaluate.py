@@ -10,11 +10,22 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envs import docker_backend
-from envs.images import build_base
 from harness.budget import Budget
 from records.trajectory import Trajectory
 from relearn.cli.envs import docker_client, terminate_cleanly
 from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, agent_options, check_apply_patch
+from relearn.cli.image_options import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    CpusArg,
+    ImageMapArg,
+    ImageTemplateArg,
+    MemoryArg,
+    PullArg,
+    image_choice,
+    limits_from,
+    prepare,
+)
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 eval_app = typer.Typer(help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True)
@@ -47,6 +58,11 @@ def run_command(
     spend_cap: Annotated[float | None, typer.Option(help="Stop starting instances once the run has spent this many USD.")] = None,
     price_in: Annotated[float, typer.Option(help="USD per million input tokens.")] = 0.0,
     price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = 0.0,
+    image_map: ImageMapArg = None,
+    image_template: ImageTemplateArg = None,
+    pull: PullArg = False,
+    cpus: CpusArg = DEFAULT_CPUS,
+    memory: MemoryArg = DEFAULT_MEMORY,
 ) -> None:
     """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
 
@@ -61,6 +77,8 @@ def run_command(
 
     policy, codex = agent_options(agent, policy, reasoning_effort)
     check_apply_patch(apply_patch)
+    choice = image_choice(image_map, image_template)
+    limits = limits_from(cpus, memory)
     client = docker_client()
     terminate_cleanly()
     docker_backend.gc(client)
@@ -76,8 +94,10 @@ def run_command(
         spend_cap_usd=spend_cap,
         codex=codex,
         apply_patch=apply_patch,  # type: ignore[arg-type]
+        images=choice,
+        pull=pull,
+        limits=limits,
     )
-    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
     resolved = 0
     progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), console=err, transient=True)
     try:
@@ -89,7 +109,7 @@ def run_command(
                 resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
                 progress.update(bar, advance=1, resolved=resolved)
 
-            summary, selected = run_eval(client, config, out_dir, base_image=base, on_done=done)
+            summary, selected = run_eval(client, config, out_dir, on_done=done, prepare=lambda tasks: prepare(client, tasks, choice, pull=pull, need_base=codex is not None))
     except (ManifestMismatch, ValueError, RuntimeError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None

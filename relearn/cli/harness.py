@@ -10,11 +10,23 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envs import docker_backend
-from envs.images import build_base, task_image
+from envs.images import task_image
 from harness.budget import Budget
 from harness.codex_cli.install import InstallError, installed
 from records.pools import RecordError, read_trajectories_lenient
 from relearn.cli.envs import TasksArg, docker_client, load_task_list, terminate_cleanly
+from relearn.cli.image_options import (
+    DEFAULT_CPUS,
+    DEFAULT_MEMORY,
+    CpusArg,
+    ImageMapArg,
+    ImageTemplateArg,
+    MemoryArg,
+    PullArg,
+    image_choice,
+    limits_from,
+    prepare,
+)
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 if TYPE_CHECKING:
@@ -83,6 +95,11 @@ def collect_command(
     price_in: Annotated[float, typer.Option(help="USD per million input tokens.")] = 0.0,
     price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = 0.0,
     ids: Annotated[list[str] | None, typer.Option("--id", help="Only these tasks (repeatable).")] = None,
+    image_map: ImageMapArg = None,
+    image_template: ImageTemplateArg = None,
+    pull: PullArg = False,
+    cpus: CpusArg = DEFAULT_CPUS,
+    memory: MemoryArg = DEFAULT_MEMORY,
 ) -> None:
     """Run a policy on tasks × attempts in containers, verify each episode, and write a pool.
 
@@ -97,6 +114,8 @@ def collect_command(
     from records.passk import pass_at_k_table
 
     policy, codex = agent_options(agent, policy, reasoning_effort)
+    choice = image_choice(image_map, image_template)
+    limits = limits_from(cpus, memory)
     client = docker_client()
     terminate_cleanly()
     # A run killed outright (SIGKILL, OOM) leaves its containers; sweep them first.
@@ -118,7 +137,9 @@ def collect_command(
     )
     check_apply_patch(apply_patch)
     config = AgentConfig(budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost), apply_patch=apply_patch)  # type: ignore[arg-type]
-    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    # The base image only when a task is built from it, or as the codex-cli relay.
+    prepared = prepare(client, chosen, choice, pull=pull, need_base=codex is not None)
+    chosen, base = prepared.tasks, prepared.base
     resolved = 0
     progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), console=err, transient=True)
     with progress:
@@ -129,7 +150,7 @@ def collect_command(
             resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
             progress.update(bar, advance=1, resolved=resolved)
 
-        summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, base_image=base, on_done=done, codex=codex)
+        summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, limits=limits, base_image=base, on_done=done, codex=codex)
     show_problems("errors", summary.errors)
     errors: list[RecordError] = []
     everything = list(read_trajectories_lenient(out_dir / "trajectories.jsonl", errors))
@@ -156,6 +177,11 @@ def replay_command(
     tasks: TasksArg = "mini",
     ids: Annotated[list[str] | None, typer.Option("--id", help="Only these trajectory ids (repeatable).")] = None,
     verify_patch: Annotated[bool, typer.Option("--verify/--no-verify", help="Verify the replayed final patch.")] = True,
+    image_map: ImageMapArg = None,
+    image_template: ImageTemplateArg = None,
+    pull: PullArg = False,
+    cpus: CpusArg = DEFAULT_CPUS,
+    memory: MemoryArg = DEFAULT_MEMORY,
 ) -> None:
     """Re-execute recorded tool calls in fresh containers; report the first divergence and verify the final patch.
 
@@ -163,16 +189,20 @@ def replay_command(
     """
     from harness.replay import replay
 
+    choice = image_choice(image_map, image_template)
+    limits = limits_from(cpus, memory)
     client = docker_client()
     terminate_cleanly()
-    by_id = {t.instance_id: t for t in load_task_list(tasks, None)}
+    all_tasks = load_task_list(tasks, None)
     errors: list[RecordError] = []
     trajectories = [t for t in read_trajectories_lenient(pool, errors) if not ids or t.id in ids]
     show_problems("unreadable records", [str(e) for e in errors])
     if not trajectories:
         err.print("[red]error:[/red] no trajectories to replay")
         raise typer.Exit(EXIT_USAGE)
-    base = build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))
+    wanted = {t.task_id for t in trajectories}
+    prepared = prepare(client, [t for t in all_tasks if t.instance_id in wanted], choice, pull=pull)
+    by_id, base = {t.instance_id: t for t in prepared.tasks}, prepared.base
     table = Table(title=f"relearn replay {pool}")
     table.add_column("trajectory", no_wrap=True)
     for column in ("calls", "exact", "normalised", "first divergence", "patch", "resolved"):
@@ -184,7 +214,13 @@ def replay_command(
             table.add_row(trajectory.id, "", "", "", f"no task {trajectory.task_id}", "")
             failures += 1
             continue
-        report = replay(client, trajectory, task, task_image(client, task, base), run_verifier=verify_patch)
+        try:
+            image = task_image(client, task, base)
+        except (RuntimeError, ValueError) as exc:
+            table.add_row(trajectory.id, "", "", "", str(exc), "")
+            failures += 1
+            continue
+        report = replay(client, trajectory, task, image, limits=limits, run_verifier=verify_patch)
         divergence = f"message {report.divergence.message_index} ({report.divergence.tool})" if report.divergence else "none"
         patch = {True: "same", False: "differs", None: "not recorded"}[report.patch_matches]
         verdict = "" if report.verdict is None else ("yes" if report.verdict.resolved else "no")
