@@ -11,11 +11,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 import msgspec
 
 from harness.importers import FORMATS
+from harness.importers.base import Importer
 from records.pools import JsonlWriter, RecordError, iter_lines, loads, write_atomic
 from records.trajectory import Trajectory, content_id
 
@@ -34,7 +34,7 @@ class ImportSummary:
 
 def discover(format_name: str, inputs: Iterable[Path]) -> list[Path]:
     """Files to read: each file as given, and each directory walked recursively."""
-    module = FORMATS[format_name]
+    module: Importer = FORMATS[format_name]
     found: list[Path] = []
     for path in inputs:
         if path.is_dir():
@@ -113,15 +113,19 @@ def import_files(
     salvage: bool = False,
     overwrite: bool = False,
     on_file: Callable[[Path], None] | None = None,
+    on_record: Callable[[], None] | None = None,
+    importer: Importer | None = None,
 ) -> ImportSummary:
     """Convert ``files`` into trajectories in ``output``.
 
     Records are appended and flushed as they are made; with ``overwrite`` the pool is
-    written beside the old one and swapped in atomically at the end.
+    written beside the old one and swapped in atomically at the end. ``importer``: one
+    configured for this run (``chat`` with its columns) in place of ``FORMATS[format_name]``;
+    ``on_file`` follows each file read, ``on_record`` each record of it.
     """
     summary = ImportSummary()
     seen = {} if overwrite else pool_index(output)
-    trajectories = _convert(FORMATS[format_name], files, summary, seen, salvage, on_file)
+    trajectories = _convert(importer or FORMATS[format_name], files, summary, seen, salvage, on_file, on_record)
     if overwrite:
         write_atomic(output, trajectories)
     else:
@@ -132,12 +136,13 @@ def import_files(
 
 
 def _convert(
-    module: ModuleType,
+    module: Importer,
     files: list[Path],
     summary: ImportSummary,
     seen: dict[str, str | None],
     salvage: bool,
     on_file: Callable[[Path], None] | None,
+    on_record: Callable[[], None] | None,
 ) -> Iterator[Trajectory]:
     for path in files:
         summary.files += 1
@@ -146,8 +151,12 @@ def _convert(
         except OSError as exc:
             summary.rejected.append(RecordError(str(path), None, None, f"cannot read: {exc.strerror}"))
             continue
-        results = list(module.read(path, salvage=salvage))
-        for result in results:
+        # Results stream: a file of many records (a Parquet dataset) is never held whole.
+        diagnostics = None
+        for result in module.read(path, salvage=salvage):
+            diagnostics = result.diagnostics  # one per file, shared by its results
+            if on_record is not None:
+                on_record()
             if result.error is not None:
                 summary.rejected.append(result.error)
                 continue
@@ -159,8 +168,8 @@ def _convert(
             summary.imported += 1
             summary.messages += len(trajectory.messages)
             yield trajectory
-        if results:
-            summary.warnings.extend(results[0].diagnostics.warnings)
-            summary.unknown.update(results[0].diagnostics.unknown)
+        if diagnostics is not None:
+            summary.warnings.extend(diagnostics.warnings)
+            summary.unknown.update(diagnostics.unknown)
         if on_file is not None:
             on_file(path)

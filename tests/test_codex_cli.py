@@ -457,8 +457,14 @@ def test_codex_solves_a_mini_task(docker_client, calc_image: str, codex_config: 
     assert trajectory.usage.api_calls == 4 and trajectory.usage.input_tokens == 1000
     assert trajectory.usage.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
     # Unknown record kinds of this Codex version are kept under source.
-    kinds = {r["record"]["type"] + ("/" + r["record"]["payload"]["type"] if r["record"]["type"] == "event_msg" else "") for r in trajectory.source.records}
+    kept = [r["record"] for r in trajectory.source.records if "record" in r]
+    kinds = {r["type"] + ("/" + r["payload"]["type"] if r["type"] == "event_msg" else "") for r in kept}
     assert {"world_state", "token_usage_record", "event_msg/item_completed", "event_msg/thread_settings_applied", "turn_context", "session_meta"} <= kinds
+    # This version numbers its lines (``ordinal``): every number is kept, on lines kept whole or
+    # beside the messages the other lines became.
+    fields = [r["line_fields"] for r in trajectory.source.records if "line_fields" in r]
+    ordinals = sorted([r["ordinal"] for r in kept if "ordinal" in r] + [f["ordinal"] for f in fields if "ordinal" in f])
+    assert ordinals and ordinals == sorted(set(ordinals)) and len(ordinals) == max(ordinals) - min(ordinals) + 1
     assert trajectory.source.format == "codex" and trajectory.source.format_version == codex_config.install.version
     # The intended tool set, exactly as the probe (what a run's manifest records) says.
     offered = [t.get("function", t.get("custom", {})).get("name") for t in trajectory.tools]

@@ -229,7 +229,9 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
 
 def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_image: str) -> None:
     """An imported trajectory carries a final patch but no verdict: the stage grades it in a
-    fresh container; one without a known task is kept, counted as ungradable."""
+    fresh container; one without a known task is kept, counted as ungradable. A grade the
+    source carried (``verdict.imported_from``) is graded again where it can be (here the
+    source said unresolved of the gold patch), and kept, counted, where it cannot."""
     from envs.tasks import load_tasks
     from eval.dataset import MINI_SUITE
     from records.trajectory import Message, Trajectory
@@ -240,12 +242,20 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     ctx = Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
     pool_path(ctx).parent.mkdir(parents=True)
     messages = [Message(role="user", content="fix it")]
-    pool = [Trajectory(id="a", task_id="mini__calc-1", messages=messages, final_patch=gold), Trajectory(id="b", task_id="nowhere", messages=messages, final_patch=gold)]
+    imported = {"resolved": False, "verdict": {"imported_from": "nemo-gym", "re_verified": False}}
+    pool = [
+        Trajectory(id="a", task_id="mini__calc-1", messages=messages, final_patch=gold),
+        Trajectory(id="b", task_id="nowhere", messages=messages, final_patch=gold),
+        Trajectory.model_validate({"id": "c", "task_id": "mini__calc-1", "messages": [m.model_dump() for m in messages], "final_patch": gold, "outcome": imported}),
+        Trajectory.model_validate({"id": "d", "task_id": "nowhere", "messages": [m.model_dump() for m in messages], "final_patch": gold, "outcome": imported}),
+    ]
     pool_path(ctx).write_text("".join(t.model_dump_json() + "\n" for t in pool))
     counts = verify_stage(ctx)
-    assert counts == {"graded now": 1, "ungradable (no task or no final patch)": 1, "resolved": 1, "unreadable": 0}
+    assert counts == {"graded now": 2, "ungradable (no task or no final patch)": 1, "kept the imported grade (no task or no final patch)": 1, "resolved": 2, "unreadable": 0}
     graded = {t["id"]: t.get("outcome") for t in map(json.loads, verified_path(ctx).read_text().splitlines())}
     assert graded["a"]["resolved"] is True and graded["a"]["verdict"]["patch_applied"] and graded["b"] is None
+    assert graded["c"]["resolved"] is True and "imported_from" not in graded["c"]["verdict"]
+    assert graded["d"] == imported
 
 
 # ---------------------------------------------------------------- held-out tasks, contrasts, analyze

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import ValidationError
 
 from records.pools import RecordError, loads, validation_error
-from records.trajectory import FunctionCall, Message, ToolCall, Trajectory
+from records.trajectory import FunctionCall, Message, Outcome, ToolCall, Trajectory
 
 
 @dataclass
@@ -32,6 +32,15 @@ class Diagnostics:
         if not self.unknown[kind]:
             self.warn(line, f"unknown {kind} (kept under source)")
         self.unknown[kind] += 1
+
+
+class Importer(Protocol):
+    """What ``FORMATS`` holds: an importer module, or an object configured for one run
+    (``chat`` with its column names) that offers the same two functions."""
+
+    def discover(self, root: Path) -> list[Path]: ...
+
+    def read(self, path: Path, *, salvage: bool = False) -> Iterable[ImportResult]: ...
 
 
 @dataclass
@@ -235,3 +244,35 @@ def chat_message(
         generated=role == "assistant",
         extra=extra or None,
     )
+
+
+def imported_outcome(fmt: str, *, reward: float | None = None, resolved: bool | None = None, details: dict[str, Any] | None = None) -> Outcome | None:
+    """The source's own grade, kept as the outcome until ``relearn verify`` grades the patch.
+
+    ``verdict.imported_from`` says the grade was read from the file and never re-verified
+    here, so it can be told apart from a verdict of ours; ``details`` are the source's own
+    verifier fields (test counts, exit code). None when the source graded nothing."""
+    if reward is None and resolved is None:
+        return None
+    verdict: dict[str, Any] = {"imported_from": fmt, "re_verified": False}
+    if details:
+        verdict["source_fields"] = details
+    return Outcome(reward=reward, resolved=resolved, verdict=verdict)
+
+
+def number(value: Any) -> float | None:
+    """A JSON number as a float; booleans and text are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def flag(value: Any) -> bool | None:
+    """A resolved/target flag as datasets write it: a boolean, 0/1, or "true"/"false"."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    return None

@@ -4,6 +4,7 @@ A \\ E spans themselves."""
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -11,6 +12,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from harness.exporters import chat as chat_export
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
 from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
@@ -20,7 +22,7 @@ if TYPE_CHECKING:
     from relearn.export.source import DatasetInfo
 
 export_app = typer.Typer(
-    help="Export pools (Harbor ATIF, Hugging Face chat JSON) and compiled datasets (TRL, axolotl, verl, LLaMA-Factory, datasets; the A \\ E spans as JSONL).",
+    help="Export pools (Harbor ATIF, Hugging Face chat JSON, chat-message datasets) and compiled datasets (TRL, axolotl, verl, LLaMA-Factory, datasets; the A \\ E spans as JSONL).",
     no_args_is_help=True,
 )
 PoolsArgument = Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")]
@@ -45,6 +47,28 @@ def hf_command(pools: PoolsArgument, output: Annotated[Path, typer.Option("-o", 
     errors: list[RecordError] = []
     count = write_atomic(output, (to_chat_record(t) for pool in pools for t in read_trajectories_lenient(pool, errors)))
     _pool_summary(count, "hf", output, errors)
+
+
+ChatPreset = StrEnum("ChatPreset", {name.replace("-", "_"): name for name in chat_export.PRESETS})  # type: ignore[misc]
+
+
+@export_app.command("chat")
+def chat_command(
+    pools: PoolsArgument,
+    output: Annotated[Path, typer.Option("-o", "--output", help="A .jsonl, .jsonl.zst or .parquet file.")],
+    preset: Annotated[ChatPreset | None, typer.Option(help="Rows in the shape of a published set (what `relearn import chat --preset` reads); default: the generic OpenAI form.")] = None,
+) -> None:
+    """One chat-message row per trajectory: OpenAI messages (tool-call arguments as JSON text), tools, id, task, resolved, reward, patch.
+
+    With --preset, the rows of SWE-Gym, SWE-smith, nebius SWE-agent-trajectories or SWE-rebench-openhands, so `relearn import chat --preset` reads them back to the same messages. A trajectory the preset cannot hold whole (tool calls in the text-only nebius rows) is refused and listed. Exit codes: 0 written, 1 written with records rejected or refused.
+    """
+    errors: list[RecordError] = []
+    name = preset.value if preset else None
+    summary = chat_export.export_chat((t for pool in pools for t in read_trajectories_lenient(pool, errors)), output, name)
+    show_problems("refused (the preset cannot hold them)", summary.refused or [])
+    show_problems("rejected records", [str(e) for e in errors])
+    out.print(f"exported {summary.rows} trajectories as chat{f' ({name})' if name else ''} to {output}; {len(errors)} records rejected, {len(summary.refused or [])} refused")
+    raise typer.Exit(EXIT_PARTIAL if errors or summary.refused else EXIT_OK)
 
 
 def _pool_summary(count: int, fmt: str, output: Path, errors: list[RecordError]) -> None:

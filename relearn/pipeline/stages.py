@@ -211,6 +211,17 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
     }
 
 
+def _imported_grade(trajectory: Trajectory) -> bool:
+    """The outcome is the source's own grade (``verdict.imported_from``), never verified here."""
+    verdict = trajectory.outcome.verdict if trajectory.outcome is not None else None
+    return bool(verdict and verdict.get("imported_from") and not verdict.get("re_verified"))
+
+
+def _needs_grading(trajectory: Trajectory) -> bool:
+    outcome = trajectory.outcome
+    return outcome is None or outcome.resolved is None or _imported_grade(trajectory)
+
+
 def verify_stage(ctx: Context) -> dict[str, Any]:
     """Grade what the pool has not graded yet: imported trajectories carry a final patch but no
     verdict of ours. Collected trajectories were graded right after their episode and are kept."""
@@ -221,7 +232,7 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
     trajectories, errors = _read_pool(pool_path(ctx))
     partial = verified_path(ctx).with_suffix(".jsonl.partial")
     done = {t.id for t in _read_pool(partial)[0]} if partial.exists() else set()
-    needs = [t for t in trajectories if t.id not in done and (t.outcome is None or t.outcome.resolved is None)]
+    needs = [t for t in trajectories if t.id not in done and _needs_grading(t)]
     tasks = {t.instance_id: t for t in _tasks(ctx.config.tasks, ctx)} if needs else {}
     counts: Counter[str] = Counter()
     with JsonlWriter(partial, fsync=True) as writer, ctx.progress("verifying") as progress:
@@ -229,10 +240,10 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
         for trajectory in trajectories:
             if trajectory.id in done:
                 continue
-            if trajectory.outcome is not None and trajectory.outcome.resolved is not None:
+            if not _needs_grading(trajectory):
                 counts["graded when collected"] += 1
             elif trajectory.task_id not in tasks or not trajectory.final_patch:
-                counts["ungradable (no task or no final patch)"] += 1
+                counts["kept the imported grade (no task or no final patch)" if _imported_grade(trajectory) else "ungradable (no task or no final patch)"] += 1
             else:
                 task = tasks[trajectory.task_id]
                 verdict = verify(ctx.client(), task, trajectory.final_patch, task_image(ctx.client(), task, ctx.base_image()), log_dir=ctx.workdir / "verify-logs")
