@@ -8,6 +8,12 @@ The baseline reads every line of every file and runs ``json.loads`` on it: the l
 any importer must do. The import is the full ``relearn import codex`` path: parse,
 pair calls, build and validate records, serialise and append them to a pool.
 
+Other formats, each against the least its reader must do (``json.loads`` of every line, or
+pyarrow reading every Parquet row into Python): ``chat`` rows (the SWE-Gym preset) in JSON Lines
+and in Parquet, written from the Codex pool by ``relearn export chat``; NeMo Gym rollouts and
+OpenHands resolver output, the real sample files of ``../shared/samples`` repeated (each copy
+with its own ids) to ``--format-mb``.
+
 Memory: the peak resident memory of a fresh process importing a quarter of the corpus and
 the whole of it, to show that import holds one input file at a time whatever the corpus's size.
 """
@@ -21,11 +27,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.import_run import discover, import_files  # noqa: E402
+from harness.importers.chat import ChatImporter, options_for  # noqa: E402
 from tests.codex_rollouts import session  # noqa: E402
 
 
@@ -53,19 +64,89 @@ def baseline(files: list[Path]) -> float:
     return time.perf_counter() - start
 
 
-def peak_rss(files: list[Path], pool: Path) -> int:
+def peak_rss(files: list[Path], pool: Path, fmt: str = "codex", preset: str = "") -> int:
     """Peak resident memory of a fresh Python process that imports ``files`` into ``pool``."""
     pool.unlink(missing_ok=True)
     listing = pool.with_suffix(".files")
     listing.write_text("\n".join(map(str, files)))
     script = (
         "import resource, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]);"
-        "from harness.import_run import import_files;"
-        "import_files('codex', [Path(p) for p in Path(sys.argv[2]).read_text().splitlines()], Path(sys.argv[3]));"
+        "from harness.import_run import import_files; from harness.importers import chat;"
+        "importer = chat.ChatImporter(chat.options_for(sys.argv[5])) if sys.argv[5] else None;"
+        "import_files(sys.argv[4], [Path(p) for p in Path(sys.argv[2]).read_text().splitlines()], Path(sys.argv[3]), importer=importer);"
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
-    result = subprocess.run([sys.executable, "-c", script, str(Path(__file__).resolve().parent.parent), str(listing), str(pool)], check=True, capture_output=True, text=True)
+    here = str(Path(__file__).resolve().parent.parent)
+    result = subprocess.run([sys.executable, "-c", script, here, str(listing), str(pool), fmt, preset], check=True, capture_output=True, text=True)
     return int(result.stdout.strip()) * 1024
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+
+
+def repeated_sample(sample: Path, target: Path, mb: float, renumber: Callable[[dict, int], None]) -> int:
+    """``sample``'s lines again and again, each copy given its own ids by ``renumber``."""
+    lines = [json.loads(line) for line in sample.read_text().splitlines() if line.strip()]
+    size = copy = 0
+    with open(target, "w", encoding="utf-8") as handle:
+        while size < mb * 1e6:
+            for line in lines:
+                row = json.loads(json.dumps(line))
+                renumber(row, copy)
+                text = json.dumps(row) + "\n"
+                handle.write(text)
+                size += len(text.encode())
+            copy += 1
+    return size
+
+
+def _nemo_copy(row: dict, copy: int) -> None:
+    row["_ng_rollout_index"] = copy * 1000 + int(row.get("_ng_rollout_index") or 0)
+
+
+def _openhands_copy(row: dict, copy: int) -> None:
+    row["issue"]["number"] = copy * 1000 + int(row["issue"]["number"])
+
+
+def parquet_baseline(path: Path) -> float:
+    start = time.perf_counter()
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=256):
+        batch.to_pylist()
+    return time.perf_counter() - start
+
+
+def formats(root: Path, pool: Path, mb: float) -> None:
+    """Import throughput of the other formats, each beside its own baseline."""
+    from harness.exporters.chat import export_chat
+    from records.pools import read_trajectories
+
+    inputs: list[tuple[str, Path, Callable[[Path], float], Any]] = []
+    export_chat(read_trajectories(pool), root / "chat.jsonl", "swe-gym")
+    export_chat(read_trajectories(pool), root / "chat.parquet", "swe-gym")
+    chat = ChatImporter(options_for("swe-gym"))
+    inputs += [("chat (swe-gym), JSONL", root / "chat.jsonl", lambda p: baseline([p]), chat), ("chat (swe-gym), Parquet", root / "chat.parquet", parquet_baseline, chat)]
+    repeated_sample(SAMPLES / "nemo_gym_deepswe_rollouts.jsonl", root / "nemo.jsonl", mb, _nemo_copy)
+    inputs.append(("nemo-gym (deepswe sample)", root / "nemo.jsonl", lambda p: baseline([p]), None))
+    repeated_sample(SAMPLES / "openhands_resolver_output_legacy.jsonl", root / "openhands.jsonl", mb, _openhands_copy)
+    inputs.append(("openhands (resolver output)", root / "openhands.jsonl", lambda p: baseline([p]), None))
+    names = {"chat": "chat", "nemo": "nemo-gym", "openhands": "openhands"}
+    print(f"\n{'format (MB: the rows as JSON Lines)':36s}{'MB':>7s}{'baseline s':>12s}{'import s':>10s}{'MB/s':>8s}{'records':>9s}{'ratio':>8s}")
+    for label, path, base, importer in inputs:
+        # A Parquet file is the JSON Lines file's rows, compressed: MB/s counts the rows' JSON.
+        size = path.with_suffix(".jsonl").stat().st_size / 1e6
+        base_s = base(path)
+        start = time.perf_counter()
+        summary = import_files(names[path.stem], [path], root / f"{path.stem}-{path.suffix[1:]}.pool.jsonl", overwrite=True, importer=importer)
+        seconds = time.perf_counter() - start
+        assert summary.imported and not summary.rejected, summary.rejected[:3]
+        print(f"{label:36s}{size:7.1f}{base_s:12.2f}{seconds:10.2f}{size / seconds:8.1f}{summary.imported:9d}{seconds / base_s:7.2f}x")
+    # One Parquet file streams: its rows are read a batch at a time and written as they come.
+    small = root / "chat-small.parquet"
+    rows = pq.read_table(root / "chat.parquet")
+    pq.write_table(rows.slice(0, max(1, rows.num_rows // 4)), small, compression="zstd")
+    print("\npeak memory importing one chat Parquet file")
+    for path in (small, root / "chat.parquet"):
+        print(f"  {pq.ParquetFile(path).metadata.num_rows:6d} rows: peak RSS {peak_rss([path], root / 'mem-chat.jsonl', 'chat', 'swe-gym') / 1e6:6.0f} MB")
 
 
 def main() -> None:
@@ -73,6 +154,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=200.0, help="corpus size in MB (default 200)")
     parser.add_argument("--steps", type=int, default=40, help="tool-call rounds per rollout (default 40)")
     parser.add_argument("--keep", type=Path, help="build the corpus here and keep it")
+    parser.add_argument("--format-mb", type=float, default=50.0, help="size of each other format's input in MB (0: skip them)")
     args = parser.parse_args()
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="relearn-bench-"))
@@ -99,6 +181,8 @@ def main() -> None:
             part = files[: len(files) // share]
             size = sum(p.stat().st_size for p in part)
             print(f"  {len(part):5d} files, {size / 1e6:6.1f} MB: peak RSS {peak_rss(part, root / 'mem.jsonl') / 1e6:6.0f} MB")
+        if args.format_mb:
+            formats(root, root / "pool.jsonl", args.format_mb)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Mask compile throughput end to end with the built-in qwen3.6 tokenizer, against the
 tokenizer's own speed and against per-turn re-rendering.
 
-    python bench/bench_masks.py [--tokens 60000] [--trajectories 6] [--baseline-trajectories 2]
+    python bench/bench_masks.py [--tokens 60000] [--trajectories 16] [--baseline-trajectories 2]
 
 Pool: generated SWE-style agentic trajectories (one task, then rounds of reasoning, text,
 a shell or apply_patch call and its output) of about ``--tokens`` tokens each, with a few
@@ -154,7 +154,7 @@ def tokenizer_alone(pool: list[Trajectory], tok, *, batched: bool = False) -> tu
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=60000)
-    parser.add_argument("--trajectories", type=int, default=6)
+    parser.add_argument("--trajectories", type=int, default=16)
     parser.add_argument("--baseline-trajectories", type=int, default=2, help="trajectories the slow per-turn baseline compiles")
     parser.add_argument("--memory-shard", type=int, default=16, help="records per shard in the memory run (0: skip it)")
     args = parser.parse_args()
