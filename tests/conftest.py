@@ -34,6 +34,20 @@ def relearn_bin() -> str:
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tokenizers")
+
+
+@pytest.fixture(scope="session")
+def tok(tokenizer_cache: Path):  # noqa: ANN201
+    """The built-in qwen3.6 tokenizer, built once per session into a cache of its own (so a
+    stale cache on the machine can never stand in for the build)."""
+    from relearn.masks.tokenizers import load_tokenizer
+
+    return load_tokenizer("qwen3.6", cache_dir=tokenizer_cache)
+
+
 @pytest.fixture(autouse=True)
 def _no_color(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")

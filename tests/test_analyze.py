@@ -32,13 +32,6 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture(scope="module")
-def tok():  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6")  # the shared on-disk cache: built once per machine
-
-
-@pytest.fixture(scope="module")
 def lm() -> torch.nn.Module:
     from relearn.train.model import build_model
 

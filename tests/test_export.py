@@ -26,13 +26,6 @@ from tests.test_masks import BASE, call, defect, trajectory
 MODES = ("ross", "ross-nomask", "positive")
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
-
-
 def _pool() -> tuple[list, list[Review]]:
     """Three successes: two with defects (one a whole redundant call), one clean."""
     first = trajectory(BASE, task_id="calc")

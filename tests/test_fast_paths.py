@@ -21,13 +21,6 @@ from relearn.masks.compile import MaskOptions, Rejected, compile_batch, compile_
 from relearn.masks.template import map_json_value
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
-
-
 @pytest.mark.parametrize(
     "text",
     [

@@ -23,18 +23,6 @@ SAMPLES = ["nemo_gym_competitive_coding_rollouts_token_ids.jsonl", "nemo_gym_dee
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
 
 
-@pytest.fixture(scope="session")
-def tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tokenizers")
-
-
-@pytest.fixture(scope="session")
-def tok(tokenizer_cache: Path):  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6", cache_dir=tokenizer_cache)
-
-
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

@@ -18,18 +18,6 @@ from relearn.masks.template import render
 SPECIAL = ("<|", "|>", "<think", "</think", "<tool", "</tool", "<function", "</function", "<parameter", "</parameter")
 
 
-@pytest.fixture(scope="session")
-def tokenizer_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tokenizers")
-
-
-@pytest.fixture(scope="session")
-def tok(tokenizer_cache: Path):  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6", cache_dir=tokenizer_cache)
-
-
 def trajectory(messages: list[dict], **extra: object) -> Trajectory:
     return Trajectory.model_validate({"messages": messages, "outcome": {"resolved": True, "reward": 1.0}, **extra})
 

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -173,11 +172,6 @@ def digests(root: Path, tokenizer: Any) -> dict[str, str]:
         return {**import_digests(root), **masks_digests(root, tokenizer)}
     finally:
         os.chdir(cwd)
-
-
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
 
 
 def test_import_and_masks_outputs_are_byte_identical(tmp_path: Path, tok) -> None:  # noqa: ANN001

@@ -561,13 +561,6 @@ def test_demo_steps_that_are_reproductions() -> None:
 # ---- real trajectories through the mask compiler -------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
-
-
 TASKS = load_tasks(MINI_SUITE)[0]
 
 

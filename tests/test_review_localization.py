@@ -99,13 +99,6 @@ def reviewed(tmp_path: Path, trajectories: list[Trajectory], kind: str = "chat",
 
 
 @pytest.fixture(scope="module")
-def tok(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
-    from relearn.masks.tokenizers import load_tokenizer
-
-    return load_tokenizer("qwen3.6", cache_dir=tmp_path_factory.mktemp("tokenizers"))
-
-
-@pytest.fixture(scope="module")
 def reviews(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Review]:
     trajectories = [redundant(name, command) for name, (command, _quotes) in CASES.items()] + [redundant(NO_STEP)]
     found, _requests = reviewed(tmp_path_factory.mktemp("judged"), trajectories)

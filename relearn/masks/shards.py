@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from records.pools import RecordError, iter_pool_records, write_text_atomic
+from records.pools import RecordError, iter_pool_records, parse_json_line, parse_trajectory, write_text_atomic
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
 from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_batch
@@ -124,12 +124,19 @@ def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review | Rec
 
 @dataclass
 class Item:
-    """A pool record: the digest and size of its text (the text itself is not kept: a shard's
-    worth of 60k-token records is hundreds of MB), and what it parsed into."""
+    """A pool record as a shard holds it until compiled: its line (a parsed record takes several
+    times the memory of its text, so a record is parsed again, a batch at a time, to compile
+    it), the line's digest and size in bytes, and the record's id or why it cannot be read."""
 
+    line: int | None
+    text: str
     digest: bytes
-    size: int  # bytes of the record's line
-    record: Trajectory | RecordError
+    size: int
+    trajectory_id: str | None
+    error: RecordError | None
+
+    def trajectory(self, pool: Path) -> Trajectory:
+        return parse_trajectory(pool, self.line, parse_json_line(pool, self.line or 0, self.text))
 
 
 def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
@@ -144,17 +151,17 @@ def _chunks(items: Iterator[Item], size: int) -> Iterator[list[Item]]:
 
 
 def _pool_items(pool: Path) -> Iterator[Item]:
-    for _line, text, item in iter_pool_records(pool):
+    for line, text, item in iter_pool_records(pool):
         data = text.encode()
-        yield Item(hashlib.sha256(data).digest(), len(data), item)
+        readable = isinstance(item, Trajectory)
+        yield Item(line, text, hashlib.sha256(data).digest(), len(data), item.id if readable else None, None if readable else item)
 
 
 def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: dict[str, Review | RecordError]) -> str:
     h = hashlib.sha256(f"{digest}\0{tokenizer_id}\0".encode())
     for entry in chunk:
-        item = entry.record
         h.update(entry.digest)
-        review = reviews.get(item.id) if isinstance(item, Trajectory) else None
+        review = reviews.get(entry.trajectory_id) if entry.trajectory_id is not None else None
         if isinstance(review, Review):
             h.update(json.dumps(review.model_dump(mode="json"), sort_keys=True).encode())
         elif review is not None:
@@ -181,13 +188,13 @@ def _batches(chunk: list[Item]) -> Iterator[list[Item]]:
         yield batch
 
 
-def _compilable(batch: list[Item], reviews: dict[str, Review | RecordError]) -> Iterator[tuple[Trajectory, Review | None]]:
-    """The records of ``batch`` that go to the compiler: readable, with a readable review or none."""
+def _compilable(batch: list[Item], reviews: dict[str, Review | RecordError], pool: Path) -> Iterator[tuple[Trajectory, Review | None]]:
+    """The records of ``batch`` that go to the compiler, parsed: readable, with a readable review or none."""
     for entry in batch:
-        if isinstance(entry.record, Trajectory):
-            review = reviews.get(entry.record.id)
+        if entry.trajectory_id is not None:
+            review = reviews.get(entry.trajectory_id)
             if not isinstance(review, RecordError):
-                yield entry.record, review
+                yield entry.trajectory(pool), review
 
 
 @dataclass
@@ -274,20 +281,20 @@ def build_dataset(
         stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
         rows: list[ShardRow] = []
         for batch in _batches(chunk):
-            compiled = iter(compile_batch(list(_compilable(batch, reviews)), tokenizer, options, shape=shape))
+            compiled = iter(compile_batch(list(_compilable(batch, reviews, pool)), tokenizer, options, shape=shape))
             for entry in batch:
-                item = entry.record
                 tokens = 0
                 stats.inputs += 1
-                review = reviews.get(item.id) if isinstance(item, Trajectory) else None
-                if isinstance(item, RecordError):
-                    stats.reject("", "unreadable record", str(item))
+                trajectory_id = entry.trajectory_id
+                review = reviews.get(trajectory_id) if trajectory_id is not None else None
+                if entry.error is not None or trajectory_id is None:
+                    stats.reject("", "unreadable record", str(entry.error))
                 elif isinstance(review, RecordError):
-                    stats.reject(item.id, "unreadable review", str(review))
+                    stats.reject(trajectory_id, "unreadable review", str(review))
                 else:
                     produced = next(compiled)
                     if isinstance(produced, Rejected):
-                        stats.reject(item.id, produced.reason, produced.detail)
+                        stats.reject(trajectory_id, produced.reason, produced.detail)
                     else:
                         stats.accepted += 1
                         for sample in produced:
