@@ -24,7 +24,7 @@ import docker
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
-from envs.registry import image_present
+from envs.images import image_exists
 from envs.tasks import Task
 from envs.test_run import ENV_WORDS, PYTEST_CALL, commands
 
@@ -108,7 +108,7 @@ def check_image(client: docker.DockerClient, task: Task, image: str, script: str
     """Start ``image`` offline and check it against the contract for ``task`` whose eval
     script is ``script``."""
     report = ContractReport(task.instance_id, image)
-    if not image_present(client, image):
+    if not image_exists(client, image):
         report.error = f"image {image} is not on this engine"
         return report
     environment, test_command = script_parts(script)

@@ -60,14 +60,6 @@ class PullProgress:
         return sum(total for _current, total in self.layers.values())
 
 
-def image_present(client: docker.DockerClient, image: str) -> bool:
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        return False
-    return True
-
-
 def pull_image(
     client: docker.DockerClient,
     image: str,

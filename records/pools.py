@@ -180,10 +180,6 @@ def count_records(path: str | Path, limit: int | None = None) -> int:
     return count
 
 
-def dumps(record: Trajectory | dict[str, Any]) -> str:
-    return dump_line(record)[:-1].decode("utf-8")
-
-
 def dump_line(record: Trajectory | dict[str, Any]) -> bytes:
     """One JSON Lines record as bytes, newline included: a record serialised in Rust straight to
     bytes, never through a Python string."""

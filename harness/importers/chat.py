@@ -214,18 +214,20 @@ def _flag_column(top: Fields, column: str | None) -> bool | None:
     value = pick(top.data, column) if column else None
     if value is None:
         return None
-    if flag(value) is None:
+    parsed = flag(value)
+    if parsed is None:
         raise fail(top.path, top.line, top._name(column or ""), f"expected true/false, got {value!r}")
-    return flag(value)
+    return parsed
 
 
 def _number_column(top: Fields, column: str | None) -> float | None:
     value = pick(top.data, column) if column else None
     if value is None:
         return None
-    if number(value) is None:
+    parsed = number(value)
+    if parsed is None:
         raise fail(top.path, top.line, top._name(column or ""), f"expected a number, got {value!r}")
-    return number(value)
+    return parsed
 
 
 def _exit_status(text: str | None) -> ExitStatus:

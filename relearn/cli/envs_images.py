@@ -12,7 +12,8 @@ import typer
 from rich.table import Table
 
 from envs.image_choice import instance_key, machine_arch
-from envs.registry import image_archives, image_present, load_archive
+from envs.images import image_exists
+from envs.registry import image_archives, load_archive
 from envs.swebench_build import BuildFailed, build_instance_image, download_command, requirements_text, source_repository
 from envs.swebench_specs import DEBIAN_PYTHON, InstallSpec, Unsupported, install_spec
 from envs.tasks import Task
@@ -69,7 +70,7 @@ def load_command(
     if tasks is not None:
         routed = choice.route(load_task_list(tasks, ids))
         for task in routed:
-            if task.image and not image_present(client, task.image):
+            if task.image and not image_exists(client, task.image):
                 missing.append(f"{task.instance_id}: {task.image}")
         show_problems("tasks whose image is still not on the engine", missing)
         out.print(f"{len(routed) - len(missing)} of {len(routed)} tasks have their image")
@@ -195,7 +196,7 @@ def build_swebench_command(
             if spec is None:
                 continue
             tag = task.image or f"sweb.eval.{machine_arch()}.{instance_key(task.instance_id)}:latest"
-            if image_present(client, tag) and not force:
+            if image_exists(client, tag) and not force:
                 table.add_row(task.instance_id, tag, "", spec.source, "already on the engine (--force rebuilds)", "")
                 continue
             try:

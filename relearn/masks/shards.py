@@ -188,13 +188,22 @@ def _batches(chunk: list[Item]) -> Iterator[list[Item]]:
         yield batch
 
 
+def _unreadable(entry: Item, reviews: dict[str, Review | RecordError]) -> tuple[str, str, str] | None:
+    """Why a record cannot go to the compiler, as (trajectory id, reason, detail); None when it can."""
+    if entry.trajectory_id is None:
+        return "", "unreadable record", str(entry.error)
+    review = reviews.get(entry.trajectory_id)
+    if isinstance(review, RecordError):
+        return entry.trajectory_id, "unreadable review", str(review)
+    return None
+
+
 def _compilable(batch: list[Item], reviews: dict[str, Review | RecordError], pool: Path) -> Iterator[tuple[Trajectory, Review | None]]:
-    """The records of ``batch`` that go to the compiler, parsed: readable, with a readable review or none."""
+    """The records of ``batch`` that go to the compiler, parsed, with their reviews."""
     for entry in batch:
-        if entry.trajectory_id is not None:
-            review = reviews.get(entry.trajectory_id)
-            if not isinstance(review, RecordError):
-                yield entry.trajectory(pool), review
+        if _unreadable(entry, reviews) is None:
+            review = reviews.get(entry.trajectory_id or "")
+            yield entry.trajectory(pool), review if isinstance(review, Review) else None
 
 
 @dataclass
@@ -251,7 +260,7 @@ def build_dataset(
     were already there and reused. ``on_record(size, tokens)`` follows progress: each record's
     size in bytes and the tokens it gave (0 when rejected or in a reused shard).
 
-    Memory holds one shard's records and rows at a time, whatever the pool's size."""
+    Memory holds one shard's lines and rows at a time, whatever the pool's size."""
     output.mkdir(parents=True, exist_ok=True)
     digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
@@ -285,16 +294,13 @@ def build_dataset(
             for entry in batch:
                 tokens = 0
                 stats.inputs += 1
-                trajectory_id = entry.trajectory_id
-                review = reviews.get(trajectory_id) if trajectory_id is not None else None
-                if entry.error is not None or trajectory_id is None:
-                    stats.reject("", "unreadable record", str(entry.error))
-                elif isinstance(review, RecordError):
-                    stats.reject(trajectory_id, "unreadable review", str(review))
+                problem = _unreadable(entry, reviews)
+                if problem is not None:
+                    stats.reject(*problem)
                 else:
                     produced = next(compiled)
                     if isinstance(produced, Rejected):
-                        stats.reject(trajectory_id, produced.reason, produced.detail)
+                        stats.reject(entry.trajectory_id or "", produced.reason, produced.detail)
                     else:
                         stats.accepted += 1
                         for sample in produced:

@@ -182,7 +182,7 @@ def map_json_value(value: Any, json_pos: int, shown_at: int, json_map: dict[int,
     JSON. Returns the JSON position after the value."""
     if not isinstance(value, str):
         shown = json.dumps(value, ensure_ascii=False)
-        json_map.update(zip(range(json_pos, json_pos + len(shown)), range(shown_at, shown_at + len(shown)), strict=True))
+        _map_run(json_map, json_pos, shown_at, len(shown))
         return json_pos + len(shown)
     json_pos += 1  # opening quote
     done = 0
@@ -190,7 +190,7 @@ def map_json_value(value: Any, json_pos: int, shown_at: int, json_map: dict[int,
     # (wider in JSON) maps all of its JSON characters onto itself.
     for escaped in _JSON_ESCAPED.finditer(value):
         run = escaped.start() - done
-        json_map.update(zip(range(json_pos, json_pos + run), range(shown_at + done, shown_at + done + run), strict=True))
+        _map_run(json_map, json_pos, shown_at + done, run)
         json_pos += run
         width = len(json.dumps(escaped.group(), ensure_ascii=False)) - 2
         for j in range(width):
@@ -198,8 +198,13 @@ def map_json_value(value: Any, json_pos: int, shown_at: int, json_map: dict[int,
         json_pos += width
         done = escaped.end()
     run = len(value) - done
-    json_map.update(zip(range(json_pos, json_pos + run), range(shown_at + done, shown_at + done + run), strict=True))
+    _map_run(json_map, json_pos, shown_at + done, run)
     return json_pos + run + 1  # closing quote
+
+
+def _map_run(json_map: dict[int, int], json_pos: int, shown_at: int, length: int) -> None:
+    """``length`` JSON characters from ``json_pos`` shown one for one from ``shown_at``."""
+    json_map.update(zip(range(json_pos, json_pos + length), range(shown_at, shown_at + length), strict=True))
 
 
 # The characters ``json.dumps(..., ensure_ascii=False)`` escapes (its own ESCAPE pattern).
