@@ -15,9 +15,9 @@ from pathlib import Path
 import msgspec
 
 from harness.importers import FORMATS
-from harness.importers.base import Importer
-from records.pools import JsonlWriter, RecordError, iter_lines, loads, write_atomic
-from records.trajectory import Trajectory, content_id
+from harness.importers.base import Importer, ImportResult
+from records.pools import JsonlWriter, RecordError, dump_line, iter_lines, loads, write_atomic
+from records.trajectory import content_id, dump_record, record_content_id
 
 
 @dataclass
@@ -83,26 +83,52 @@ def _index_slowly(text: str, index: dict[str, str | None]) -> None:
         index[data["id"]] = source.get("content_hash")
 
 
-def _claim_id(trajectory: Trajectory, seen: dict[str, str | None], summary: ImportSummary) -> bool:
-    """Give ``trajectory`` an id no other content holds; False when the pool already
-    has this very content.
+def _claim_id(trajectory_id: str, digest: str, seen: dict[str, str | None], summary: ImportSummary) -> str | None:
+    """The id under which content ``digest`` goes into the pool: its own, or where the pool
+    holds other content under that id, ``<id>~<hash>``; None when the pool already has this
+    very content.
 
     A source id can be reused for other content (a Codex session resumed and grown, a
-    run-scoped id): that content is kept too, under ``<id>~<hash>``, never dropped.
+    run-scoped id): that content is kept too, never dropped.
     """
-    digest = content_id(trajectory)
-    if trajectory.source is not None:
-        trajectory.source.content_hash = digest
-    if trajectory.id in seen:
-        if seen[trajectory.id] == digest:
-            return False
-        other = f"{trajectory.id}~{digest.removeprefix('t-')[:12]}"
-        summary.warnings.append(f"{trajectory.id}: the pool holds other content under this id; imported as {other}")
+    if trajectory_id in seen:
+        if seen[trajectory_id] == digest:
+            return None
+        other = f"{trajectory_id}~{digest.removeprefix('t-')[:12]}"
+        summary.warnings.append(f"{trajectory_id}: the pool holds other content under this id; imported as {other}")
         if seen.get(other) == digest:
-            return False
-        trajectory.id = other
-    seen[trajectory.id] = digest
-    return True
+            return None
+        trajectory_id = other
+    seen[trajectory_id] = digest
+    return trajectory_id
+
+
+def _pool_line(result: ImportResult, seen: dict[str, str | None], summary: ImportSummary) -> bytes | None:
+    """The pool line of an imported trajectory, with its claimed id and content hash; None
+    when the pool already holds it. A record an importer built as a dict is written as it
+    stands, never validated again."""
+    record = result.record
+    if record is None:
+        trajectory = result.trajectory
+        assert trajectory is not None
+        digest = content_id(trajectory)
+        claimed = _claim_id(trajectory.id, digest, seen, summary)
+        if claimed is None:
+            return None
+        trajectory.id = claimed
+        if trajectory.source is not None:
+            trajectory.source.content_hash = digest
+        summary.messages += len(trajectory.messages)
+        return dump_line(trajectory)
+    digest = record_content_id(record)
+    claimed = _claim_id(record["id"], digest, seen, summary)
+    if claimed is None:
+        return None
+    record["id"] = claimed
+    if "source" in record:
+        record["source"]["content_hash"] = digest
+    summary.messages += len(record["messages"])
+    return dump_record(record) + b"\n"
 
 
 def import_files(
@@ -125,13 +151,13 @@ def import_files(
     """
     summary = ImportSummary()
     seen = {} if overwrite else pool_index(output)
-    trajectories = _convert(importer or FORMATS[format_name], files, summary, seen, salvage, on_file, on_record)
+    lines = _convert(importer or FORMATS[format_name], files, summary, seen, salvage, on_file, on_record)
     if overwrite:
-        write_atomic(output, trajectories)
+        write_atomic(output, lines)
     else:
         with JsonlWriter(output) as writer:
-            for trajectory in trajectories:
-                writer.write(trajectory)
+            for line in lines:
+                writer.write(line)
     return summary
 
 
@@ -143,7 +169,7 @@ def _convert(
     salvage: bool,
     on_file: Callable[[Path], None] | None,
     on_record: Callable[[], None] | None,
-) -> Iterator[Trajectory]:
+) -> Iterator[bytes]:
     for path in files:
         summary.files += 1
         try:
@@ -160,14 +186,12 @@ def _convert(
             if result.error is not None:
                 summary.rejected.append(result.error)
                 continue
-            trajectory = result.trajectory
-            assert trajectory is not None
-            if not _claim_id(trajectory, seen, summary):
+            line = _pool_line(result, seen, summary)
+            if line is None:
                 summary.skipped_existing += 1
                 continue
             summary.imported += 1
-            summary.messages += len(trajectory.messages)
-            yield trajectory
+            yield line
         if diagnostics is not None:
             summary.warnings.extend(diagnostics.warnings)
             summary.unknown.update(diagnostics.unknown)

@@ -180,9 +180,11 @@ def count_records(path: str | Path, limit: int | None = None) -> int:
     return count
 
 
-def dump_line(record: Trajectory | dict[str, Any]) -> bytes:
+def dump_line(record: Trajectory | dict[str, Any] | bytes) -> bytes:
     """One JSON Lines record as bytes, newline included: a record serialised in Rust straight to
-    bytes, never through a Python string."""
+    bytes, never through a Python string. Bytes are a line serialised already."""
+    if isinstance(record, bytes):
+        return record
     if isinstance(record, Trajectory):
         return record.__pydantic_serializer__.to_json(record, exclude_none=True, by_alias=True) + b"\n"
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
@@ -216,7 +218,7 @@ class JsonlWriter:
             if handle.read(1) != b"\n":
                 self._raw.write(b"\n")
 
-    def write(self, record: Trajectory | dict[str, Any]) -> None:
+    def write(self, record: Trajectory | dict[str, Any] | bytes) -> None:
         data = dump_line(record)
         if self._compressor is not None:
             data = self._compressor.compress(data)  # one complete frame per record
@@ -236,7 +238,7 @@ class JsonlWriter:
         self.close()
 
 
-def write_atomic(path: str | Path, records: Iterable[Trajectory | dict[str, Any]]) -> int:
+def write_atomic(path: str | Path, records: Iterable[Trajectory | dict[str, Any] | bytes]) -> int:
     """Replace ``path`` with ``records`` in one step: readers see the old file or the
     new one, never half of either."""
     path = Path(path)

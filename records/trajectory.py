@@ -13,6 +13,7 @@ import hashlib
 from enum import StrEnum
 from typing import Any, Literal
 
+import pydantic_core
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SCHEMA_VERSION = "1.0"
@@ -209,6 +210,23 @@ def content_id(trajectory: Trajectory) -> str:
     """
     basis = trajectory.model_dump_json(include=ID_FIELDS, exclude_none=True)
     digest = hashlib.sha256(basis.encode()).hexdigest()
+    return f"t-{digest[:24]}"
+
+
+_ID_MESSAGE_FIELDS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id")
+
+
+def dump_record(record: dict[str, Any]) -> bytes:
+    """A trajectory held as its pool line's JSON object (fields in model order, None left
+    out), serialised by the serialiser ``model_dump_json`` uses: the same bytes."""
+    return pydantic_core.to_json(record, inf_nan_mode="null")
+
+
+def record_content_id(record: dict[str, Any]) -> str:
+    """``content_id`` of a trajectory held as its pool line's JSON object."""
+    basis = {key: record[key] for key in ("task_id", "policy", "attempt") if key in record}
+    basis["messages"] = [{key: message[key] for key in _ID_MESSAGE_FIELDS if key in message} for message in record["messages"]]
+    digest = hashlib.sha256(dump_record(basis)).hexdigest()
     return f"t-{digest[:24]}"
 
 

@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.import_run import pool_index
-from records.pools import RecordError, loads, parse_json_line
+from harness.importers import codex
+from records.pools import RecordError, dump_line, loads, parse_json_line
 from records.review import Defect, Review
-from records.trajectory import Trajectory
+from records.trajectory import Trajectory, content_id, dump_record, record_content_id
+from tests.codex_rollouts import envelope, legacy_session, session, write_rollout
 from relearn.masks.compile import MaskOptions, Rejected, compile_batch, compile_trajectory, encode_texts
 from relearn.masks.template import map_json_value
 
@@ -151,3 +153,50 @@ def test_a_batch_compiles_as_trajectories_one_at_a_time(tok) -> None:  # noqa: A
     assert isinstance(batch[6], Rejected) and batch[6].reason == "not verified positive"
     assert [s.sample_id for s in batch[7]] == ["t10#r0", "t10#r1"]  # type: ignore[union-attr]
     assert batch[0][0].excluded > 0  # type: ignore[index]
+
+
+SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
+
+
+def _awkward_session() -> list[dict]:
+    """Values the two serialisers could write differently: exponent floats, integers past 64
+    bits, nulls inside kept objects, separators and controls in strings, a local shell call,
+    no session id (the id comes from the content), and compaction."""
+    lines = session(steps=2, filler="\u2028 \x7f \x1f caf\u00e9 \U0001f980")
+    del lines[0]["payload"]["id"]
+    lines[1]["payload"].update({"big": 2**70, "tiny": 1.5e-7, "huge": 1e22, "neg": -0.0, "none": None})
+    lines.insert(9, envelope("response_item", {"type": "local_shell_call", "call_id": "sh1", "status": None, "action": {"type": "exec", "command": ["ls"], "timeout_ms": 1.0e3}}))
+    lines.insert(10, envelope("response_item", {"type": "function_call_output", "call_id": "sh1", "output": '{"output": "a\\n", "metadata": {"exit_code": 0, "duration_seconds": 0.1}}'}))
+    lines.insert(11, envelope("compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "summary"}], "extra": None}]}))
+    return lines
+
+
+def test_a_codex_record_is_the_line_and_id_the_model_gives(tmp_path: Path) -> None:
+    # The Codex reader builds plain dicts and import writes them unvalidated: each must be
+    # exactly what validating it as a Trajectory and writing that would give.
+    inputs = {"awkward": _awkward_session(), "plain": session(steps=3), "legacy": legacy_session()}
+    for name, lines in inputs.items():
+        write_rollout(tmp_path / f"{name}.jsonl", lines)
+    paths = [*sorted(tmp_path.glob("*.jsonl")), SAMPLES / "codex_rollout_v0.135.0_exec.jsonl"]
+    for path in paths:
+        (result,) = codex.read(path)
+        assert result.error is None, result.error
+        record = result.record
+        assert record is not None
+        trajectory = Trajectory.model_validate(record)
+        assert dump_record(record) + b"\n" == dump_line(trajectory), path.name
+        assert record_content_id(record) == content_id(trajectory), path.name
+        assert record["id"] == trajectory.id
+    (awkward,) = codex.read(tmp_path / "awkward.jsonl")
+    assert awkward.record["id"].startswith("t-")  # no session id: the content names it
+    assert b'"huge":1e+22' in dump_record(awkward.record)
+
+
+def test_a_codex_line_with_a_timestamp_of_the_wrong_type_is_rejected_where_it_is(tmp_path: Path) -> None:
+    lines = session(steps=1)
+    lines[3]["timestamp"] = 1717563480
+    write_rollout(tmp_path / "bad.jsonl", lines)
+    (result,) = codex.read(tmp_path / "bad.jsonl")
+    assert result.record is None and result.trajectory is None
+    assert (result.error.line, result.error.field) == (4, "timestamp")
+    assert "expected string, got int" in result.error.message

@@ -48,9 +48,19 @@ class ImportResult:
     """One trajectory read from ``path``, or the error that rejected it."""
 
     path: str
-    trajectory: Trajectory | None
+    built: Trajectory | None
     error: RecordError | None
     diagnostics: Diagnostics
+    # The trajectory as its pool line's JSON object (fields in model order, None left out),
+    # where the importer builds it so (codex, for speed): valid by construction, and made a
+    # Trajectory only when someone asks for one.
+    record: dict[str, Any] | None = None
+
+    @property
+    def trajectory(self) -> Trajectory | None:
+        if self.built is None and self.record is not None:
+            self.built = Trajectory.model_validate(self.record)
+        return self.built
 
 
 def fail(path: str | Path, line: int | None, field_name: str | None, message: str) -> RecordError:
@@ -198,18 +208,21 @@ def read_guarded(path: Path, convert: Callable[[Diagnostics], list[Trajectory]])
     diagnostics = Diagnostics(str(path))
     try:
         trajectories = convert(diagnostics)
-    except RecordError as exc:
-        yield ImportResult(str(path), None, exc, diagnostics)
-        return
-    except ValidationError as exc:
-        yield ImportResult(str(path), None, validation_error(path, None, exc), diagnostics)
-        return
-    except Exception as exc:  # an input our converter did not foresee: reject the file, keep going
-        error = fail(path, None, None, f"could not be converted ({type(exc).__name__}: {exc})")
-        yield ImportResult(str(path), None, error, diagnostics)
+    except Exception as exc:
+        yield ImportResult(str(path), None, conversion_error(path, exc), diagnostics)
         return
     for trajectory in trajectories:
         yield ImportResult(str(path), trajectory, None, diagnostics)
+
+
+def conversion_error(path: Path, exc: Exception) -> RecordError:
+    """What rejects a file whose conversion raised ``exc``, located as well as it can be.
+    An input no converter foresaw is rejected too, so the batch goes on: never a traceback."""
+    if isinstance(exc, RecordError):
+        return exc
+    if isinstance(exc, ValidationError):
+        return validation_error(path, None, exc)
+    return fail(path, None, None, f"could not be converted ({type(exc).__name__}: {exc})")
 
 
 CHAT_FIELDS = {"role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name"}

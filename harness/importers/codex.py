@@ -18,6 +18,10 @@ How a rollout becomes chat messages:
 - a ``compacted`` line is a context reset: its replacement history follows as
   non-generated messages.
 Every line that maps to no message is kept verbatim under ``source.records``.
+
+The trajectory is built as plain dicts in its pool line's shape, not as pydantic models:
+every value comes through a typed ``Fields`` check, so the record is valid by construction
+and import writes it without validating it again (pydantic was import's largest cost).
 """
 
 from __future__ import annotations
@@ -30,8 +34,8 @@ from harness.importers.base import (
     Diagnostics,
     Fields,
     ImportResult,
+    conversion_error,
     fail,
-    read_guarded,
 )
 from harness.importers.codex_fields import (
     KNOWN_LINE_TYPES,
@@ -44,15 +48,14 @@ from harness.importers.codex_fields import (
     usage_counts,
 )
 from records.pools import RecordError, iter_lines
-from records.trajectory import (
-    ContextReset,
-    ExitStatus,
-    Message,
-    Policy,
-    Source,
-    Trajectory,
-    Usage,
-)
+from records.trajectory import SCHEMA_VERSION, ExitStatus, record_content_id
+
+Message = dict[str, Any]  # one chat message, in the shape of records.trajectory.Message
+
+# The fields in the models' order: a record's dicts are written in it, None left out, which
+# makes its line the one ``Trajectory.model_dump_json`` writes.
+MESSAGE_FIELDS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name", "generated", "timestamp", "usage", "metadata", "extra")
+POLICY_FIELDS = ("name", "checkpoint", "step", "provider")
 
 FORMAT = "codex"
 SUFFIXES = (".jsonl", ".jsonl.zst")
@@ -63,7 +66,13 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    return read_guarded(path, lambda diagnostics: [_RolloutReader(path, diagnostics, salvage).run()])
+    diagnostics = Diagnostics(str(path))
+    try:
+        record = _RolloutReader(path, diagnostics, salvage).run()
+    except Exception as exc:
+        yield ImportResult(str(path), None, conversion_error(path, exc), diagnostics)
+        return
+    yield ImportResult(str(path), None, None, diagnostics, record=record)
 
 
 class _RolloutReader:
@@ -76,7 +85,7 @@ class _RolloutReader:
         self.records: list[dict[str, Any]] = []
         self.meta: dict[str, Any] = {}
         self.layout = "envelope"
-        self.policy = Policy()
+        self.policy: dict[str, str | None] = {"name": None, "provider": None}
         self.session_id: str | None = None
         self.cli_version: str | None = None
         # The assistant message being filled by the current model call, if any.
@@ -90,8 +99,8 @@ class _RolloutReader:
         # its token_count event comes only after the tool output, too late to say which
         # message the usage belongs to.
         self.usage_records = False
-        self.resets: list[ContextReset] = []
-        self.total_usage: Usage | None = None
+        self.resets: list[dict[str, Any]] = []
+        self.total_usage: dict[str, int] | None = None
         self.exit_status = ExitStatus.unknown
         self.first_ts: str | None = None
         self.last_ts: str | None = None
@@ -99,7 +108,7 @@ class _RolloutReader:
 
     # ---- driving -------------------------------------------------------------
 
-    def run(self) -> Trajectory:
+    def run(self) -> dict[str, Any]:
         seen_any = False
         for number, text in iter_lines(self.path):
             seen_any = True
@@ -122,11 +131,14 @@ class _RolloutReader:
     def line(self, number: int, data: Any) -> None:
         if not isinstance(data, dict):
             raise fail(self.name, number, None, f"expected a JSON object, got {type(data).__name__}")
+        timestamp = data.get("timestamp")
+        if timestamp is not None and type(timestamp) is not str:
+            raise fail(self.name, number, "timestamp", f"expected string, got {type(timestamp).__name__}")
         if "payload" in data and "type" in data:
             kind = data["type"]
             if not isinstance(kind, str):
                 raise fail(self.name, number, "type", "expected string")
-            self.stamp(data.get("timestamp"))
+            self.stamp(timestamp)
             kept, at = len(self.records), len(self.messages)
             self.envelope(number, kind, data["payload"], data)
             if len(data) > 3:
@@ -137,8 +149,8 @@ class _RolloutReader:
                 self.keep(number, data)
         elif "type" in data:
             self.layout = "legacy"
-            self.stamp(data.get("timestamp"))
-            self.response_item(number, Fields(data, self.name, number, ""), data.get("timestamp"))
+            self.stamp(timestamp)
+            self.response_item(number, Fields(data, self.name, number, ""), timestamp)
         elif number == 1 or (not self.meta and "id" in data and "instructions" in data):
             self.layout = "legacy"
             self.session_meta(number, Fields(data, self.name, number, ""))
@@ -168,9 +180,10 @@ class _RolloutReader:
         else:
             if kind == "turn_context":
                 model = fields.str("model")
-                if model and self.policy.name and model != self.policy.name:
-                    self.diag.warn(number, f"model changed from {self.policy.name!r} to {model!r} within the session")
-                self.policy.name = self.policy.name or model
+                name = self.policy["name"]
+                if model and name and model != name:
+                    self.diag.warn(number, f"model changed from {name!r} to {model!r} within the session")
+                self.policy["name"] = name or model
             self.keep(number, line)
 
     def line_fields(self, number: int, line: dict[str, Any], at: int, *, whole_line_kept: bool) -> None:
@@ -186,8 +199,8 @@ class _RolloutReader:
     def keep(self, number: int, line: dict[str, Any]) -> None:
         self.records.append({"line": number, "at_message": len(self.messages), "record": line})
 
-    def stamp(self, timestamp: Any) -> None:
-        if isinstance(timestamp, str):
+    def stamp(self, timestamp: str | None) -> None:
+        if timestamp is not None:
             self.first_ts = self.first_ts or timestamp
             self.last_ts = timestamp
 
@@ -197,7 +210,7 @@ class _RolloutReader:
         self.meta = dict(fields.data)
         self.session_id = fields.str("id") or self.session_id
         self.cli_version = fields.str("cli_version") or self.cli_version
-        self.policy.provider = fields.str("model_provider") or self.policy.provider
+        self.policy["provider"] = fields.str("model_provider") or self.policy["provider"]
         instructions = None
         base = fields.get("base_instructions", (dict, str))
         if isinstance(base, dict):
@@ -205,8 +218,8 @@ class _RolloutReader:
         elif isinstance(base, str):
             instructions = base
         instructions = instructions or fields.str("instructions")
-        if instructions and not any(m.role == "system" for m in self.messages):
-            self.messages.insert(0, Message(role="system", content=instructions, timestamp=fields.str("timestamp")))
+        if instructions and not any(m["role"] == "system" for m in self.messages):
+            self.messages.insert(0, {"role": "system", "content": instructions, "timestamp": fields.str("timestamp")})
         if self.layout == "legacy":
             self.keep(number, fields.data)
 
@@ -243,30 +256,31 @@ class _RolloutReader:
             extra["content_parts"] = item.data.get("content", [])
         if role == "assistant":
             target = self.assistant_for("content", timestamp)
-            target.content = "\n".join(texts)
+            target["content"] = "\n".join(texts)
             if extra:
-                target.extra = {**(target.extra or {}), **extra}
+                target["extra"] = {**(target.get("extra") or {}), **extra}
             return
         self.end_call()
-        self.messages.append(Message(role=role, content="\n".join(texts), timestamp=timestamp, extra=extra or None))
+        self.messages.append({"role": role, "content": "\n".join(texts), "timestamp": timestamp, "extra": extra or None})
 
     def reasoning(self, number: int, item: Fields, timestamp: str | None) -> None:
         summary = [p.str("text", default="") or "" for p in item.items("summary")]
         content = [p.str("text", default="") or "" for p in item.items("content")]
-        target = self.assistant_for("reasoning", timestamp)
+        target = self.assistant_for("reasoning_content", timestamp)
         # Raw reasoning text when Codex kept it; otherwise the summary the API returned.
         text = "\n\n".join(content) if content else "\n\n".join(summary)
         kind = "content" if content else ("summary" if summary else "encrypted")
-        extra = dict(target.extra or {})
+        extra = dict(target.get("extra") or {})
         extra.setdefault("reasoning_items", []).append({**extra_fields(item.data, ("type",)), "reasoning_kind": kind})
-        target.extra = extra
-        target.reasoning_content = text if target.reasoning_content is None else target.reasoning_content + "\n\n" + text
+        target["extra"] = extra
+        before = target.get("reasoning_content")
+        target["reasoning_content"] = text if before is None else before + "\n\n" + text
 
     def tool_call(self, number: int, kind: str, item: Fields, timestamp: str | None) -> None:
         call = tool_call_of(self.name, number, kind, item, self.diag)
-        call_id, name = call.id, call.function.name
+        call_id, name = call["id"], call["function"]["name"]
         target = self.assistant_for("tool_calls", timestamp)
-        target.tool_calls = [*(target.tool_calls or []), call]
+        target["tool_calls"] = [*(target.get("tool_calls") or []), call]
         if call_id in self.open_calls or call_id in self.answered:
             raise fail(self.name, number, f"{item.prefix}.call_id".lstrip("."), f"call_id {call_id!r} used twice")
         self.open_calls[call_id] = (number, name)
@@ -287,15 +301,7 @@ class _RolloutReader:
         extra["codex_type"] = item.data["type"]
         self.results[call_id] = len(self.messages)
         self.messages.append(
-            Message(
-                role="tool",
-                content=content,
-                tool_call_id=call_id,
-                name=name,
-                timestamp=timestamp,
-                metadata=metadata or None,
-                extra=extra,
-            )
+            {"role": "tool", "content": content, "tool_call_id": call_id, "name": name, "timestamp": timestamp, "metadata": metadata or None, "extra": extra}
         )
 
     def usage_record(self, fields: Fields) -> None:
@@ -305,10 +311,10 @@ class _RolloutReader:
         response_id = fields.str("response_id")
         if self.group:
             if usage is not None:
-                self.group[-1].usage = usage_counts(usage)
+                self.group[-1]["usage"] = usage_counts(usage)
             if response_id:
                 for message in self.group:
-                    message.extra = {**(message.extra or {}), "response_id": response_id}
+                    message["extra"] = {**(message.get("extra") or {}), "response_id": response_id}
         self.end_call()
 
     def event(self, number: int, fields: Fields, line: dict[str, Any]) -> None:
@@ -319,7 +325,7 @@ class _RolloutReader:
                 last = info.obj("last_token_usage")
                 total = info.obj("total_token_usage")
                 if last is not None and self.group and not self.usage_records:
-                    self.group[-1].usage = usage_counts(last)
+                    self.group[-1]["usage"] = usage_counts(last)
                 if total is not None:
                     self.total_usage = usage_counts(total)
             self.end_call()
@@ -348,7 +354,7 @@ class _RolloutReader:
         """A command's exit code and duration, for its tool message (which may come later)."""
         target = self.tool_message(call_id)
         if target is not None:
-            target.metadata = {**(target.metadata or {}), **metadata}
+            target["metadata"] = {**(target.get("metadata") or {}), **metadata}
         elif call_id:
             self.exec_metadata[call_id] = {**self.exec_metadata.get(call_id, {}), **metadata}
 
@@ -365,21 +371,21 @@ class _RolloutReader:
                 self.response_item(number, item, timestamp)
                 self.end_call()
                 for message in self.messages[before:]:
-                    message.generated = False
-                    message.extra = {**(message.extra or {}), "replayed": True}
+                    message["generated"] = False
+                    message["extra"] = {**(message.get("extra") or {}), "replayed": True}
             # Calls replayed without outputs are history, not open calls.
             for message in self.messages[start:]:
-                for call in message.tool_calls or []:
-                    self.open_calls.pop(call.id, None)
-                    self.answered.add(call.id)
+                for call in message.get("tool_calls") or []:
+                    self.open_calls.pop(call["id"], None)
+                    self.answered.add(call["id"])
         else:
             summary = fields.str("message", default="") or ""
-            self.messages.append(Message(role="user", content=summary, timestamp=timestamp, extra={"compaction_summary": True}))
-        self.resets.append(ContextReset(message_index=start, reason="compacted"))
+            self.messages.append({"role": "user", "content": summary, "timestamp": timestamp, "extra": {"compaction_summary": True}})
+        self.resets.append({"message_index": start, "reason": "compacted", "replacement_known": True})
 
     # ---- assistant message assembly -----------------------------------------
 
-    ORDER = {"reasoning": 0, "content": 1, "tool_calls": 2}
+    ORDER = {"reasoning_content": 0, "content": 1, "tool_calls": 2}
 
     def assistant_for(self, part: str, timestamp: str | None) -> Message:
         """The assistant message that ``part`` of the current call belongs in.
@@ -389,10 +395,10 @@ class _RolloutReader:
         """
         current = self.current
         if current is not None:
-            filled = [p for p in ("reasoning", "content", "tool_calls") if _has(current, p)]
+            filled = [p for p in ("reasoning_content", "content", "tool_calls") if current.get(p) is not None]
             if not filled or max(self.ORDER[p] for p in filled) < self.ORDER[part] or (part == "tool_calls" and filled[-1] == "tool_calls"):
                 return current
-        message = Message(role="assistant", generated=True, timestamp=timestamp)
+        message: Message = {"role": "assistant", "generated": True, "timestamp": timestamp}
         self.messages.append(message)
         self.group.append(message)
         self.current = message
@@ -409,9 +415,9 @@ class _RolloutReader:
     def check_unanswered(self) -> None:
         if not self.open_calls:
             return
-        last_assistant = max((i for i, m in enumerate(self.messages) if m.role == "assistant"), default=-1)
+        last_assistant = max((i for i, m in enumerate(self.messages) if m["role"] == "assistant"), default=-1)
         for call_id, (number, _name) in sorted(self.open_calls.items(), key=lambda kv: kv[1][0]):
-            index = next(i for i, m in enumerate(self.messages) if any(c.id == call_id for c in m.tool_calls or []))
+            index = next(i for i, m in enumerate(self.messages) if any(c["id"] == call_id for c in m.get("tool_calls") or []))
             if index == last_assistant:
                 self.diag.warn(number, f"call {call_id} has no output: the session ended during the call")
                 if self.exit_status == ExitStatus.unknown:
@@ -421,34 +427,38 @@ class _RolloutReader:
             else:
                 raise fail(self.name, number, "payload.call_id", f"call {call_id!r} has no function_call_output, yet the session went on")
 
-    def build(self) -> Trajectory:
+    def build(self) -> dict[str, Any]:
         meta: dict[str, Any] = {"layout": self.layout}
         if self.skipped_lines:
             meta["skipped_lines"] = self.skipped_lines
         if self.diag.unknown:
             meta["unknown"] = dict(self.diag.unknown)
-        trajectory = Trajectory(
-            id=f"codex-{self.session_id}" if self.session_id else "",
-            policy=self.policy,
-            messages=self.messages,
-            exit_status=self.exit_status,
-            usage=self.total_usage,
-            context_resets=self.resets or None,
-            started_at=self.first_ts,
-            finished_at=self.last_ts,
-            source=Source(
-                format=FORMAT,
-                format_version=self.cli_version,
-                path=self.name,
-                meta=meta,
-                records=self.records or None,
-                warnings=self.diag.warnings or None,
-            ),
-        )
-        return trajectory
+        source = {
+            "format": FORMAT,
+            "format_version": self.cli_version,
+            "path": self.name,
+            "meta": meta,
+            "records": self.records or None,
+            "warnings": self.diag.warnings or None,
+        }
+        record = {
+            "schema_version": SCHEMA_VERSION,
+            "id": f"codex-{self.session_id}" if self.session_id else "",
+            "policy": {key: self.policy[key] for key in POLICY_FIELDS if self.policy.get(key) is not None},
+            "messages": [_in_field_order(message) for message in self.messages],
+            "exit_status": self.exit_status.value,
+            "usage": self.total_usage,
+            "context_resets": self.resets or None,
+            "started_at": self.first_ts,
+            "finished_at": self.last_ts,
+            "source": {key: value for key, value in source.items() if value is not None},
+        }
+        record = {key: value for key, value in record.items() if value is not None}
+        if not record["id"]:
+            record["id"] = record_content_id(record)
+        return record
 
 
-def _has(message: Message, part: str) -> bool:
-    return getattr(message, "reasoning_content" if part == "reasoning" else part) is not None
-
-
+def _in_field_order(message: Message) -> Message:
+    message.setdefault("generated", False)  # a default the model writes out
+    return {key: message[key] for key in MESSAGE_FIELDS if message.get(key) is not None}

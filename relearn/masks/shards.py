@@ -170,9 +170,10 @@ def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: dic
     return h.hexdigest()[:32]
 
 
-# Pool text tokenized in one batch call: enough trajectories to keep every core busy, few
-# enough that their tokenizer encodings (a few MB per 60k tokens) stay small.
-BATCH_BYTES = 4_000_000
+# Pool text tokenized in one batch call, and one row group of the shard: enough trajectories
+# to keep every core busy, few enough that their tokenizer encodings (~6 MB per 60k tokens)
+# stay small (at 4 MB, a shard of 256 such trajectories peaked at 938 MB; at 2 MB, 836 MB).
+BATCH_BYTES = 2_000_000
 
 
 def _batches(chunk: list[Item]) -> Iterator[list[Item]]:
@@ -224,9 +225,20 @@ class ShardRow:
         return cls(sample.sample_id, sample.trajectory_id, sample.input_ids, sample.loss_mask, sample.eligible, sample.excluded, sample.supervised, sample.ter)
 
 
-def _write_shard(path: Path, rows: list[ShardRow], mode: str) -> None:
-    table = pa.table(
-        {
+class _ShardWriter:
+    """Writes one shard a batch at a time (one Parquet row group per batch), so memory holds a
+    batch's rows, never the shard's; the shard appears under its name only once complete."""
+
+    def __init__(self, path: Path, mode: str) -> None:
+        self.path = path
+        self.mode = mode
+        self.tmp = path.with_name(f".{path.name}.tmp")
+        self.writer = pq.ParquetWriter(self.tmp, SCHEMA, compression="zstd")
+
+    def write(self, rows: list[ShardRow]) -> None:
+        if not rows:
+            return
+        columns = {
             "sample_id": [s.sample_id for s in rows],
             "trajectory_id": [s.trajectory_id for s in rows],
             "input_ids": [s.input_ids for s in rows],
@@ -236,13 +248,19 @@ def _write_shard(path: Path, rows: list[ShardRow], mode: str) -> None:
             "excluded": [s.excluded for s in rows],
             "supervised": [s.supervised for s in rows],
             "ter": [s.ter for s in rows],
-            "mode": [mode] * len(rows),
-        },
-        schema=SCHEMA,
-    )
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(path)
+            "mode": [self.mode] * len(rows),
+        }
+        self.writer.write_table(pa.table(columns, schema=SCHEMA))
+
+    def __enter__(self) -> _ShardWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        self.writer.close()
+        if kind is None:
+            self.tmp.replace(self.path)
+        else:
+            self.tmp.unlink(missing_ok=True)
 
 
 def build_dataset(
@@ -260,7 +278,7 @@ def build_dataset(
     were already there and reused. ``on_record(size, tokens)`` follows progress: each record's
     size in bytes and the tokens it gave (0 when rejected or in a reused shard).
 
-    Memory holds one shard's lines and rows at a time, whatever the pool's size."""
+    Memory holds one shard's lines and one batch's rows at a time, whatever the pool's size."""
     output.mkdir(parents=True, exist_ok=True)
     digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
@@ -288,28 +306,29 @@ def build_dataset(
                         on_record(entry.size, 0)
                 continue
         stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
-        rows: list[ShardRow] = []
-        for batch in _batches(chunk):
-            compiled = iter(compile_batch(list(_compilable(batch, reviews, pool)), tokenizer, options, shape=shape))
-            for entry in batch:
-                tokens = 0
-                stats.inputs += 1
-                problem = _unreadable(entry, reviews)
-                if problem is not None:
-                    stats.reject(*problem)
-                else:
-                    produced = next(compiled)
-                    if isinstance(produced, Rejected):
-                        stats.reject(entry.trajectory_id or "", produced.reason, produced.detail)
+        with _ShardWriter(shard, options.mode) as writer:
+            for batch in _batches(chunk):
+                compiled = iter(compile_batch(list(_compilable(batch, reviews, pool)), tokenizer, options, shape=shape))
+                rows: list[ShardRow] = []
+                for entry in batch:
+                    tokens = 0
+                    stats.inputs += 1
+                    problem = _unreadable(entry, reviews)
+                    if problem is not None:
+                        stats.reject(*problem)
                     else:
-                        stats.accepted += 1
-                        for sample in produced:
-                            stats.add(sample)
-                            rows.append(ShardRow.of(sample))
-                            tokens += len(sample.input_ids)
-                if on_record:
-                    on_record(entry.size, tokens)
-        _write_shard(shard, rows, options.mode)
+                        produced = next(compiled)
+                        if isinstance(produced, Rejected):
+                            stats.reject(entry.trajectory_id or "", produced.reason, produced.detail)
+                        else:
+                            stats.accepted += 1
+                            for sample in produced:
+                                stats.add(sample)
+                                rows.append(ShardRow.of(sample))
+                                tokens += len(sample.input_ids)
+                    if on_record:
+                        on_record(entry.size, tokens)
+                writer.write(rows)
         write_text_atomic(stats_path, json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
         shard_stats.append(stats)
     _remove_stale_shards(output, number + 1)

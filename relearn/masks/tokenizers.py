@@ -19,7 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers, processors
-from transformers import AutoTokenizer, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 from transformers.convert_slow_tokenizer import TikTokenConverter
 
 # Bump when the way we build the tokenizer changes, so caches of an older build are not reused.
@@ -93,6 +93,10 @@ def _load_folder(path_str: str) -> PreTrainedTokenizerFast:
     markers = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
     if not path.is_dir() or not any((path / m).is_file() for m in markers):
         raise ValueError(f"{path_str!r} is neither a built-in tokenizer ({builtins}) nor a folder holding a Hugging Face tokenizer")
+    # AutoTokenizer imports torch (transformers' model configs do): 700 MB a built-in tokenizer
+    # never needs, so it is imported only for a folder.
+    from transformers import AutoTokenizer
+
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError, KeyError) as e:
