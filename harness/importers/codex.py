@@ -40,7 +40,10 @@ from harness.importers.base import (
 from harness.importers.codex_fields import (
     KNOWN_LINE_TYPES,
     KNOWN_UNMAPPED_ITEMS,
+    MESSAGE_KEYS,
     MIRROR_EVENTS,
+    OUTPUT_KEYS,
+    REASONING_KEYS,
     extra_fields,
     loads,
     tool_call_of,
@@ -251,7 +254,7 @@ class _RolloutReader:
                 texts.append(part.str("text", default="") or "")
             else:
                 plain = False
-        extra = extra_fields(item.data, ("type", "role", "content"))
+        extra = extra_fields(item.data, MESSAGE_KEYS)
         if not plain or len(texts) != 1:
             extra["content_parts"] = item.data.get("content", [])
         if role == "assistant":
@@ -271,7 +274,7 @@ class _RolloutReader:
         text = "\n\n".join(content) if content else "\n\n".join(summary)
         kind = "content" if content else ("summary" if summary else "encrypted")
         extra = dict(target.get("extra") or {})
-        extra.setdefault("reasoning_items", []).append({**extra_fields(item.data, ("type",)), "reasoning_kind": kind})
+        extra.setdefault("reasoning_items", []).append({**extra_fields(item.data, REASONING_KEYS), "reasoning_kind": kind})
         target["extra"] = extra
         before = target.get("reasoning_content")
         target["reasoning_content"] = text if before is None else before + "\n\n" + text
@@ -297,7 +300,7 @@ class _RolloutReader:
         output = item.data.get("output")
         content, metadata, extra = tool_output_parts(self.name, number, item.prefix, output)
         metadata = {**self.exec_metadata.pop(call_id, {}), **metadata}
-        extra.update(extra_fields(item.data, ("type", "call_id", "output")))
+        extra.update(extra_fields(item.data, OUTPUT_KEYS))
         extra["codex_type"] = item.data["type"]
         self.results[call_id] = len(self.messages)
         self.messages.append(

@@ -40,6 +40,11 @@ KNOWN_LINE_TYPES = {
     "inter_agent_communication_metadata",
     "realtime_item",
 }
+# The keys each item kind maps; whatever else an item holds is kept beside them.
+MESSAGE_KEYS = frozenset({"type", "role", "content"})
+REASONING_KEYS = frozenset({"type"})
+OUTPUT_KEYS = frozenset({"type", "call_id", "output"})
+CALL_KEYS = frozenset({"type", "name", "arguments", "input", "call_id", "action"})
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
 
 
@@ -56,7 +61,9 @@ def loads(path: str, number: int, text: str) -> Any:
         raise fail(path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
 
 
-def extra_fields(data: dict[str, Any], known: tuple[str, ...]) -> dict[str, Any]:
+def extra_fields(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
+    if data.keys() <= known:  # the usual item: nothing beside the known keys
+        return {}
     return {k: v for k, v in data.items() if k not in known}
 
 
@@ -137,5 +144,5 @@ def tool_call_of(path: str, number: int, kind: str, item: Fields, diag: Diagnost
     call: dict[str, Any] = {"id": call_id, "type": call_type, "function": {"name": name, "arguments": arguments}}
     if raw is not None:
         call["raw_arguments"] = raw
-    call["extra"] = {**extra_fields(item.data, ("type", "name", "arguments", "input", "call_id", "action")), "codex_type": kind}
+    call["extra"] = {**extra_fields(item.data, CALL_KEYS), "codex_type": kind}
     return call
