@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from harness.policies.base import PolicyError, PolicySpec
+from harness.policies.base import PolicyError, PolicySpec, SdkPolicy
 from harness.policies.make import make_policy
 from records.pools import JsonlWriter, iter_lines
 from records.review import CATEGORIES, Defect, Review, numbered_steps
-from records.trajectory import Message, Trajectory
+from records.trajectory import Message, Trajectory, Usage
 from review.grounding import ground
 from review.prefilters import prefilter
 from review.reading import DEFAULT_JUDGE_CONTEXT, TOO_LONG, TooLongForJudge, count_tokens, render_for_reading, render_step
@@ -97,12 +97,21 @@ class SpendCapReached(Exception):
 
 @dataclass
 class Ledger:
-    """Spend across a review run, shared by its workers; enforces the hard cap."""
+    """Spend across a review run, shared by its workers; enforces the hard cap.
+
+    Tokens are counted as the vendors bill them: ``input_tokens`` is the whole prompt, of
+    which ``cached_input_tokens`` were read from the provider's prompt cache (billed at the
+    spec's cached price); ``batched`` counts the answers that came from a batch (billed at
+    the batch discount)."""
 
     cap_usd: float | None = None
     spent_usd: float = 0.0
     calls: int = 0
     cached: int = 0
+    batched: int = 0
+    input_tokens: int = 0
+    cached_input_tokens: int = 0
+    output_tokens: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def before_call(self) -> None:
@@ -110,10 +119,17 @@ class Ledger:
             if self.cap_usd is not None and self.spent_usd >= self.cap_usd:
                 raise SpendCapReached(f"spend cap ${self.cap_usd:.2f} reached (${self.spent_usd:.4f} spent)")
 
-    def charge(self, cost: float) -> None:
+    def charge(self, cost: float, usage: Usage | None = None, *, batched: bool = False) -> None:
         with self.lock:
             self.spent_usd += cost
-            self.calls += 1
+            if batched:
+                self.batched += 1
+            else:
+                self.calls += 1
+            if usage is not None:
+                self.input_tokens += usage.input_tokens or 0
+                self.cached_input_tokens += usage.cached_input_tokens or 0
+                self.output_tokens += usage.output_tokens or 0
 
 
 class CallCache:
@@ -130,17 +146,95 @@ class CallCache:
                 self.entries[entry["key"]] = entry
         self._writer = JsonlWriter(path, fsync=True)
         self._lock = threading.Lock()
+        # Answers a batch paid for in this run and no Review has accounted for yet: the
+        # first Review to read one carries its cost (a later read is a free cache hit).
+        self._unattributed: set[str] = set()
 
     def get(self, key: str) -> dict[str, Any] | None:
         return self.entries.get(key)
 
-    def put(self, key: str, entry: dict[str, Any]) -> None:
+    def put(self, key: str, entry: dict[str, Any], *, unattributed: bool = False) -> None:
         with self._lock:
             self.entries[key] = {"key": key, **entry}
             self._writer.write(self.entries[key])
+            if unattributed:
+                self._unattributed.add(key)
+
+    def attribute(self, key: str) -> bool:
+        """True once for an answer a batch paid for in this run."""
+        with self._lock:
+            if key in self._unattributed:
+                self._unattributed.discard(key)
+                return True
+            return False
 
     def close(self) -> None:
         self._writer.close()
+
+
+# What Judge.ask answers for a request it was told to defer (see review_trajectory's defer).
+DEFERRED = "deferred to a batch"
+CACHE_CONTROL = {"type": "ephemeral"}
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One judge request, by its cache key: what is sent (system, user) and how.
+
+    ``prefix_ends`` are offsets into ``user`` where a prefix shared with other requests
+    ends (the trajectory's leading system and task messages): the layout marks them for
+    the provider's prompt cache. They change how the request is laid out on the wire, not
+    what the judge reads, and are not part of the key."""
+
+    key: str
+    role: str
+    spec: PolicySpec  # with the structured-output sampling
+    system: str
+    user: str
+    schema: type[BaseModel]
+    prefix_ends: tuple[int, ...] = ()
+
+    def messages(self) -> list[Message]:
+        return [Message(role="system", content=self.system), Message(role="user", content=self.user)]
+
+    def cache_group(self) -> str:
+        """What requests sharing the longest cached prefix have in common: OpenAI's
+        ``prompt_cache_key``, which routes them to the same cache."""
+        shared = self.user[: self.prefix_ends[-1]] if self.prefix_ends else ""
+        digest = hashlib.sha256(json.dumps([self.role, self.spec.model, self.system, shared]).encode()).hexdigest()
+        return f"relearn-{self.role}-{digest[:24]}"
+
+    def wire(self, policy: SdkPolicy | None = None) -> dict[str, Any]:
+        """The keyword arguments of the SDK's create call, laid out for prompt caching.
+
+        Anthropic: the instructions and each shared prefix end in a ``cache_control``
+        breakpoint (at most 3 of the API's 4), the user text split into blocks there; the
+        blocks joined are the user text. The unique rest gets no breakpoint: writing it to
+        the cache costs 1.25x and nothing would read it. OpenAI caches identical prefixes
+        itself; ``prompt_cache_key`` keeps the rollouts of one task on one cache.
+        ``policy``: a client for this spec, to reuse (making one loads TLS certificates)."""
+        policy = policy or make_policy(self.spec)
+        request = policy._request(self.messages(), [])  # noqa: SLF001 - the policy's own wire format, then our layout
+        if self.spec.kind == "anthropic":
+            request["system"] = [{"type": "text", "text": self.system, "cache_control": CACHE_CONTROL}]
+            cuts = [0, *(end for end in self.prefix_ends if 0 < end < len(self.user)), len(self.user)]
+            blocks: list[dict[str, Any]] = []
+            for start, stop in zip(cuts, cuts[1:], strict=False):
+                block: dict[str, Any] = {"type": "text", "text": self.user[start:stop]}
+                if stop < len(self.user):
+                    block["cache_control"] = CACHE_CONTROL
+                blocks.append(block)
+            request["messages"] = [{"role": "user", "content": blocks}]
+        else:
+            request["prompt_cache_key"] = self.cache_group()
+        return request
+
+
+def request_key(role: str, spec: PolicySpec, system: str, user: str) -> str:
+    """The call cache's key: the exact request as the judge reads it. Unchanged by the
+    prompt-cache layout, so answers cached before it are still honoured."""
+    identity = json.dumps([role, spec.kind, spec.model, spec.base_url, spec.sampling, system, user], sort_keys=True, default=str)
+    return hashlib.sha256(identity.encode()).hexdigest()
 
 
 @dataclass
@@ -148,37 +242,70 @@ class Judge:
     spec: PolicySpec
     role: str  # "judge1" or "judge2"
     context: int = DEFAULT_JUDGE_CONTEXT  # tokens of prompt the judge reads at most (review.reading)
+    # The client its requests go through, made on first use and shared by the workers:
+    # making one per call loaded the TLS certificates every time (50 ms a call).
+    _policy: Any = field(default=None, init=False, repr=False, compare=False)
 
-    def ask(self, system: str, user: str, schema: type[BaseModel], cache: CallCache, ledger: Ledger) -> tuple[BaseModel | None, str | None, float]:
+    def policy(self, request: JudgeRequest) -> Any:
+        """A client for ``request.spec`` (the judge's spec with its structured output)."""
+        if self._policy is None or self._policy[0] != request.spec:
+            self._policy = (request.spec, make_policy(request.spec))
+        return self._policy[1]
+
+    def request(self, system: str, user: str, schema: type[BaseModel], prefix_ends: tuple[int, ...] = ()) -> JudgeRequest:
+        spec = replace(self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())})
+        return JudgeRequest(request_key(self.role, spec, system, user), self.role, spec, system, user, schema, prefix_ends)
+
+    def ask(
+        self,
+        system: str,
+        user: str,
+        schema: type[BaseModel],
+        cache: CallCache,
+        ledger: Ledger,
+        *,
+        prefix_ends: tuple[int, ...] = (),
+        defer: list[JudgeRequest] | None = None,
+    ) -> tuple[BaseModel | None, str | None, float]:
         """The parsed answer, or None and why it is unusable; and what it cost.
 
         An answer that is not JSON of ``schema`` is asked again, as a 5xx would be (up to the
         spec's retries), and never cached: a rerun asks again too. Only usable answers are
-        cached, so a rerun of a reviewed trajectory costs nothing."""
-        spec = replace(self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())})
-        identity = json.dumps([self.role, spec.kind, spec.model, spec.base_url, spec.sampling, system, user], sort_keys=True, default=str)
-        key = hashlib.sha256(identity.encode()).hexdigest()
-        entry = cache.get(key)
+        cached, so a rerun of a reviewed trajectory costs nothing. With ``defer``, a request
+        the cache cannot answer is added to it instead of sent (None, DEFERRED, 0)."""
+        request = self.request(system, user, schema, prefix_ends)
+        entry = cache.get(request.key)
         if entry is not None:
-            parsed, problem = self._parse(entry["text"], schema)
+            parsed, problem = self.parse(entry["text"], schema)
+            if parsed is not None and defer is not None:
+                return parsed, None, 0.0  # a review to be thrown away: it accounts for nothing
             if parsed is not None:
+                if cache.attribute(request.key):
+                    return parsed, None, float(entry.get("cost_usd") or 0.0)
                 ledger.cached += 1
                 return parsed, None, 0.0
+        if defer is not None:
+            defer.append(request)
+            return None, DEFERRED, 0.0
         cost = 0.0
         problem = None
-        for _attempt in range(1 + spec.max_retries):
+        for _attempt in range(1 + request.spec.max_retries):
             ledger.before_call()
-            turn = make_policy(spec).complete([Message(role="system", content=system), Message(role="user", content=user)], [])
-            spent = (turn.message.usage.cost_usd or 0.0) if turn.message.usage else 0.0
-            ledger.charge(spent)
+            policy = self.policy(request)
+            (message, _finish), _attempts = policy._send_with_retries(request.wire(policy))  # noqa: SLF001 - complete() without its own layout
+            usage = message.usage
+            if usage is not None:
+                usage.cost_usd = request.spec.cost_usd(usage)
+            spent = (usage.cost_usd or 0.0) if usage else 0.0
+            ledger.charge(spent, usage)
             cost += spent
-            parsed, problem = self._parse(turn.message.content or "", schema)
+            parsed, problem = self.parse(message.content or "", schema)
             if parsed is not None:
-                cache.put(key, {"text": turn.message.content or "", "cost_usd": spent, "model": spec.model})
+                cache.put(request.key, {"text": message.content or "", "cost_usd": spent, "model": request.spec.model})
                 return parsed, None, cost
         return None, problem, cost
 
-    def _parse(self, text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
+    def parse(self, text: str, schema: type[BaseModel]) -> tuple[BaseModel | None, str | None]:
         try:
             return schema.model_validate_json(_strip_fences(text)), None
         except ValidationError as exc:
@@ -217,8 +344,32 @@ class GroundingStats:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cache: CallCache, ledger: Ledger) -> Review:
-    """Judge 1, then judge 2 per erroneous step, then grounding. Fails closed."""
+def shared_prefix_ends(trajectory: Trajectory, text: str) -> tuple[int, ...]:
+    """Where judge 1's text stops being the same for other trajectories: after the agent's
+    system prompt (shared by a whole pool) and after the task statement (shared by a task's
+    rollouts). Only the leading system/user messages count, and only while the rendered text
+    starts with them (an elision notice comes first and shares nothing)."""
+    system_end = task_end = 0
+    prefix = ""
+    for message in trajectory.messages:
+        if message.role not in ("system", "developer", "user"):
+            break
+        prefix += f"### {message.role}\n{message.content or ''}\n\n"
+        if not text.startswith(prefix):
+            break
+        if message.role == "user":
+            task_end = len(prefix)
+        elif not task_end:
+            system_end = len(prefix)
+    return tuple(end for end in (system_end, task_end) if end)
+
+
+def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cache: CallCache, ledger: Ledger, *, defer: list[JudgeRequest] | None = None) -> Review:
+    """Judge 1, then judge 2 per erroneous step, then grounding. Fails closed.
+
+    With ``defer``, nothing is sent: requests the cache cannot answer are collected there
+    (judge 1's, or every judge 2 request once judge 1's answer is cached) and the Review
+    returned is to be thrown away; this is how a batch learns what the review will ask."""
     base: dict[str, Any] = {
         "trajectory_id": trajectory.id,
         "judges": {"judge1": judge1.spec.model, "judge2": judge2.spec.model},
@@ -231,7 +382,7 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
     except TooLongForJudge as exc:
         return Review(**base, decision="reject", reason=str(exc), reading={"tokens": exc.tokens, "budget": exc.budget}, cost_usd=0.0)
     base["reading"] = {"tokens": reading.tokens, "budget": judge1.context, "elided": reading.elided}
-    answer, problem, spent = judge1.ask(prompt("judge1"), reading.text, Judge1Output, cache, ledger)
+    answer, problem, spent = judge1.ask(prompt("judge1"), reading.text, Judge1Output, cache, ledger, prefix_ends=shared_prefix_ends(trajectory, reading.text), defer=defer)
     cost += spent
     if answer is None:
         return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", cost_usd=cost)
@@ -261,8 +412,10 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
             unlocated.append(step)  # a step judge 2 cannot read whole cannot be localized
             stats.reasons[TOO_LONG] = stats.reasons.get(TOO_LONG, 0) + 1
             continue
-        located, problem, spent = judge2.ask(judge2_prompt, step_text, Judge2Output, cache, ledger)
+        located, problem, spent = judge2.ask(judge2_prompt, step_text, Judge2Output, cache, ledger, defer=defer)
         cost += spent
+        if located is None and problem == DEFERRED:
+            continue  # collect the other steps' requests too
         if located is None:
             return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)
         assert isinstance(located, Judge2Output)
@@ -295,4 +448,4 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
     return Review(**base, decision="accept", reason=answer.reason, errors=review_errors, omissions=omissions, defects=defects, grounding=grounding, cost_usd=cost)
 
 
-__all__ = ["CallCache", "Judge", "Ledger", "PolicyError", "SpendCapReached", "prompts_hash", "review_trajectory"]
+__all__ = ["DEFERRED", "CallCache", "Judge", "JudgeRequest", "Ledger", "PolicyError", "SpendCapReached", "prompts_hash", "review_trajectory"]

@@ -21,6 +21,7 @@ from harness.policies.base import PolicyError
 from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
 from records.review import Review, iter_reviews
 from records.trajectory import Trajectory, is_verified_positive
+from review.batch import BatchError, BatchOptions, BatchState, BatchSummary, batch_prefill
 from review.heuristic import heuristic_review
 from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, review_trajectory
 
@@ -32,6 +33,7 @@ class ReviewSummary:
     not_reviewed: int = 0  # spend cap reached, or the judge could not be called
     errors: list[str] = field(default_factory=list)
     unreadable: list[RecordError] = field(default_factory=list)
+    batch: BatchSummary | None = None  # with batch mode
 
     def decisions(self) -> Counter[str]:
         return Counter(r.decision if r.decision == "accept" else f"reject: {(r.reason or '').split(':')[0]}" for r in self.reviewed)
@@ -46,6 +48,10 @@ def reviewed_ids(path: Path) -> set[str]:
     return {i for i, review in latest.items() if not (review.reason or "").startswith(JUDGE_ERROR)}
 
 
+def batch_state_path(output: Path) -> Path:
+    return output.with_name(output.name + ".batches.json")
+
+
 def review_pool(
     pool: Path,
     output: Path,
@@ -55,10 +61,12 @@ def review_pool(
     spend_cap_usd: float | None = None,
     on_done: Callable[[Review | None, Ledger], None] | None = None,
     include_suspicious: bool = False,
+    batch: BatchOptions | None = None,
 ) -> tuple[ReviewSummary, Ledger]:
     """Review every trajectory of ``pool`` not yet in ``output``; ``judges=None`` uses
     the heuristic reviewer. Successes the verifier found suspicious are rejected unreviewed
-    unless ``include_suspicious``."""
+    unless ``include_suspicious``. With ``batch``, the judges' requests go through the batch
+    APIs first (review.batch); the review then reads their answers from the call cache."""
     summary = ReviewSummary()
     ledger = Ledger(cap_usd=spend_cap_usd)
     done = reviewed_ids(output)
@@ -80,6 +88,16 @@ def review_pool(
         return review_trajectory(trajectory, judges[0], judges[1], cache, ledger)
 
     try:
+        if batch is not None and judges is not None and cache is not None:
+            judged = [t for t in todo if is_verified_positive(t, allow_suspicious=include_suspicious)]
+            try:
+                summary.batch = batch_prefill(judged, judges, cache, ledger, BatchState(batch_state_path(output)), batch)
+            except (BatchError, SpendCapReached) as exc:
+                # Nothing is reviewed: what the batches answered stays in the cache, and a
+                # rerun polls the batches still recorded as open.
+                summary.errors.append(str(exc))
+                summary.not_reviewed += len(todo)
+                return summary, ledger
         with JsonlWriter(output, fsync=True) as writer, ThreadPoolExecutor(max_workers=max(1, workers)) as executor:
             running: dict[Future[Review], Trajectory] = {}
             stop = False
