@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, stats, train, view
+from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, single_turn, stats, train, view
 
 app = typer.Typer(
     name="relearn",
@@ -28,6 +28,7 @@ stats.register(app)
 analyze.register(app)
 serve.register(app)
 run.register(app)
+single_turn.register(app)
 
 
 def main() -> None:

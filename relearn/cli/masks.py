@@ -26,6 +26,7 @@ def masks_command(
     prefix_check: Annotated[str, typer.Option(help="header (each turn opens with the generation prompt) | every (re-render each prefix) | off.")] = "header",
     per_turn: Annotated[bool, typer.Option(help="One sample per generated turn, for templates that rewrite earlier turns.")] = False,
     preserve_thinking: Annotated[bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking).")] = True,
+    no_thinking: Annotated[bool, typer.Option("--no-thinking", help="Render in the template's no-thinking form (enable_thinking=False: its empty think block is part of the generation prompt), for single-turn rollouts imported with `relearn single-turn import --no-thinking`.")] = False,
     shard_size: Annotated[int, typer.Option(help="Trajectories of the pool per shard.")] = 256,
     include_suspicious: Annotated[bool, typer.Option(help="Also take successes the verifier found suspicious (edited tests or pytest config, code reaching into pytest); by default they are rejected and counted.")] = False,
     defect_scope: Annotated[str, typer.Option(help="action: a defect in a tool call excludes the whole call as the template renders it (tags, function name, every argument, and the end of turn after a turn's last call), since the error is the decision to call | minimal: only the quoted characters (the ablation).")] = "action",
@@ -59,7 +60,10 @@ def masks_command(
     review_errors: list[str] = []
     review_map = load_reviews(reviews, review_errors)
     show_problems("unreadable reviews", review_errors)
-    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs={"preserve_thinking": preserve_thinking}, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious, defect_scope=defect_scope)
+    template_kwargs: dict[str, bool] = {"preserve_thinking": preserve_thinking}
+    if no_thinking:
+        template_kwargs["enable_thinking"] = False
+    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs=template_kwargs, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious, defect_scope=defect_scope)
     # The bar counts the pool's bytes (a compressed pool's are only known as they are read) and
     # shows the tokens compiled so far.
     total = None if is_zstd(pool) else pool.stat().st_size

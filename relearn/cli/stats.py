@@ -113,6 +113,17 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
     for g in ter["groups"]:
         table.add_row(g["group"], _num(g["trajectories"]), _pct(g["resolved_rate"]), _num(g["accepted"]), _num(g["with_ter"]), _pct(g["ter_token_weighted"]), _pct(g["ter_mean"]))
     out_tables.append(table)
+    windowed = [g for g in ter["groups"] if "primary_share" in g]
+    if windowed:
+        names = sorted({k for g in windowed for k in g["primary_share"]})
+        table = Table(title="primary category per step window (one label per entering trajectory with defects)", title_justify="left")
+        table.add_column("window", style="bold")
+        table.add_column("with defects", justify="right")
+        for name in names:
+            table.add_column(name, justify="right")
+        for g in windowed:
+            table.add_row(g["group"], _num(sum(g["primary_category"].values())), *(_pct(g["primary_share"].get(n, 0.0)) if g["primary_share"] else "—" for n in names))
+        out_tables.append(table)
 
     e = report["excluded"]
     categories = sorted(set(e["primary_category"]) | set(e.get("token_share", {})) | set(e["char_share"]))
@@ -153,8 +164,12 @@ def stats_command(
     by: Annotated[str, typer.Option(help="Group TER and outcomes by step (training-step windows), checkpoint, policy, task, exit or none.")] = "step",
     windows: Annotated[int, typer.Option(min=1, help="With --by step: this many equal windows over the steps seen (2 = early vs late).")] = 2,
     window_size: Annotated[int | None, typer.Option(min=1, help="With --by step: fixed windows of this many steps instead.")] = None,
+    by_step_window: Annotated[
+        str | None,
+        typer.Option("--by-step-window", help="Group by these step windows (FIRST-LAST, comma-separated, e.g. 1-20,81-100: the paper's early vs late), pooled and token-weighted, with each window's primary-category shares; implies --by step."),
+    ] = None,
     json_out: Annotated[str | None, typer.Option("--json", help="Write every statistic as JSON to this file (`-`: stdout, no tables).")] = None,
-    plots: Annotated[Path | None, typer.Option(help="Write ter_over_steps.png and category_shares.png into this folder.")] = None,
+    plots: Annotated[Path | None, typer.Option(help="Write ter_over_steps.png and category_shares.png (and, with --by-step-window, primary_by_window.png) into this folder.")] = None,
     tasks: Annotated[int, typer.Option(min=0, help="Per-task pass@k rows shown in the table (all are in --json).")] = 20,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the saved indexes (.FILE.view-index.jsonl).")] = False,
 ) -> None:
@@ -166,7 +181,7 @@ def stats_command(
     beside each file, so a rerun over a 100k pool reads no record. Exit 1 when some records
     are unreadable (listed with file, line and field).
     """
-    from relearn.stats.compute import GROUP_KEYS, compute
+    from relearn.stats.compute import GROUP_KEYS, compute, parse_step_windows
     from relearn.stats.plots import write_plots
 
     try:
@@ -176,6 +191,14 @@ def stats_command(
     except ValueError:
         err.print(f"[red]error:[/red] --k takes positive integers separated by commas, not {k!r}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
+    explicit = None
+    if by_step_window is not None:
+        try:
+            explicit = parse_step_windows(by_step_window)
+        except ValueError as exc:
+            err.print(f"[red]error:[/red] --by-step-window: {exc}", highlight=False)
+            raise typer.Exit(EXIT_USAGE) from None
+        by = "step"
     if by not in GROUP_KEYS:
         err.print(f"[red]error:[/red] --by must be one of {', '.join(GROUP_KEYS)}")
         raise typer.Exit(EXIT_USAGE)
@@ -199,7 +222,7 @@ def stats_command(
             while not index.ready.wait(0.1):
                 progress.update(bar, completed=len(index))
             index.join()
-    report = compute(indexes, review_index, info, ks=ks, by=by, windows=windows, window_size=window_size)
+    report = compute(indexes, review_index, info, ks=ks, by=by, windows=windows, window_size=window_size, step_windows_given=explicit)
     problems = [str(e) for i in indexes for e in i.errors] + ([str(e) for e in review_index.errors] if review_index is not None else [])
     show_problems("unreadable records", problems)
     if json_out == "-":

@@ -97,7 +97,50 @@ def select(trajectory: Trajectory, review: Review | None, mode: str, *, include_
     # ross-nomask gets the defects too: they are validated as for ross and then not excluded,
     # so that both contrasts hold the same trajectories (the masking contrast is the same
     # subset with and without the mask).
+    keep = (review.model_extra or {}).get("keep")
+    if keep is not None:
+        _check_keep(trajectory, keep, review.defects)
     return list(review.defects)
+
+
+def _check_keep(trajectory: Trajectory, keep: Any, defects: list[Defect]) -> None:
+    """VALIDATE for a single-turn keep review (``review.keep``): its defects must be exactly
+    the response text outside the keep intervals K, so that A \\ E is A ∩ K. Every interval's
+    quote is at its offsets, no defect touches K, and no text outside K (but whitespace) is
+    left unexcluded."""
+    if not isinstance(keep, list):
+        raise Rejected("keep intervals unreadable", "review.keep is not a list")
+    covered: dict[tuple[int, str], np.ndarray] = {}
+    kept: dict[tuple[int, str], np.ndarray] = {}
+    for item in keep:
+        try:
+            span = Defect.model_validate({**item, "category": "other"})
+        except (TypeError, ValueError) as exc:
+            raise Rejected("keep intervals unreadable", str(exc)[:200]) from None
+        where = f"keep interval in message {span.message_index} {span.field} [{span.start}, {span.end})"
+        if not 0 <= span.message_index < len(trajectory.messages) or span.field not in ("content", "reasoning_content"):
+            raise Rejected("keep interval outside the response", where)
+        text = field_text(trajectory.messages[span.message_index], span.field) or ""
+        if text[span.start : span.end] != span.quote:
+            raise Rejected("keep interval not at its offsets", where)
+        key = (span.message_index, span.field)
+        kept.setdefault(key, np.zeros(len(text), dtype=bool))[span.start : span.end] = True
+    messages = {index for index, _field in kept}
+    for defect in defects:
+        key = (defect.message_index, defect.field)
+        text = field_text(trajectory.messages[defect.message_index], defect.field) if 0 <= defect.message_index < len(trajectory.messages) else None
+        if text is None:
+            continue  # _defect_render_span rejects it with its location
+        covered.setdefault(key, np.zeros(len(text), dtype=bool))[defect.start : defect.end] = True
+        if key in kept and np.any(kept[key][defect.start : defect.end]):
+            raise Rejected("keep interval overlaps an excluded span", f"message {defect.message_index} {defect.field} [{defect.start}, {defect.end})")
+    for index in messages:
+        for name in ("reasoning_content", "content"):
+            text = field_text(trajectory.messages[index], name) or ""
+            inside = kept.get((index, name), np.zeros(len(text), dtype=bool)) | covered.get((index, name), np.zeros(len(text), dtype=bool))
+            loose = [i for i in np.flatnonzero(~inside) if not text[i].isspace()]
+            if loose:
+                raise Rejected("text outside the keep intervals is not excluded", f"message {index} {name} at {loose[0]}: {text[loose[0] : loose[0] + 40]!r}")
 
 
 def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect, scope: str = "action") -> tuple[int, int] | None:

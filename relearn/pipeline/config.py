@@ -6,6 +6,7 @@
     [pool]                           # where the trajectories come from: collect OR import
     collect = { model = "ckpt-29", base_url = "http://gpu:8000/v1", policy = "chat", checkpoint = "iter-29", step = 29, attempts = 4 }
     # import = { format = "codex", paths = ["~/.codex/sessions"] }
+    # single_turn = { tasks = "mini" }   # Math/Code/IF rollouts: single-turn verifiers, keep-interval review
 
     [review]                         # no judge1: the offline heuristic reviewer
     judge1 = "claude-sonnet-4-5"
@@ -75,14 +76,40 @@ class ImportConfig(_Strict):
     paths: list[str]
 
 
+class SingleTurnConfig(_Strict):
+    """A pool of single-turn RL rollouts (Math, Code, instruction following): imported from
+    row dumps, graded by the single-turn verifiers, reviewed with keep intervals."""
+
+    tasks: str = "mini"  # the shipped mini suite, or a tasks .jsonl (envs.single_turn.tasks)
+    paths: list[str] | None = None  # rollout files or folders (default with tasks = "mini": the suite's rollouts)
+    format: Literal["rows", "verl", "openrlhf", "chat"] = "rows"  # a row preset, or chat-message records with one assistant turn
+    columns: dict[str, str] = Field(default_factory=dict)  # column overrides: prompt, response, reward, step, task_id, id, checkpoint
+    # Train in the template's thinking form (reasoning inside <think>, as sampled) or its
+    # no-thinking form (reasoning and answer as visible text after the template's empty block).
+    thinking: bool = True
+
+    @model_validator(mode="after")
+    def known_columns(self) -> SingleTurnConfig:
+        allowed = {"prompt", "response", "reward", "step", "task_id", "id", "checkpoint", "token_ids", "logprobs"}
+        unknown = sorted(set(self.columns) - allowed)
+        if unknown:
+            raise ValueError(f"columns: unknown {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
+        if self.format == "chat" and self.columns:
+            raise ValueError("columns apply to the row formats, not chat")
+        if self.tasks != "mini" and not self.paths:
+            raise ValueError("paths: name the rollout files of your own tasks")
+        return self
+
+
 class PoolConfig(_Strict):
     collect: CollectConfig | None = None
     import_: ImportConfig | None = Field(None, alias="import")
+    single_turn: SingleTurnConfig | None = None
 
     @model_validator(mode="after")
     def one_source(self) -> PoolConfig:
-        if (self.collect is None) == (self.import_ is None):
-            raise ValueError("give exactly one of [pool.collect] or [pool.import]")
+        if sum(x is not None for x in (self.collect, self.import_, self.single_turn)) != 1:
+            raise ValueError("give exactly one of [pool.collect] or [pool.import] (or [pool.single_turn] for single-turn rollouts)")
         return self
 
 
@@ -177,7 +204,15 @@ class PipelineConfig(_Strict):
     def analyze_needs_train(self) -> PipelineConfig:
         if self.analyze is not None and self.train is None:
             raise ValueError("[analyze] scores the start model and the trained ones: it needs [train]")
+        if self.pool.single_turn is not None and self.eval is not None:
+            raise ValueError("[eval] runs agentic tasks: a [pool.single_turn] pipeline has no evaluation stage")
+        if self.pool.single_turn is not None and not (self.review.judge1 or self.review.judge2):
+            raise ValueError("[review]: single-turn review needs judge1 (the keep judge; judge2, the auditor, defaults to it)")
         return self
+
+    @property
+    def single_turn(self) -> bool:
+        return self.pool.single_turn is not None
 
     def resolve(self, path: str | Path) -> Path:
         """A path written in the file, relative to the file's folder."""

@@ -169,6 +169,10 @@ def _tasks(source: str, ctx: Context) -> list[Any]:
 def pool_stage(ctx: Context) -> dict[str, Any]:
     pool = ctx.config.pool
     out = pool_path(ctx)
+    if pool.single_turn is not None:
+        from relearn.pipeline import single_turn
+
+        return single_turn.pool_stage(ctx, out)
     if pool.import_ is not None:
         from harness.import_run import discover, import_files
 
@@ -225,6 +229,10 @@ def _needs_grading(trajectory: Trajectory) -> bool:
 def verify_stage(ctx: Context) -> dict[str, Any]:
     """Grade what the pool has not graded yet: imported trajectories carry a final patch but no
     verdict of ours. Collected trajectories were graded right after their episode and are kept."""
+    if ctx.config.single_turn:
+        from relearn.pipeline import single_turn
+
+        return single_turn.verify_stage(ctx, pool_path(ctx), verified_path(ctx))
     from envs.images import task_image
     from envs.verify import verify
     from harness.collect import outcome_of
@@ -257,14 +265,21 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
 
 
 def review_stage(ctx: Context) -> dict[str, Any]:
-    from harness.policies.base import PolicySpec
+    if ctx.config.single_turn:
+        from relearn.pipeline import single_turn
+
+        return single_turn.review_stage(ctx, verified_path(ctx), reviews_path(ctx))
+    from review.estimate import judge_specs, load_prices
     from review.judges import judge_pair
     from review.run import review_pool
 
     r = ctx.config.review
-    judges = judge_pair(r.judge1, r.judge2, lambda model, _role: PolicySpec(kind=r.backend, model=model, base_url=r.base_url, api_key_env=r.api_key_env), context=r.judge_context)
+    specs = judge_specs(load_prices(), backend=r.backend, base_url=r.base_url, api_key_env=r.api_key_env)
+    judges = judge_pair(r.judge1, r.judge2, specs, context=r.judge_context)
     with open(verified_path(ctx), "rb") as pool:
         total = sum(1 for _ in pool)
+    if judges:
+        print_review_estimate(ctx, judges)
     with ctx.progress("reviewing") as progress:
         bar = progress.add_task("review", total=total)
         summary, ledger = review_pool(
@@ -283,6 +298,19 @@ def review_stage(ctx: Context) -> dict[str, Any]:
     }
 
 
+def print_review_estimate(ctx: Context, judges: Any) -> None:
+    """What the judges will cost, printed before any of it is paid (review.estimate)."""
+    from review.estimate import PricesError, UnknownModel, estimate_pool, load_prices, render
+
+    try:
+        table = load_prices()
+        estimates, count = estimate_pool(verified_path(ctx), reviews_path(ctx), judges, table)
+    except (PricesError, UnknownModel) as exc:
+        ctx.console.print(f"  [dim]no cost estimate: {exc}[/dim]")
+        return
+    ctx.console.print(render(estimates, count, table))
+
+
 def holdout_stage(ctx: Context) -> dict[str, Any]:
     from relearn.pipeline.holdout import split_by_task
 
@@ -296,7 +324,12 @@ def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
     m = ctx.config.masks
     problems: list[str] = []
     reviews = load_reviews(reviews_path(ctx), problems)
-    stats, _ = build_dataset(training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, MaskOptions(mode=variant, ctx=m.ctx, defect_scope=m.defect_scope), dataset_dir(ctx, variant))
+    options = MaskOptions(mode=variant, ctx=m.ctx, defect_scope=m.defect_scope)
+    if ctx.config.single_turn:
+        from relearn.pipeline.single_turn import template_kwargs
+
+        options.template_kwargs = template_kwargs(ctx)
+    stats, _ = build_dataset(training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, options, dataset_dir(ctx, variant))
     return {
         "trajectories_in": stats["trajectories_in"],
         "trajectories_out": stats["trajectories_out"],
@@ -425,9 +458,9 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
         pool_settings["collect"].pop("base_url", None)  # transport, not identity
         pool_settings["collect"].pop("api_key_env", None)
     stages = [
-        Stage("pool", "collect" if c.pool.collect else "import", {"tasks": c.tasks, **pool_settings}, [pool_path(ctx)], lambda: pool_stage(ctx), workspace=[pool_path(ctx).parent]),
+        Stage("pool", "collect" if c.pool.collect else "import single-turn rollouts" if c.pool.single_turn else "import", {"tasks": c.tasks, **pool_settings}, [pool_path(ctx)], lambda: pool_stage(ctx), workspace=[pool_path(ctx).parent]),
         Stage("verify", "grade what the pool has not graded", {"tasks": c.tasks}, [verified_path(ctx)], lambda: verify_stage(ctx), ("pool",), [verified_path(ctx), ctx.workdir / "verify-logs"]),
-        Stage("review", "review with " + ("the judges" if c.review.judge1 or c.review.judge2 else "the heuristic reviewer"),
+        Stage("review", "review with " + ("keep intervals" if c.single_turn else "the judges" if c.review.judge1 or c.review.judge2 else "the heuristic reviewer"),
               c.review.model_dump(mode="json", exclude={"base_url", "api_key_env", "workers"}), [reviews_path(ctx)], lambda: review_stage(ctx), ("verify",)),
     ]  # fmt: skip
     pool_stage_name = "verify"

@@ -90,14 +90,32 @@ def step_windows(steps: list[int], windows: int, size: int | None) -> Callable[[
     return window
 
 
+def parse_step_windows(text: str) -> list[tuple[int, int]]:
+    """``"1-20,81-100"`` -> [(1, 20), (81, 100)]: the windows the paper compares (early vs
+    late); raises ValueError naming the piece that is not ``FIRST-LAST``."""
+    windows = []
+    for piece in (p.strip() for p in text.split(",")):
+        first, sep, last = piece.partition("-")
+        if not sep or not first.strip().isdigit() or not last.strip().isdigit() or int(first) > int(last):
+            raise ValueError(f"step window {piece!r} is not FIRST-LAST (e.g. 1-20)")
+        windows.append((int(first), int(last)))
+    for (a_lo, a_hi), (b_lo, b_hi) in zip(sorted(windows), sorted(windows)[1:], strict=False):
+        if b_lo <= a_hi:
+            raise ValueError(f"step windows {a_lo}-{a_hi} and {b_lo}-{b_hi} overlap")
+    return windows
+
+
 def window_label(window: tuple[int, int] | None) -> str:
     if window is None:
         return "no step"
     return f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}–{window[1]}"
 
 
-def _group_key(by: str, rows: list[Row], windows: int, size: int | None) -> Callable[[Row], Any]:
-    """The group of a row: its step window ``(first, last)`` (None without a step), or a name."""
+def _group_key(by: str, rows: list[Row], windows: int, size: int | None, explicit: list[tuple[int, int]] | None = None) -> Callable[[Row], Any]:
+    """The group of a row: its step window ``(first, last)`` (None without a step, or outside
+    every ``explicit`` window), or a name."""
+    if by == "step" and explicit:
+        return lambda r: next((w for w in explicit if r.summary.step is not None and w[0] <= r.summary.step <= w[1]), None)
     if by == "step":
         window = step_windows([r.summary.step for r in rows if r.summary.step is not None], windows, size)
         return lambda r: window(r.summary.step)
@@ -144,6 +162,7 @@ def compute(
     by: str = "step",
     windows: int = 2,
     window_size: int | None = None,
+    step_windows_given: list[tuple[int, int]] | None = None,
 ) -> dict[str, Any]:
     """Every statistic, as plain JSON-ready data. The indexes must be built."""
     rows = rows_of(pools, reviews, dataset)
@@ -229,10 +248,10 @@ def compute(
     ters = [x / e for _, (e, x) in counted_rows if e]
     eligible = sum(e for _, (e, _x) in counted_rows)
     excluded_total = sum(x for _, (_e, x) in counted_rows)
-    key = _group_key(by, rows, windows, window_size)
+    key = _group_key(by, rows, windows, window_size, step_windows_given)
     groups: dict[Any, dict[str, Any]] = {}
     for row in rows:
-        g = groups.setdefault(key(row), {"trajectories": 0, "resolved": 0, "accepted": 0, "in_ter": 0, "eligible": 0, "excluded": 0, "ters": []})
+        g = groups.setdefault(key(row), {"trajectories": 0, "resolved": 0, "accepted": 0, "in_ter": 0, "eligible": 0, "excluded": 0, "ters": [], "primary": Counter()})
         g["trajectories"] += 1
         g["resolved"] += row.summary.positive
         g["accepted"] += row.accepted
@@ -243,6 +262,8 @@ def compute(
             g["excluded"] += counts[1]
             if counts[0]:
                 g["ters"].append(counts[1] / counts[0])
+            if row.review is not None and row.review.defects:
+                g["primary"][row.review.primary] += 1  # one label per trajectory that enters with defects
     group_rows = []
     # Step windows in step order (no step last); names alphabetically.
     order = (lambda w: (w is None, w or (0, 0))) if by == "step" else (lambda name: name)
@@ -262,6 +283,11 @@ def compute(
                 "ter_mean": sum(g["ters"]) / len(g["ters"]) if g["ters"] else None,
             }
         )
+        if step_windows_given:
+            total = sum(g["primary"].values())
+            group_rows[-1]["group"] = window_label(name) if name is not None else "outside the windows"
+            group_rows[-1]["primary_category"] = dict(g["primary"].most_common())
+            group_rows[-1]["primary_share"] = {k: v / total for k, v in g["primary"].most_common()} if total else {}
     report["ter"] = {
         "source": source,
         "unit": "tokens" if source == "tokens" else "characters",

@@ -68,9 +68,39 @@ def category_shares(report: dict[str, Any], path: Path) -> bool:
     return True
 
 
+def primary_by_window(report: dict[str, Any], path: Path) -> bool:
+    """Per step window (``--by-step-window``): its pooled TER beside the shares of its
+    trajectories' primary categories (one label per trajectory, stacked to 100%); False
+    without explicit windows."""
+    windows = [g for g in report["ter"]["groups"] if "primary_share" in g and g["window"] is not None]
+    if not windows:
+        return False
+    plt = _pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.8))
+    labels = [g["group"] for g in windows]
+    left.bar(labels, [(g["ter_token_weighted"] or 0) * 100 for g in windows], color="#C44E52")
+    left.set_ylabel(f"TER (%, {report['ter']['unit']}, pooled)")
+    left.set_title("TER per step window", fontsize=10)
+    names = sorted({k for g in windows for k in g["primary_share"]})
+    bottom = [0.0] * len(windows)
+    for name in names:
+        heights = [g["primary_share"].get(name, 0) * 100 for g in windows]
+        right.bar(labels, heights, bottom=bottom, label=name)
+        bottom = [b + h for b, h in zip(bottom, heights, strict=True)]
+    right.set_ylabel("share of trajectories with defects (%)")
+    right.set_title("primary category per window", fontsize=10)
+    if names:
+        right.legend(fontsize=7, loc="upper right")
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
 def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     written = []
-    for name, plot in (("ter_over_steps.png", ter_over_steps), ("category_shares.png", category_shares)):
+    for name, plot in (("ter_over_steps.png", ter_over_steps), ("category_shares.png", category_shares), ("primary_by_window.png", primary_by_window)):
         if plot(report, folder / name):
             written.append(folder / name)
     return written

@@ -33,6 +33,8 @@ STYLES: dict[str, Style] = {
     "eligible": Style(),  # generated, but the trajectory does not enter the dataset
     "context": Style(dim=True),
     "excluded": Style(color="red", strike=True),
+    "kept": Style(color="green", bold=True, underline=True),  # a keep interval (single-turn review)
+    "outside_keep": Style(dim=True),  # single-turn response text outside every keep interval
     "overlap": Style(color="bright_red", strike=True, bold=True),
     "label": Style(color="red", bold=True, reverse=True),
     "name": Style(color="cyan", bold=True),
@@ -220,5 +222,62 @@ def legend(numbered: list[Numbered]) -> Text:
         if item.problem:
             out.append(f"  ⚠ not shown: {item.problem}", STYLES["warning"])
         out.append("\n")
+    out.rstrip()
+    return out
+
+
+# ---- single-turn reviews: keep intervals ----------------------------------------------
+
+
+def keep_intervals(review: object) -> list[Defect]:
+    """The grounded keep intervals of a single-turn review (``review.keep``), or []."""
+    extra = getattr(review, "model_extra", None) or {}
+    kept = [Defect.model_validate({**k, "category": "keep"}) for k in extra.get("keep") or []]
+    return sorted(kept, key=lambda k: (k.message_index, k.field != "reasoning_content", k.start))  # in the order shown
+
+
+def mark_keep(doc: LaidOut, message: Message, keep: list[Defect], options: RenderOptions) -> Text:
+    """A single-turn response as its keep review sees it: the kept intervals (K) in bold
+    green, each labelled ``{K#n}``, the rest of its reasoning and answer dim (not trained
+    on, but no defect of its own to strike). With ``markers`` kept runs are written between
+    ``[+`` and ``+]``."""
+    text = doc.text
+    for name in ("reasoning_content", "content"):
+        start = doc.fields.get(name)
+        if start is not None:
+            text.stylize(STYLES["outside_keep"], start, start + len(field_text(message, name) or ""))
+    spans = sorted((span, number) for number, k in enumerate(keep, start=1) if (span := defect_range(doc, k)) is not None)
+    out = Text()
+    cursor = 0
+    for (start, end), number in spans:
+        text.stylize(STYLES["kept"], start, end)
+        out.append_text(text[cursor:start])
+        if options.markers:
+            out.append("[+")
+        out.append_text(text[start:end])
+        if options.markers:
+            out.append("+]")
+        out.append(f"{{K#{number}}}", STYLES["good"])
+        cursor = end
+    out.append_text(text[cursor:])
+    return out
+
+
+def keep_legend(review: object, keep: list[Defect]) -> Text:
+    """The keep intervals with their offsets, then the auditor's verdict on the kept text."""
+    out = Text()
+    for number, k in enumerate(keep, start=1):
+        out.append(f"K#{number}", STYLES["good"])
+        out.append(f" {k.field} [{k.start}, {k.end})\n", STYLES["context"])
+    extra = getattr(review, "model_extra", None) or {}
+    audit = extra.get("audit")
+    if isinstance(audit, dict):
+        passed = audit.get("verdict") == "pass"
+        out.append("audit ", STYLES["context"])
+        out.append(str(audit.get("verdict")), STYLES["good" if passed else "bad"])
+        flags = [f"{name}: {'yes' if audit.get(name) else 'no'}" for name in ("self_contained", "correct")]
+        out.append(f" ({', '.join(flags)})")
+        if audit.get("reason"):
+            out.append(f" {audit['reason']}")
     out.rstrip()
     return out

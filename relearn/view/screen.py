@@ -16,7 +16,19 @@ from records.pool_index import summarize_review
 from records.review import Review
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.view.catalog import Catalog, Tokens
-from relearn.view.marks import STYLES, Numbered, RenderOptions, check_defect, collapse, layout_assistant, legend, mark_defects
+from relearn.view.marks import (
+    STYLES,
+    Numbered,
+    RenderOptions,
+    check_defect,
+    collapse,
+    keep_intervals,
+    keep_legend,
+    layout_assistant,
+    legend,
+    mark_defects,
+    mark_keep,
+)
 
 
 @dataclass
@@ -160,6 +172,10 @@ class TrajectoryView:
             out.append(f" · {len(self.defects)} defect{'s' if len(self.defects) != 1 else ''}")
             if counts:
                 out.append(": " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+            kept = keep_intervals(self.review)
+            if kept:
+                audit = (self.review.model_extra or {}).get("audit") or {}
+                out.append(f" · {len(kept)} keep interval{'s' if len(kept) != 1 else ''} (A ∩ K) · audit {audit.get('verdict', '—')}")
         elif self.reviews_given:
             out.append("not reviewed", STYLES["warning"])
         else:
@@ -203,6 +219,11 @@ class TrajectoryView:
                 base = "context"
                 title.append(f"assistant · message {index} · not generated · context only")
             doc = layout_assistant(message, base)
+            keep = [k for k in keep_intervals(self.review) if k.message_index == index]
+            if keep:  # a single-turn keep review: show what is kept, not struck defects
+                body = mark_keep(doc, message, keep, options)
+                body.rstrip()
+                return [Rule(title, align="left", style="dim"), body, keep_legend(self.review, keep)]
             numbered = [n for n in self.defects if n.defect.message_index == index]
             body = mark_defects(doc, [n for n in numbered if n.problem is None], options)
             body.rstrip()
