@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from envs.executor import LocalBackend  # noqa: E402
 from harness.exporters.hf_chat import to_chat_messages  # noqa: E402
 from records.pools import write_atomic  # noqa: E402
 from records.review import Defect, Review  # noqa: E402
@@ -126,6 +127,29 @@ def end_to_end(pool: list[Trajectory], reviews: list[Review], tok, root: Path) -
     return seconds, stats["tokens"]["total"]
 
 
+def with_workers(pool: list[Trajectory], reviews: list[Review], tok, root: Path, workers: int, shard_size: int) -> tuple[float, float, int]:  # noqa: ANN001
+    """``relearn masks --workers N`` from the files: seconds cold (worker processes started,
+    each loading the tokenizer, as one command pays) and warm (the same pool of workers
+    again), and tokens written."""
+    write_atomic(root / "pool.jsonl", pool)
+    (root / "reviews.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in reviews))
+    errors: list[str] = []
+    loaded = load_reviews(root / "reviews.jsonl", errors)
+    times = []
+    backend = LocalBackend(workers, processes=True) if workers > 1 else None
+    try:
+        for _run in range(2):
+            shutil.rmtree(root / "dataset", ignore_errors=True)
+            start = time.perf_counter()
+            stats, _reused = build_dataset(root / "pool.jsonl", loaded, tok, "qwen3.6", MaskOptions(ctx=10**7), root / "dataset", shard_size=shard_size, backend=backend)
+            times.append(time.perf_counter() - start)
+    finally:
+        if backend is not None:
+            backend.close()
+    assert stats["trajectories_out"] == len(pool) and not errors, stats["rejected"]
+    return times[0], times[1], stats["tokens"]["total"]
+
+
 def peak_rss(pool: list[Trajectory], reviews: list[Review], shard_size: int, root: Path) -> tuple[int, int]:
     """Peak resident memory of the ``relearn masks`` command on this pool, and the pool's size."""
     write_atomic(root / "mem.jsonl", pool)
@@ -157,12 +181,28 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=16)
     parser.add_argument("--baseline-trajectories", type=int, default=2, help="trajectories the slow per-turn baseline compiles")
     parser.add_argument("--memory-shard", type=int, default=16, help="records per shard in the memory run (0: skip it)")
+    parser.add_argument("--workers", type=int, default=0, help="also compare --workers 1 with N worker processes, shards of --trajectories/(2N) (0: skip)")
+    parser.add_argument("--workers-only", action="store_true", help="only the --workers comparison")
     args = parser.parse_args()
     tok = load_tokenizer("qwen3.6")
     rng = random.Random(0)
     pool = [make_trajectory(rng, args.tokens, seed) for seed in range(args.trajectories)]
     reviews = [review_for(t, rng) for t in pool]
     root = Path(tempfile.mkdtemp(prefix="relearn-bench-masks-"))
+    if args.workers:
+        shard = max(1, len(pool) // (2 * args.workers))
+        print(f"relearn masks --workers: {len(pool)} trajectories of ~{args.tokens} tokens, shards of {shard}")
+        end_to_end(pool[:1], reviews[:1], tok, root)  # warm this process's template
+        one_cold, one_warm, tokens = with_workers(pool, reviews, tok, root, 1, shard)
+        many_cold, many_warm, many_tokens = with_workers(pool, reviews, tok, root, args.workers, shard)
+        assert many_tokens == tokens
+        print(f"{'':40s}{'cold s':>9s}{'tokens/s':>11s}{'warm s':>9s}{'tokens/s':>11s}")
+        print(f"{'1 process (today)':40s}{one_cold:9.2f}{tokens / one_cold:11.0f}{one_warm:9.2f}{tokens / one_warm:11.0f}")
+        print(f"{f'{args.workers} worker processes':40s}{many_cold:9.2f}{tokens / many_cold:11.0f}{many_warm:9.2f}{tokens / many_warm:11.0f}")
+        print(f"speed-up: {one_cold / many_cold:.2f}x cold (what one command gets), {one_warm / many_warm:.2f}x warm")
+        if args.workers_only:
+            shutil.rmtree(root, ignore_errors=True)
+            return
     try:
         end_to_end(pool[:1], reviews[:1], tok, root)  # warm: the template compiles once per process
         ours_s, tokens = end_to_end(pool, reviews, tok, root)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,8 @@ from typing import Any
 import docker
 
 from envs.docker_backend import DEFAULT_LIMITS, Limits
-from envs.images import task_image
+from envs.executor import Backend, LocalBackend, NodeLost, run_units
+from envs.images import node_image, task_image
 from envs.tasks import Task
 from envs.verify import Verdict, patch_hash, verify
 from records.pools import JsonlWriter, RecordError, iter_lines, parse_json_line
@@ -83,6 +83,7 @@ class BatchSummary:
     verdicts: list[Verdict] = field(default_factory=list)
     skipped: int = 0
     errors: list[str] = field(default_factory=list)
+    per_node: dict[str, int] = field(default_factory=dict)  # verdicts by node
 
 
 def verify_batch(
@@ -97,7 +98,11 @@ def verify_batch(
     limits: Limits = DEFAULT_LIMITS,
     base_image: str | None = None,
     on_done: Callable[[Verdict | None], None] | None = None,
+    backend: Backend | None = None,
+    infra_retries: int = 1,
 ) -> BatchSummary:
+    """Grade every prediction not yet in ``output`` on ``backend`` (default: ``workers``
+    threads here; see envs.executor for a Ray cluster); only this process writes it."""
     summary = BatchSummary()
     finished = done_pairs(output)
     todo = []
@@ -118,33 +123,49 @@ def verify_batch(
         except (RuntimeError, ValueError) as exc:
             summary.errors.append(f"{instance_id}: {exc}")
 
-    with JsonlWriter(output, fsync=True) as writer, ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {
-            pool.submit(
-                verify,
-                client,
-                tasks[p.instance_id],
-                p.patch,
-                images[p.instance_id],
-                log_dir=log_dir,
-                timeout_s=timeout_s,
-                limits=limits,
-                model_name_or_path=p.model_name_or_path,
-            ): p
-            for p in todo
-            if p.instance_id in images
-        }
-        for future in as_completed(futures):
-            prediction = futures[future]
-            try:
-                verdict = future.result()
-            except Exception as exc:  # one broken run must not stop the batch
+    runner = backend or LocalBackend(workers)
+    grade = Grading(runner.engine(client), tasks, images, log_dir, timeout_s, limits, base_image)
+    try:
+        with JsonlWriter(output, fsync=True) as writer:
+
+            def finished(_prediction: Prediction, verdict: Verdict) -> None:
+                writer.write(verdict.model_dump(mode="json"))
+                summary.verdicts.append(verdict)
+                if on_done:
+                    on_done(verdict)
+
+            def failed(prediction: Prediction, exc: BaseException, _tries: int) -> bool:
+                # One broken run must not stop the batch; a node lost mid-run is retried.
+                if isinstance(exc, NodeLost) and _tries <= infra_retries:
+                    return True
                 summary.errors.append(f"{prediction.instance_id}: {type(exc).__name__}: {exc}")
                 if on_done:
                     on_done(None)
-                continue
-            writer.write(verdict.model_dump(mode="json"))
-            summary.verdicts.append(verdict)
-            if on_done:
-                on_done(verdict)
+                return False
+
+            summary.per_node = run_units(runner, [p for p in todo if p.instance_id in images], grade, on_result=finished, on_error=failed).per_node
+    finally:
+        if backend is None:
+            runner.close()
     return summary
+
+
+@dataclass(frozen=True)
+class Grading:
+    """One verify work unit's function: a prediction in, its verdict out (picklable for a
+    cluster, where ``engine`` opens the node's Docker engine and the image is made
+    present there first)."""
+
+    engine: Callable[[], docker.DockerClient]
+    tasks: dict[str, Task]
+    images: dict[str, str]
+    log_dir: Path | None
+    timeout_s: float
+    limits: Limits
+    base_image: str | None
+
+    def __call__(self, prediction: Prediction) -> Verdict:
+        client = self.engine()
+        task, image = self.tasks[prediction.instance_id], self.images[prediction.instance_id]
+        node_image(client, task, image, self.base_image)
+        return verify(client, task, prediction.patch, image, log_dir=self.log_dir, timeout_s=self.timeout_s, limits=self.limits, model_name_or_path=prediction.model_name_or_path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -238,3 +239,22 @@ def prepare_images(
     if base is None and (need_base or needs_base(routed)):
         base = build_base(client, log=log)
     return Prepared(routed, base, problems)
+
+
+def node_image(client: docker.DockerClient, task: Task, image: str, base: str | None) -> None:
+    """Make ``image`` present on the engine of the node running a unit (built or loaded
+    by envs.images as on the driver); the error names the node and the image."""
+    if image_exists(client, image):
+        return
+    try:
+        if base is not None and needs_base([task]) and not image_exists(client, base):
+            build_base(client, log=lambda _message: None)
+        built = task_image(client, task, base)
+    except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
+        raise RuntimeError(f"node {_node_name()} could not get image {image} for {task.instance_id}: {exc}") from exc
+    if built != image:
+        raise RuntimeError(f"node {_node_name()} built {built} for {task.instance_id}, the driver {image}: the nodes' task files differ")
+
+
+def _node_name() -> str:
+    return socket.gethostname()

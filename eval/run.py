@@ -27,6 +27,7 @@ from typing import Any
 import docker
 
 from envs.docker_backend import DEFAULT_LIMITS, Limits
+from envs.executor import Backend
 from envs.image_choice import ImageChoice
 from envs.images import Prepared, prepare_images
 from envs.tasks import Task
@@ -168,11 +169,13 @@ def run_eval(
     base_image: str | None = None,
     on_done: Callable[[Trajectory | None], None] | None = None,
     prepare: Callable[[list[Task]], Prepared] | None = None,
+    backend: Backend | None = None,
 ) -> tuple[CollectSummary, int]:
     """Run (or resume) the evaluation; returns the collection summary and the number of
     selected instances. ``prepare`` routes the selected tasks to their images and gets
     them (default: ``envs.images.prepare_images`` with the run's image options); the base
-    image is built only when a task or the codex-cli relay needs it."""
+    image is built only when a task or the codex-cli relay needs it. ``backend``: where the
+    instances run (default: ``config.workers`` threads here; envs.executor for a cluster)."""
     all_tasks, load_errors = load_dataset_tasks(config.dataset)
     if load_errors and not all_tasks:
         raise ValueError(f"no readable instances in {config.dataset}: {load_errors[0]}")
@@ -213,6 +216,7 @@ def run_eval(
         on_done=on_done,
         codex=config.codex,
         limits=config.limits,
+        backend=backend,
     )
     finalize(out, manifest)
     return summary, len(tasks)

@@ -22,15 +22,16 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import docker
 
+from envs import docker_backend
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
-from envs.images import task_image
+from envs.executor import Backend, ClusterError, LocalBackend, run_units
+from envs.images import node_image, task_image
 from envs.tasks import Task
 from envs.verify import Verdict, verify
 from harness.agent import SCAFFOLD_VERSION, AgentConfig, now, run_episode
@@ -39,6 +40,7 @@ from harness.codex_cli.config import AGENT as CODEX_AGENT
 from harness.codex_cli.config import CodexCliConfig
 from harness.codex_cli.network import sweep_networks
 from harness.policies.base import Policy, PolicySpec
+from harness.policies.make import make_policy
 from harness.recorder import EpisodeRecorder
 from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
 from records.trajectory import Outcome, Source, Trajectory
@@ -61,6 +63,8 @@ class CollectSummary:
     capped: int = 0  # not started: the spend cap was reached
     errors: list[str] = field(default_factory=list)
     infra_errors: list[dict[str, object]] = field(default_factory=list)
+    per_node: dict[str, int] = field(default_factory=dict)  # episodes finished by node
+    retried: int = 0  # episodes run again after an infrastructure failure (a node lost)
 
 
 @dataclass
@@ -148,6 +152,28 @@ def run_job(
     return trajectory
 
 
+@dataclass(frozen=True)
+class Episode:
+    """One collect work unit's function: a job in, its verified trajectory out. Picklable
+    for a remote backend (there ``policy`` is None and each node builds its own client
+    from ``spec``; ``engine`` opens that node's Docker engine)."""
+
+    engine: Callable[[], docker.DockerClient]
+    policy: Policy | None
+    spec: PolicySpec
+    config: AgentConfig
+    out: Path
+    limits: Limits
+    base_image: str | None
+    codex: CodexCliConfig | None
+
+    def __call__(self, job: Job) -> Trajectory:
+        client = self.engine()
+        if self.policy is None:  # on a node of a cluster: its image too is built there, once
+            node_image(client, job.task, job.image, self.base_image)
+        return run_job(client, job, self.policy or make_policy(self.spec), self.spec, self.config, self.out, limits=self.limits, codex=self.codex)
+
+
 def collect(
     client: docker.DockerClient,
     tasks: list[Task],
@@ -164,16 +190,23 @@ def collect(
     infra_retries: int = 1,
     on_done: Callable[[Trajectory | None], None] | None = None,
     codex: CodexCliConfig | None = None,
+    backend: Backend | None = None,
 ) -> CollectSummary:
     """Run every (task, attempt) not yet in ``out``. Infrastructure failures (image
-    missing, container or engine errors) are retried ``infra_retries`` times, then
-    recorded in ``infra_errors.jsonl``, apart from model failures. With a spend cap, no
-    new episode starts once the run (this session and earlier ones) has spent it.
+    missing, container or engine errors, a cluster node lost) are retried
+    ``infra_retries`` times, then recorded in ``infra_errors.jsonl``, apart from model
+    failures. With a spend cap, no new episode starts once the run (this session and
+    earlier ones) has spent it.
 
     ``codex``: run the real Codex CLI as the agent instead of our own loop (``policy``
-    is then unused: Codex talks to ``spec``'s Responses endpoint through the gateway)."""
+    is then unused: Codex talks to ``spec``'s Responses endpoint through the gateway).
+    ``backend``: where the episodes run (default: ``workers`` threads here; see
+    envs.executor for a Ray cluster). Only this process writes the pool."""
     config = config or AgentConfig()
     agent = CODEX_AGENT if codex is not None else "builtin"
+    local = backend is None or isinstance(backend, LocalBackend)
+    if codex is not None and not local:
+        raise ClusterError("--agent codex-cli runs on this machine only (its gateway listens here)")
     if codex is not None:
         sweep_networks(client)  # what a killed codex-cli run left
         if codex.relay_image is None and base_image is not None:
@@ -194,55 +227,59 @@ def collect(
             else:
                 summary.restarted += (out / "episodes" / f"{job.id}.jsonl").exists()
                 jobs.append(job)
-    with JsonlWriter(out / "infra_errors.jsonl", fsync=True) as infra_log:
+    runner = backend or LocalBackend(workers)
+    try:
+        with JsonlWriter(out / "infra_errors.jsonl", fsync=True) as infra_log:
 
-        def infra_failure(job: Job, error: str, tries: int) -> None:
-            record = {"id": job.id, "task_id": job.task.instance_id, "attempt": job.attempt, "error": error, "tries": tries}
-            infra_log.write(record)
-            summary.infra_errors.append(record)
-            summary.errors.append(f"{job.id}: {error}")
-            if on_done:
-                on_done(None)
+            def infra_failure(job: Job, error: str, tries: int) -> None:
+                record = {"id": job.id, "task_id": job.task.instance_id, "attempt": job.attempt, "error": error, "tries": tries}
+                infra_log.write(record)
+                summary.infra_errors.append(record)
+                summary.errors.append(f"{job.id}: {error}")
+                if on_done:
+                    on_done(None)
 
-        images: dict[str, str] = {}
-        for task in {job.task.instance_id: job.task for job in jobs}.values():
-            try:
-                images[task.instance_id] = task_image(client, task, base_image)
-            except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
-                for job in (j for j in jobs if j.task.instance_id == task.instance_id):
-                    infra_failure(job, f"image: {exc}", 0)
-        queue = [job for job in jobs if job.task.instance_id in images]
-        for job in queue:
-            job.image = images[job.task.instance_id]
-        tries: dict[str, int] = {}
-        with JsonlWriter(pool_path, fsync=True) as pool, ThreadPoolExecutor(max_workers=max(1, workers)) as executor:
-            running: dict[Future[Trajectory], Job] = {}
-            while queue or running:
-                # Start episodes only while there is budget: the cap is checked before each start.
-                while queue and len(running) < max(1, workers):
-                    if spend_cap_usd is not None and spent >= spend_cap_usd:
-                        summary.capped += len(queue)
-                        queue.clear()
-                        break
-                    job = queue.pop(0)
-                    tries[job.id] = tries.get(job.id, 0) + 1
-                    running[executor.submit(run_job, client, job, policy, spec, config, out, limits=limits, codex=codex)] = job
-                if not running:
-                    break
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    job = running.pop(future)
-                    try:
-                        trajectory = future.result()
-                    except Exception as exc:  # an infrastructure failure: retry, then record it apart
-                        if tries[job.id] <= infra_retries:
-                            queue.append(job)
-                        else:
-                            infra_failure(job, f"{type(exc).__name__}: {exc}", tries[job.id])
-                        continue
+            images: dict[str, str] = {}
+            for task in {job.task.instance_id: job.task for job in jobs}.values():
+                try:
+                    images[task.instance_id] = task_image(client, task, base_image)
+                except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
+                    for job in (j for j in jobs if j.task.instance_id == task.instance_id):
+                        infra_failure(job, f"image: {exc}", 0)
+            queue = [job for job in jobs if job.task.instance_id in images]
+            for job in queue:
+                job.image = images[job.task.instance_id]
+            episode = Episode(runner.engine(client), policy if local else None, spec, config, out, limits, base_image, codex)
+            with JsonlWriter(pool_path, fsync=True) as pool:
+
+                def admit(_job: Job) -> bool:
+                    # Start episodes only while there is budget: the cap is checked before each start.
+                    return spend_cap_usd is None or spent < spend_cap_usd
+
+                def finished(_job: Job, trajectory: Trajectory) -> None:
+                    nonlocal spent
                     spent += (trajectory.usage.cost_usd or 0.0) if trajectory.usage else 0.0
                     pool.write(trajectory)
                     summary.finished.append(trajectory)
                     if on_done:
                         on_done(trajectory)
+
+                def failed(job: Job, exc: BaseException, tries: int) -> bool:
+                    # An infrastructure failure: retry, then record it apart.
+                    if tries <= infra_retries:
+                        summary.retried += 1
+                        return True
+                    infra_failure(job, f"{type(exc).__name__}: {exc}", tries)
+                    return False
+
+                left = run_units(runner, queue, episode, on_result=finished, on_error=failed, admit=admit)
+                summary.capped += len(left.not_started)
+                summary.per_node = left.per_node
+    finally:
+        if backend is None:
+            runner.close()
+        elif not local:
+            # A node lost mid-episode could not remove its containers: their owner is dead,
+            # so the sweep of this engine takes them (`relearn envs gc --ray` sweeps every node).
+            docker_backend.gc(client)
     return summary

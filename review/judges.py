@@ -132,6 +132,21 @@ class Ledger:
                 self.output_tokens += usage.output_tokens or 0
 
 
+    def counters(self) -> dict[str, float]:
+        """What this ledger counted, for another ledger to ``add`` (a cluster node's unit
+        reports its spend to the driver's one ledger this way)."""
+        with self.lock:
+            return {name: getattr(self, name) for name in LEDGER_COUNTERS}
+
+    def add(self, counters: dict[str, float]) -> None:
+        with self.lock:
+            for name in LEDGER_COUNTERS:
+                setattr(self, name, getattr(self, name) + counters.get(name, 0))
+
+
+LEDGER_COUNTERS = ("spent_usd", "calls", "cached", "batched", "input_tokens", "cached_input_tokens", "output_tokens")
+
+
 class CallCache:
     """Judge answers keyed by the exact request; appended and flushed per call."""
 

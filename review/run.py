@@ -11,12 +11,14 @@ than those.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from envs.executor import NODE_RETRIES, Backend, LocalBackend, NodeLost, run_units
 from harness.policies.base import PolicyError
 from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
 from records.review import Review, iter_reviews
@@ -34,6 +36,7 @@ class ReviewSummary:
     errors: list[str] = field(default_factory=list)
     unreadable: list[RecordError] = field(default_factory=list)
     batch: BatchSummary | None = None  # with batch mode
+    per_node: dict[str, int] = field(default_factory=dict)  # reviews by node
 
     def decisions(self) -> Counter[str]:
         return Counter(r.decision if r.decision == "accept" else f"reject: {(r.reason or '').split(':')[0]}" for r in self.reviewed)
@@ -46,6 +49,45 @@ def reviewed_ids(path: Path) -> set[str]:
         if isinstance(item, Review):
             latest[item.trajectory_id] = item
     return {i for i, review in latest.items() if not (review.reason or "").startswith(JUDGE_ERROR)}
+
+
+@dataclass
+class NodeCache:
+    """The call cache as a review unit on a cluster node sees it: the driver's answers as
+    they stood, read-only, plus the ones this unit asked for (which it returns)."""
+
+    known: dict[str, dict[str, Any]]
+    new: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        return self.new.get(key) or self.known.get(key)
+
+    def put(self, key: str, entry: dict[str, Any], *, unattributed: bool = False) -> None:
+        self.new[key] = {"key": key, **entry}
+
+    def attribute(self, _key: str) -> bool:
+        return False  # batch-paid answers never reach a node (--batch is refused with --ray)
+
+
+@dataclass(frozen=True)
+class NodeReview:
+    """One review work unit's function on a cluster node: a trajectory in; its review, the
+    judge answers it asked for and its spend out (the driver caps the spend: it admits a
+    unit only while its ledger is under the cap)."""
+
+    judges: tuple[Judge, Judge] | None
+    include_suspicious: bool
+    known: dict[str, dict[str, Any]]
+
+    def __call__(self, trajectory: Trajectory) -> tuple[Review, dict[str, dict[str, Any]], dict[str, float]]:
+        if self.judges is None:
+            return heuristic_review(trajectory, include_suspicious=self.include_suspicious), {}, {}
+        if not is_verified_positive(trajectory, allow_suspicious=self.include_suspicious):
+            reason = "suspicious verdict" if is_verified_positive(trajectory, allow_suspicious=True) else "not verified positive"
+            return Review(trajectory_id=trajectory.id, decision="reject", reason=reason, cost_usd=0.0), {}, {}
+        cache, ledger = NodeCache(self.known), Ledger()
+        review = review_trajectory(trajectory, self.judges[0], self.judges[1], cache, ledger)  # type: ignore[arg-type]
+        return review, cache.new, ledger.counters()
 
 
 def batch_state_path(output: Path) -> Path:
@@ -62,11 +104,20 @@ def review_pool(
     on_done: Callable[[Review | None, Ledger], None] | None = None,
     include_suspicious: bool = False,
     batch: BatchOptions | None = None,
+    backend: Backend | None = None,
 ) -> tuple[ReviewSummary, Ledger]:
     """Review every trajectory of ``pool`` not yet in ``output``; ``judges=None`` uses
     the heuristic reviewer. Successes the verifier found suspicious are rejected unreviewed
     unless ``include_suspicious``. With ``batch``, the judges' requests go through the batch
-    APIs first (review.batch); the review then reads their answers from the call cache."""
+    APIs first (review.batch); the review then reads their answers from the call cache.
+
+    ``backend``: where the reviews run (default: ``workers`` threads here). On a cluster
+    each trajectory's review is a unit that sees the call cache as it stood and returns
+    its review, its new judge answers and its spend; only this process writes the reviews
+    and the cache, and it admits a unit only while the one ledger is under the cap."""
+    remote = backend is not None and not isinstance(backend, LocalBackend)
+    if remote and batch is not None:
+        raise ValueError("--batch and --ray do not go together: the batches are one account, submit them from one machine")
     summary = ReviewSummary()
     ledger = Ledger(cap_usd=spend_cap_usd)
     done = reviewed_ids(output)
@@ -98,27 +149,24 @@ def review_pool(
                 summary.errors.append(str(exc))
                 summary.not_reviewed += len(todo)
                 return summary, ledger
-        with JsonlWriter(output, fsync=True) as writer, ThreadPoolExecutor(max_workers=max(1, workers)) as executor:
-            running: dict[Future[Review], Trajectory] = {}
-            stop = False
-            while (todo and not stop) or running:
-                while todo and not stop and len(running) < max(1, workers):
-                    trajectory = todo.pop(0)
-                    running[executor.submit(one, trajectory)] = trajectory
-                finished, _ = wait(running, return_when=FIRST_COMPLETED)
-                for future in finished:
-                    trajectory = running.pop(future)
-                    try:
-                        review = future.result()
-                    except SpendCapReached as exc:
-                        summary.not_reviewed += 1
-                        summary.errors.append(f"{trajectory.id}: {exc}")
-                        stop = True
-                        if on_done:
-                            on_done(None, ledger)
-                        continue
-                    except PolicyError as exc:  # the judge endpoint failed after retries
-                        review = Review(trajectory_id=trajectory.id, decision="reject", reason=f"{JUDGE_ERROR}: judge call failed: {exc}", cost_usd=0.0)
+        runner = backend or LocalBackend(workers)
+        work: Callable[[Trajectory], Review] | NodeReview = one
+        if remote:
+            fresh = (dataclasses.replace(judges[0]), dataclasses.replace(judges[1])) if judges else None  # without their clients
+            work = NodeReview(fresh, include_suspicious, dict(cache.entries) if cache else {})
+        try:
+            with JsonlWriter(output, fsync=True) as writer:
+                stop = False
+
+                def finished(trajectory: Trajectory, answer: Review | tuple[Review, dict[str, dict[str, Any]], dict[str, float]]) -> None:
+                    if isinstance(answer, tuple):  # from a node: its judge answers and spend join ours
+                        review, answers, spend = answer
+                        for key, entry in answers.items():
+                            if cache is not None and key not in cache.entries:
+                                cache.put(key, {k: v for k, v in entry.items() if k != "key"})
+                        ledger.add(spend)
+                    else:
+                        review = answer
                     # A judge_error review is written too (the file says what happened), but it
                     # is no review: the trajectory counts as not reviewed, and a rerun retries it.
                     writer.write(review.model_dump(mode="json"))
@@ -129,7 +177,36 @@ def review_pool(
                         summary.reviewed.append(review)
                     if on_done:
                         on_done(review, ledger)
-            summary.not_reviewed += len(todo)
+
+                def failed(trajectory: Trajectory, exc: BaseException, tries: int) -> bool:
+                    nonlocal stop
+                    if isinstance(exc, NodeLost) and tries <= NODE_RETRIES:
+                        return True  # the node running it died: review it elsewhere
+                    if isinstance(exc, PolicyError):  # the judge endpoint failed after retries
+                        finished(trajectory, Review(trajectory_id=trajectory.id, decision="reject", reason=f"{JUDGE_ERROR}: judge call failed: {exc}", cost_usd=0.0))
+                        return False
+                    if not isinstance(exc, SpendCapReached):
+                        raise exc
+                    summary.not_reviewed += 1
+                    summary.errors.append(f"{trajectory.id}: {exc}")
+                    stop = True
+                    if on_done:
+                        on_done(None, ledger)
+                    return False
+
+                def admit(_trajectory: Trajectory) -> bool:
+                    nonlocal stop
+                    if remote and not stop and ledger.cap_usd is not None and ledger.spent_usd >= ledger.cap_usd:
+                        summary.errors.append(f"spend cap ${ledger.cap_usd:.2f} reached (${ledger.spent_usd:.4f} spent)")
+                        stop = True
+                    return not stop
+
+                left = run_units(runner, todo, work, on_result=finished, on_error=failed, admit=admit)
+                summary.not_reviewed += len(left.not_started)
+                summary.per_node = left.per_node
+        finally:
+            if backend is None:
+                runner.close()
     finally:
         if cache is not None:
             cache.close()

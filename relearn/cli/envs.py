@@ -13,9 +13,11 @@ from rich.table import Table
 
 from envs import docker_backend
 from envs.audit import audit
+from envs.executor import Needs, RayBackend
 from envs.images import base_if_needed, build_base, task_image
 from envs.tasks import Task, load_tasks
 from records.pools import iter_lines
+from relearn.cli.cluster import RayArg, ray_backend, show_nodes
 from relearn.cli.image_options import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY,
@@ -184,10 +186,26 @@ def audit_verdicts(path: Path) -> None:
 
 
 @envs_app.command("gc")
-def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False) -> None:
-    """Remove relearn's orphaned containers and codex-cli networks (found by label), e.g. after a crash."""
+def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False, ray: RayArg = None) -> None:
+    """Remove relearn's orphaned containers and codex-cli networks (found by label), e.g. after a crash.
+
+    With --ray, sweep the engine of every node of the cluster (one pinned task per node),
+    and say what each node removed or why it could not.
+    """
     from harness.codex_cli.network import sweep_networks
 
+    backend = ray_backend(ray, Needs())
+    if isinstance(backend, RayBackend):
+        try:
+            answers = backend.on_every_node(lambda: docker_backend.gc(docker_backend.client_from_env(), everything=everything))
+        finally:
+            backend.close()
+        for node, answer in sorted(answers.items()):
+            if isinstance(answer, BaseException):
+                err.print(f"node {node[:12]}: [red]could not sweep[/red]: {answer}")
+            else:
+                out.print(f"node {node[:12]}: removed {len(answer)} container(s)" + (f": {', '.join(answer)}" if answer else ""))
+        raise typer.Exit(EXIT_PARTIAL if any(isinstance(a, BaseException) for a in answers.values()) else EXIT_OK)
     client = docker_client()
     removed = docker_backend.gc(client, everything=everything)
     networks = sweep_networks(client, everything=everything)
@@ -209,6 +227,7 @@ def verify_command(
     pull: PullArg = False,
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
+    ray: RayArg = None,
 ) -> None:
     """Grade patches in fresh containers with the tasks' tests (SWE-bench grading, Harbor reward files).
 
@@ -234,19 +253,26 @@ def verify_command(
     progress = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
     with progress:
         bar = progress.add_task("verify", total=len(predictions))
-        summary = verify_batch(
-            client,
-            routed,
-            predictions,
-            output,
-            workers=workers,
-            timeout_s=timeout,
-            log_dir=log_dir,
-            limits=limits,
-            base_image=prepared.base,
-            on_done=lambda _v: progress.advance(bar),
-        )
+        backend = ray_backend(ray, Needs(docker=1))
+        try:
+            summary = verify_batch(
+                client,
+                routed,
+                predictions,
+                output,
+                workers=workers,
+                timeout_s=timeout,
+                log_dir=log_dir,
+                limits=limits,
+                base_image=prepared.base,
+                on_done=lambda _v: progress.advance(bar),
+                backend=backend,
+            )
+        finally:
+            if backend is not None:
+                backend.close()
     show_problems("errors", summary.errors)
+    show_nodes(summary.per_node, "verdicts")
     show_problems("not gradable", [f"{v.instance_id} {v.patch_hash[:8]}: {v.error}" for v in summary.verdicts if v.error])
     table = Table(title=f"relearn verify -> {output}")
     table.add_column("task", no_wrap=True)

@@ -10,8 +10,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from envs import docker_backend
+from envs.executor import Needs
 from harness.budget import Budget
 from records.trajectory import Trajectory
+from relearn.cli.cluster import RayArg, ray_backend, show_nodes
 from relearn.cli.envs import docker_client, terminate_cleanly
 from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, agent_options, check_apply_patch
 from relearn.cli.image_options import (
@@ -63,6 +65,7 @@ def run_command(
     pull: PullArg = False,
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
+    ray: RayArg = None,
 ) -> None:
     """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
 
@@ -109,10 +112,18 @@ def run_command(
                 resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
                 progress.update(bar, advance=1, resolved=resolved)
 
-            summary, selected = run_eval(client, config, out_dir, on_done=done, prepare=lambda tasks: prepare(client, tasks, choice, pull=pull, need_base=codex is not None))
-    except (ManifestMismatch, ValueError, RuntimeError) as exc:
+            backend = ray_backend(ray, Needs(docker=1))
+            try:
+                summary, selected = run_eval(
+                    client, config, out_dir, on_done=done, prepare=lambda tasks: prepare(client, tasks, choice, pull=pull, need_base=codex is not None), backend=backend
+                )
+            finally:
+                if backend is not None:
+                    backend.close()
+    except (ManifestMismatch, ValueError, RuntimeError) as exc:  # ClusterError among them
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
+    show_nodes(summary.per_node, "instances")
     show_problems("infrastructure failures (kept apart from model failures)", summary.errors)
     report = write_report(out_dir)
     low, high = report["resolved_rate_ci95"]

@@ -10,10 +10,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envs import docker_backend
+from envs.executor import ClusterError, Needs
 from envs.images import task_image
 from harness.budget import Budget
 from harness.codex_cli.install import InstallError, installed
 from records.pools import RecordError, read_trajectories_lenient
+from relearn.cli.cluster import RayArg, ray_backend, show_nodes
 from relearn.cli.envs import TasksArg, docker_client, load_task_list, terminate_cleanly
 from relearn.cli.image_options import (
     DEFAULT_CPUS,
@@ -100,11 +102,16 @@ def collect_command(
     pull: PullArg = False,
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
+    ray: RayArg = None,
 ) -> None:
     """Run a policy on tasks × attempts in containers, verify each episode, and write a pool.
 
     Resumable by (task, policy, attempt): rerun the same command after a crash and only
     the unfinished episodes run.
+
+    With --ray, each episode is a Ray task on a node offering the docker resource (its
+    image is built or loaded there, once per node); a node lost mid-episode is retried on
+    another, and only this process writes the pool.
     """
     # The SDKs and swebench take seconds to import: only the verb that runs loads them.
     from harness.agent import AgentConfig
@@ -150,8 +157,17 @@ def collect_command(
             resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
             progress.update(bar, advance=1, resolved=resolved)
 
-        summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, limits=limits, base_image=base, on_done=done, codex=codex)
+        backend = ray_backend(ray, Needs(docker=1))
+        try:
+            summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, limits=limits, base_image=base, on_done=done, codex=codex, backend=backend)
+        except ClusterError as exc:
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(EXIT_USAGE) from None
+        finally:
+            if backend is not None:
+                backend.close()
     show_problems("errors", summary.errors)
+    show_nodes(summary.per_node, "episodes")
     errors: list[RecordError] = []
     everything = list(read_trajectories_lenient(out_dir / "trajectories.jsonl", errors))
     ks = tuple(k for k in (1, 2, 5, 10) if k <= attempts)

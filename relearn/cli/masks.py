@@ -9,7 +9,9 @@ import typer
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envs.executor import LocalBackend, Needs
 from records.pools import is_zstd
+from relearn.cli.cluster import RayArg, ray_backend
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions
 from relearn.masks.shards import build_dataset, load_reviews
@@ -29,6 +31,8 @@ def masks_command(
     no_thinking: Annotated[bool, typer.Option("--no-thinking", help="Render in the template's no-thinking form (enable_thinking=False: its empty think block is part of the generation prompt), for single-turn rollouts imported with `relearn single-turn import --no-thinking`.")] = False,
     shard_size: Annotated[int, typer.Option(help="Trajectories of the pool per shard.")] = 256,
     include_suspicious: Annotated[bool, typer.Option(help="Also take successes the verifier found suspicious (edited tests or pytest config, code reaching into pytest); by default they are rejected and counted.")] = False,
+    workers: Annotated[int, typer.Option(help="Worker processes compiling shards at once (each shard is one work unit; the files are written by this process, in the same bytes). 1: compile here, one shard after another, in the least memory.")] = 1,
+    ray: RayArg = None,
     defect_scope: Annotated[str, typer.Option(help="action: a defect in a tool call excludes the whole call as the template renders it (tags, function name, every argument, and the end of turn after a turn's last call), since the error is the decision to call | minimal: only the quoted characters (the ablation).")] = "action",
 ) -> None:
     """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
@@ -79,7 +83,15 @@ def masks_command(
             compiled += tokens
             progress.update(bar, advance=size, tokens=compiled)
 
-        stats, reused = build_dataset(pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_record=advance)
+        backend = ray_backend(ray, Needs(cpus=1)) or (LocalBackend(workers, processes=True) if workers > 1 else None)
+        try:
+            stats, reused = build_dataset(pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_record=advance, backend=backend)
+        except RuntimeError as exc:  # a shard a worker could not compile
+            err.print(f"[red]error:[/red] {exc}")
+            raise typer.Exit(EXIT_PARTIAL) from None
+        finally:
+            if backend is not None:
+                backend.close()
     show_problems("rejected", [f"{r['trajectory_id']}: {r['reason']}: {r['detail']}" for r in stats["rejections"]])
     table = Table(title=f"relearn masks --mode {mode} -> {output}", show_header=False)
     tokens = stats["tokens"]

@@ -11,8 +11,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from envs.executor import Needs
 from records.pools import RecordError, iter_lines, read_trajectories_lenient
 from records.review import Review, iter_reviews
+from relearn.cli.cluster import RayArg, ray_backend, show_nodes
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from review.agreement import agreement
 from review.reading import DEFAULT_JUDGE_CONTEXT
@@ -41,6 +43,7 @@ def review_command(
     poll_interval: Annotated[float, typer.Option(help="With --batch: seconds between polls of a batch's status.")] = 60.0,
     agree_pool: Annotated[Path | None, typer.Option("--pool", help="With `agree`: the pool both reviews cover (for span agreement).")] = None,
     include_suspicious: Annotated[bool, typer.Option(help="Also review successes the verifier found suspicious (by default they are rejected unreviewed, at no cost).")] = False,
+    ray: RayArg = None,
     judge_context: Annotated[int, typer.Option(help="Tokens of prompt a judge reads at most (counted with tiktoken over the Qwen3.6 ranks). Judge 1 reads the whole trajectory; past this, only the middles of the longest tool outputs are elided, and the prompt says so. A trajectory whose task and agent text alone exceed it is rejected as too_long_for_judge and counted.")] = DEFAULT_JUDGE_CONTEXT,
 ) -> None:
     """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
@@ -137,8 +140,19 @@ def review_command(
             progress.update(bar, advance=1, spent=ledger.spent_usd)
 
         batching = BatchOptions(poll_s=poll_interval, on_event=lambda line: progress.console.print(f"  [dim]{line}[/dim]")) if batch else None
-        summary, ledger = review_pool(pool, output, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious, batch=batching)
+        if ray is not None and batch:
+            err.print("[red]error:[/red] --batch and --ray do not go together: the batches are one account, submit them from one machine")
+            raise typer.Exit(EXIT_USAGE)
+        backend = ray_backend(ray, Needs(cpus=0.5))
+        try:
+            summary, ledger = review_pool(
+                pool, output, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious, batch=batching, backend=backend
+            )
+        finally:
+            if backend is not None:
+                backend.close()
     show_problems("unreadable records", [str(e) for e in summary.unreadable])
+    show_nodes(summary.per_node, "reviews")
     show_problems("not reviewed", summary.errors)
     categories: Counter[str] = Counter(str(e.get("category")) for r in summary.reviewed for e in r.errors)
     grounded = sum((r.model_extra or {}).get("grounding", {}).get("grounded", len(r.defects)) for r in summary.reviewed)

@@ -8,9 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from relearn.cli.cluster import RayArg
 from relearn.cli.envs import terminate_cleanly
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out
-from relearn.pipeline.config import PipelineError, load_pipeline
+from relearn.pipeline.config import ClusterConfig, PipelineError, load_pipeline
 from relearn.pipeline.runner import StageResult
 
 EXIT_FAILED = 3  # a stage failed: later stages did not run (rerun to resume)
@@ -33,8 +34,12 @@ def _summary(results: list[StageResult], title: str) -> int:
 def run_command(
     pipeline: Annotated[Path, typer.Argument(metavar="PIPELINE.toml", help="The pipeline file (see relearn/pipeline/config.py for every field).")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say which stages would run and why; run nothing.")] = False,
+    ray: RayArg = None,
 ) -> None:
     """Run collect/import -> verify -> review -> masks -> train -> eval -> report from one file.
+
+    With --ray ADDRESS (or a cluster table in the file, address = "auto" or HOST:PORT;
+    --ray wins), collect, review and masks run their units on that Ray cluster.
 
     Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/):
     rerunning a finished pipeline does nothing, deleting one stage's output redoes that
@@ -50,6 +55,8 @@ def run_command(
     if config.pool.collect is not None and not config.pool.collect.base_url and not dry_run:
         err.print(f"[red]error:[/red] {pipeline}: pool.collect.base_url: the policy endpoint is needed to collect")
         raise typer.Exit(EXIT_USAGE)
+    if ray is not None:
+        config.cluster = ClusterConfig(address=ray)
     terminate_cleanly()
     from relearn.pipeline.stages import run_pipeline
 

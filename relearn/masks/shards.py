@@ -17,6 +17,7 @@ earlier review.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections import Counter
@@ -29,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from envs.executor import NODE_RETRIES, Backend, NodeLost, run_units
 from records.pools import RecordError, iter_pool_records, parse_json_line, parse_trajectory, write_text_atomic
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
@@ -263,6 +265,86 @@ class _ShardWriter:
             self.tmp.unlink(missing_ok=True)
 
 
+def _compile_batches(
+    chunk: list[Item], reviews: dict[str, Review | RecordError], pool: Path, tokenizer: Any, options: MaskOptions, shape: TemplateShape | None, stats: ShardStats
+) -> Iterator[tuple[list[ShardRow], list[tuple[int, int]]]]:
+    """A shard's rows a batch (one row group) at a time, with each record's (size, tokens)
+    for progress; ``stats`` counts as it goes."""
+    for batch in _batches(chunk):
+        compiled = iter(compile_batch(list(_compilable(batch, reviews, pool)), tokenizer, options, shape=shape))
+        rows: list[ShardRow] = []
+        progress: list[tuple[int, int]] = []
+        for entry in batch:
+            tokens = 0
+            stats.inputs += 1
+            problem = _unreadable(entry, reviews)
+            if problem is not None:
+                stats.reject(*problem)
+            else:
+                produced = next(compiled)
+                if isinstance(produced, Rejected):
+                    stats.reject(entry.trajectory_id or "", produced.reason, produced.detail)
+                else:
+                    stats.accepted += 1
+                    for sample in produced:
+                        stats.add(sample)
+                        rows.append(ShardRow.of(sample))
+                        tokens += len(sample.input_ids)
+            progress.append((entry.size, tokens))
+        yield rows, progress
+
+
+@dataclass
+class CompiledShard:
+    """What a masks work unit returns: the shard's row groups and statistics; the driver
+    writes the file (the same row groups, so the same bytes as compiling it here)."""
+
+    number: int
+    stats: ShardStats
+    batches: list[list[ShardRow]]
+    progress: list[tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """One masks work unit's function, for worker processes or Ray nodes: the tokenizer
+    travels by name and is loaded once per worker process (a pickled tokenizer is 15 MB and
+    seconds to load), then checked against the driver's by fingerprint."""
+
+    tokenizer_name: str
+    tokenizer_id: str
+    reviews: dict[str, Review | RecordError]
+    pool: Path
+    options: MaskOptions
+    digest: str
+
+    def __call__(self, unit: tuple[int, str, list[Item]]) -> CompiledShard:
+        number, inputs_hash, chunk = unit
+        tokenizer = _worker_tokenizer(self.tokenizer_name, self.tokenizer_id)
+        try:
+            shape: TemplateShape | None = probe(tokenizer, dict(self.options.template_kwargs))
+        except RenderError:
+            shape = None
+        stats = ShardStats(options_hash=self.digest, inputs_hash=inputs_hash)
+        batches, progress = [], []
+        for rows, seen in _compile_batches(chunk, self.reviews, self.pool, tokenizer, self.options, shape, stats):
+            batches.append(rows)
+            progress.extend(seen)
+        return CompiledShard(number, stats, batches, progress)
+
+
+@functools.cache
+def _worker_tokenizer(name: str, expected_id: str) -> Any:
+    """One load (and one fingerprint, itself a hash of the whole vocabulary) per worker
+    process: the tokenizer is immutable and the process serves many shards."""
+    from relearn.masks.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(name)
+    if tokenizer_fingerprint(tokenizer) != expected_id:
+        raise RuntimeError(f"tokenizer {name} on this worker is not the driver's (fingerprint differs): install the same files on every node")
+    return tokenizer
+
+
 def build_dataset(
     pool: Path,
     reviews: dict[str, Review | RecordError],
@@ -273,12 +355,17 @@ def build_dataset(
     *,
     shard_size: int = 256,
     on_record: Callable[[int, int], None] | None = None,
+    backend: Backend | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Compile ``pool`` into ``output``; returns the statistics and how many shards
     were already there and reused. ``on_record(size, tokens)`` follows progress: each record's
     size in bytes and the tokens it gave (0 when rejected or in a reused shard).
 
-    Memory holds one shard's lines and one batch's rows at a time, whatever the pool's size."""
+    Without ``backend``, shards are compiled here one after another and memory holds one
+    shard's lines and one batch's rows at a time, whatever the pool's size. With one (worker
+    processes, a Ray cluster: envs.executor), each shard is a work unit compiled there, and
+    this process writes the files from the rows that come back, in the same bytes; memory
+    then holds the shards in flight."""
     output.mkdir(parents=True, exist_ok=True)
     digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
@@ -286,9 +373,10 @@ def build_dataset(
         shape: TemplateShape | None = probe(tokenizer, dict(options.template_kwargs))
     except RenderError:
         shape = None  # each trajectory probes again and is rejected with the reason
-    shard_stats: list[ShardStats] = []
+    shard_stats: dict[int, ShardStats] = {}
     reused = 0
     number = -1
+    units: list[tuple[int, str, list[Item]]] = []
     for number, chunk in enumerate(_chunks(_pool_items(pool), shard_size)):
         shard = output / f"shard-{number:05d}.parquet"
         stats_path = output / f"shard-{number:05d}.stats.json"
@@ -299,40 +387,46 @@ def build_dataset(
             except ValueError:
                 saved = {}
             if saved.get("inputs_hash") == inputs_hash:
-                shard_stats.append(_stats_from_json(saved))
+                shard_stats[number] = _stats_from_json(saved)
                 reused += 1
                 for entry in chunk:
                     if on_record:
                         on_record(entry.size, 0)
                 continue
+        if backend is not None:
+            units.append((number, inputs_hash, chunk))
+            continue
         stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
         with _ShardWriter(shard, options.mode) as writer:
-            for batch in _batches(chunk):
-                compiled = iter(compile_batch(list(_compilable(batch, reviews, pool)), tokenizer, options, shape=shape))
-                rows: list[ShardRow] = []
-                for entry in batch:
-                    tokens = 0
-                    stats.inputs += 1
-                    problem = _unreadable(entry, reviews)
-                    if problem is not None:
-                        stats.reject(*problem)
-                    else:
-                        produced = next(compiled)
-                        if isinstance(produced, Rejected):
-                            stats.reject(entry.trajectory_id or "", produced.reason, produced.detail)
-                        else:
-                            stats.accepted += 1
-                            for sample in produced:
-                                stats.add(sample)
-                                rows.append(ShardRow.of(sample))
-                                tokens += len(sample.input_ids)
+            for rows, progress in _compile_batches(chunk, reviews, pool, tokenizer, options, shape, stats):
+                for size, tokens in progress:
                     if on_record:
-                        on_record(entry.size, tokens)
+                        on_record(size, tokens)
                 writer.write(rows)
         write_text_atomic(stats_path, json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
-        shard_stats.append(stats)
+        shard_stats[number] = stats
+    if backend is not None and units:
+        ids = {entry.trajectory_id for _n, _h, chunk in units for entry in chunk}
+        job = ShardJob(tokenizer_name, tokenizer_id, {i: r for i, r in reviews.items() if i in ids}, pool, options, digest)
+
+        def written(_unit: tuple[int, str, list[Item]], compiled: CompiledShard) -> None:
+            with _ShardWriter(output / f"shard-{compiled.number:05d}.parquet", options.mode) as writer:
+                for rows in compiled.batches:
+                    writer.write(rows)
+            write_text_atomic(output / f"shard-{compiled.number:05d}.stats.json", json.dumps(_stats_to_json(compiled.stats), indent=1, sort_keys=True))
+            shard_stats[compiled.number] = compiled.stats
+            for size, tokens in compiled.progress:
+                if on_record:
+                    on_record(size, tokens)
+
+        def failed(unit: tuple[int, str, list[Item]], exc: BaseException, tries: int) -> bool:
+            if isinstance(exc, NodeLost) and tries <= NODE_RETRIES:
+                return True  # a lost worker: the shard is compiled again elsewhere
+            raise RuntimeError(f"shard {unit[0]}: {type(exc).__name__}: {exc}") from exc
+
+        run_units(backend, units, job, on_result=written, on_error=failed)
     _remove_stale_shards(output, number + 1)
-    summary = summarise(shard_stats, options, tokenizer_name, pool)
+    summary = summarise([shard_stats[k] for k in sorted(shard_stats)], options, tokenizer_name, pool)
     # What the ids mean: exports refuse a tokenizer that is not this one (relearn.export).
     summary["tokenizer_fingerprint"] = tokenizer_id
     summary["chat_template_sha256"] = chat_template_sha256(tokenizer)

@@ -185,6 +185,13 @@ class EvalConfig(_Strict):
     seed: int = 0
 
 
+class ClusterConfig(_Strict):
+    """[cluster]: run collect, review and masks as units on a Ray cluster (envs.executor);
+    ``auto`` joins the cluster `ray start` runs on this machine, HOST:PORT a remote head."""
+
+    address: str = "auto"
+
+
 class PipelineConfig(_Strict):
     workdir: Path
     tasks: str = "mini"
@@ -194,6 +201,7 @@ class PipelineConfig(_Strict):
     train: TrainConfig | None = None
     analyze: AnalyzeConfig | None = None
     eval: EvalConfig | None = None
+    cluster: ClusterConfig | None = None
     source: Path | None = Field(None, exclude=True)  # the file it was read from
 
     @property

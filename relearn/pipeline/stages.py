@@ -77,6 +77,15 @@ class Context:
             self._tokenizer = load_tokenizer(self.config.masks.tokenizer)
         return self._tokenizer
 
+    def backend(self, needs: Any) -> Any:
+        """The Ray backend for a fan-out stage when the file has [cluster] (or `relearn run
+        --ray`), else None: the stage runs here. The caller closes it."""
+        if self.config.cluster is None:
+            return None
+        from envs.executor import RayBackend
+
+        return RayBackend(self.config.cluster.address, needs)
+
     def progress(self, label: str) -> Progress:
         return Progress(TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
 
@@ -198,12 +207,19 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
     spec = PolicySpec(kind=c.policy, model=c.model, base_url=ctx.pool_url or c.base_url, api_key_env=c.api_key_env, sampling=sampling, checkpoint=c.checkpoint, step=c.step)
     budget = Budget(max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds)
     base = ctx.base_image()
+    from envs.executor import Needs
+
+    backend = ctx.backend(Needs(docker=1))
     with ctx.progress("collecting") as progress:
         bar = progress.add_task("collect", total=len(tasks) * c.attempts)
-        summary = collect(
-            ctx.client(), tasks, make_policy(spec), spec, out.parent, attempts=c.attempts, workers=c.workers,
-            config=AgentConfig(budget=budget), base_image=base, on_done=lambda _t: progress.advance(bar),
-        )  # fmt: skip
+        try:
+            summary = collect(
+                ctx.client(), tasks, make_policy(spec), spec, out.parent, attempts=c.attempts, workers=c.workers,
+                config=AgentConfig(budget=budget), base_image=base, on_done=lambda _t: progress.advance(bar), backend=backend,
+            )  # fmt: skip
+        finally:
+            if backend is not None:
+                backend.close()
     if summary.errors and not summary.finished and not summary.skipped:
         raise RuntimeError(f"no episode finished: {summary.errors[0]}")
     trajectories, _ = _read_pool(out)
@@ -280,12 +296,19 @@ def review_stage(ctx: Context) -> dict[str, Any]:
         total = sum(1 for _ in pool)
     if judges:
         print_review_estimate(ctx, judges)
+    from envs.executor import Needs
+
+    backend = ctx.backend(Needs(cpus=0.5))
     with ctx.progress("reviewing") as progress:
         bar = progress.add_task("review", total=total)
-        summary, ledger = review_pool(
-            verified_path(ctx), reviews_path(ctx), judges=judges, workers=r.workers, spend_cap_usd=r.spend_cap_usd,
-            on_done=lambda _r, _l: progress.advance(bar),
-        )  # fmt: skip
+        try:
+            summary, ledger = review_pool(
+                verified_path(ctx), reviews_path(ctx), judges=judges, workers=r.workers, spend_cap_usd=r.spend_cap_usd,
+                on_done=lambda _r, _l: progress.advance(bar), backend=backend,
+            )  # fmt: skip
+        finally:
+            if backend is not None:
+                backend.close()
     if summary.errors:
         raise RuntimeError(f"{summary.not_reviewed} trajectories not reviewed (rerun to continue); first: {summary.errors[0]}")
     reviews = [json.loads(line) for line in reviews_path(ctx).read_text().splitlines() if line.strip()]
@@ -329,7 +352,14 @@ def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
         from relearn.pipeline.single_turn import template_kwargs
 
         options.template_kwargs = template_kwargs(ctx)
-    stats, _ = build_dataset(training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, options, dataset_dir(ctx, variant))
+    from envs.executor import Needs
+
+    backend = ctx.backend(Needs(cpus=1))
+    try:
+        stats, _ = build_dataset(training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, options, dataset_dir(ctx, variant), backend=backend)
+    finally:
+        if backend is not None:
+            backend.close()
     return {
         "trajectories_in": stats["trajectories_in"],
         "trajectories_out": stats["trajectories_out"],
