@@ -26,13 +26,13 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from envs.executor import LocalBackend, run_units
 from harness.policies.base import PolicyError
 from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
 from records.review import CATEGORIES, Defect, Review, field_text
@@ -315,23 +315,30 @@ def review_single_turn_pool(
         except ValueError as exc:  # not a single-turn rollout
             return Review(trajectory_id=trajectory.id, decision="reject", reason=f"not_single_turn: {exc}", cost_usd=0.0)
 
+    def finished(_trajectory: Trajectory, result: Review | str) -> None:
+        if isinstance(result, str):
+            summary.not_reviewed += 1
+            summary.errors.append(result)
+            if on_done:
+                on_done(None)
+            return
+        writer.write(result.model_dump(mode="json"))
+        if (result.reason or "").startswith(JUDGE_ERROR):
+            summary.not_reviewed += 1
+            summary.errors.append(f"{result.trajectory_id}: {result.reason} (a rerun reviews it again)")
+        else:
+            summary.reviewed.append(result)
+        if on_done:
+            on_done(result)
+
+    def failed(_trajectory: Trajectory, exc: BaseException, _tries: int) -> bool:
+        raise exc  # ``one`` turns every failure it expects into a record
+
+    runner = LocalBackend(workers)
     try:
-        with JsonlWriter(output, fsync=True) as writer, ThreadPoolExecutor(max_workers=max(1, workers)) as executor:
-            for result in executor.map(one, todo):
-                if isinstance(result, str):
-                    summary.not_reviewed += 1
-                    summary.errors.append(result)
-                    if on_done:
-                        on_done(None)
-                    continue
-                writer.write(result.model_dump(mode="json"))
-                if (result.reason or "").startswith(JUDGE_ERROR):
-                    summary.not_reviewed += 1
-                    summary.errors.append(f"{result.trajectory_id}: {result.reason} (a rerun reviews it again)")
-                else:
-                    summary.reviewed.append(result)
-                if on_done:
-                    on_done(result)
+        with JsonlWriter(output, fsync=True) as writer:
+            run_units(runner, todo, one, on_result=finished, on_error=failed)
     finally:
+        runner.close()
         cache.close()
     return summary, ledger
