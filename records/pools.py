@@ -14,11 +14,11 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import msgspec
 import zstandard
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from records.trajectory import Trajectory
 
@@ -99,6 +99,21 @@ def validation_error(path: str | Path, line: int | None, exc: ValidationError) -
     first = exc.errors()[0]
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return RecordError(str(path), line, field_path(first["loc"]) or None, first["msg"] + more)
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def iter_models(path: str | Path, model: type[Model]) -> Iterator[tuple[int, Model | RecordError]]:
+    """Each line of a JSON Lines file of ``model`` records: the record, or the located error
+    of a line that is not one (the other lines are still read)."""
+    for number, text in iter_lines(path):
+        try:
+            yield number, model.model_validate(parse_json_line(path, number, text))
+        except RecordError as exc:
+            yield number, exc
+        except ValidationError as exc:
+            yield number, validation_error(path, number, exc)
 
 
 def parse_trajectory(path: str | Path, line: int | None, data: Any) -> Trajectory:

@@ -26,7 +26,7 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,12 +34,12 @@ from pydantic import BaseModel
 
 from envs.executor import LocalBackend, run_units
 from harness.policies.base import PolicyError
-from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
+from records.pools import JsonlWriter, read_trajectories_lenient
 from records.review import CATEGORIES, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from review.grounding import ground
 from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, prompt
-from review.run import reviewed_ids
+from review.run import ReviewSummary, reviewed_ids
 
 KEEP_FIELDS = ("reasoning_content", "content")
 ELISION = "[...]"
@@ -270,18 +270,6 @@ def review_single_turn(trajectory: Trajectory, judge: Judge, auditor: Judge, cac
 # ---- a pool ----------------------------------------------------------------------------
 
 
-@dataclass
-class KeepSummary:
-    reviewed: list[Review] = field(default_factory=list)
-    skipped: int = 0
-    not_reviewed: int = 0
-    errors: list[str] = field(default_factory=list)
-    unreadable: list[RecordError] = field(default_factory=list)
-
-    def decisions(self) -> Counter[str]:
-        return Counter(r.decision if r.decision == "accept" else f"reject: {(r.reason or '').split(':')[0]}" for r in self.reviewed)
-
-
 def review_single_turn_pool(
     pool: Path,
     output: Path,
@@ -291,10 +279,10 @@ def review_single_turn_pool(
     workers: int = 4,
     spend_cap_usd: float | None = None,
     on_done: Callable[[Review | None], None] | None = None,
-) -> tuple[KeepSummary, Ledger]:
+) -> tuple[ReviewSummary, Ledger]:
     """Review every single-turn rollout of ``pool`` not yet in ``output`` (resumable by id; a
     ``judge_error`` review is retried; answers are cached by request beside ``output``)."""
-    summary = KeepSummary()
+    summary = ReviewSummary()
     ledger = Ledger(cap_usd=spend_cap_usd)
     done = reviewed_ids(output)
     todo = []
@@ -323,11 +311,7 @@ def review_single_turn_pool(
                 on_done(None)
             return
         writer.write(result.model_dump(mode="json"))
-        if (result.reason or "").startswith(JUDGE_ERROR):
-            summary.not_reviewed += 1
-            summary.errors.append(f"{result.trajectory_id}: {result.reason} (a rerun reviews it again)")
-        else:
-            summary.reviewed.append(result)
+        summary.count(result)
         if on_done:
             on_done(result)
 

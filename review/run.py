@@ -41,6 +41,16 @@ class ReviewSummary:
     def decisions(self) -> Counter[str]:
         return Counter(r.decision if r.decision == "accept" else f"reject: {(r.reason or '').split(':')[0]}" for r in self.reviewed)
 
+    def count(self, review: Review) -> None:
+        """Count a review just written. A judge_error review is written too (the file says
+        what happened), but it is no review: the trajectory counts as not reviewed, and a
+        rerun retries it."""
+        if (review.reason or "").startswith(JUDGE_ERROR):
+            self.not_reviewed += 1
+            self.errors.append(f"{review.trajectory_id}: {review.reason} (a rerun reviews it again)")
+        else:
+            self.reviewed.append(review)
+
 
 def reviewed_ids(path: Path) -> set[str]:
     """Trajectories whose latest review stands (a ``judge_error`` review is retried)."""
@@ -167,14 +177,8 @@ def review_pool(
                         ledger.add(spend)
                     else:
                         review = answer
-                    # A judge_error review is written too (the file says what happened), but it
-                    # is no review: the trajectory counts as not reviewed, and a rerun retries it.
                     writer.write(review.model_dump(mode="json"))
-                    if (review.reason or "").startswith(JUDGE_ERROR):
-                        summary.not_reviewed += 1
-                        summary.errors.append(f"{trajectory.id}: {review.reason} (a rerun reviews it again)")
-                    else:
-                        summary.reviewed.append(review)
+                    summary.count(review)
                     if on_done:
                         on_done(review, ledger)
 

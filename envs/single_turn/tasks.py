@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from records.pools import RecordError, iter_lines, parse_json_line, validation_error
+from records.pools import RecordError, iter_models
 
 SUITE = Path(__file__).parent / "suite"
 MINI_TASKS = SUITE / "tasks.jsonl"
@@ -73,14 +73,9 @@ def load_tasks(path: Path) -> tuple[dict[str, SingleTurnTask], list[RecordError]
     """Tasks by id, and the located errors of the lines that are not tasks (the rest are read)."""
     tasks: dict[str, SingleTurnTask] = {}
     errors: list[RecordError] = []
-    for number, text in iter_lines(path):
-        try:
-            task = SingleTurnTask.model_validate(parse_json_line(path, number, text))
-        except RecordError as exc:
-            errors.append(exc)
-            continue
-        except ValidationError as exc:
-            errors.append(validation_error(path, number, exc))
+    for number, task in iter_models(path, SingleTurnTask):
+        if isinstance(task, RecordError):
+            errors.append(task)
             continue
         if task.id in tasks:
             errors.append(RecordError(str(path), number, "id", f"task {task.id!r} is defined twice"))

@@ -202,17 +202,21 @@ def openai_tool_call(call: Fields, diag: Diagnostics) -> ToolCall:
     )
 
 
-def read_guarded(path: Path, convert: Callable[[Diagnostics], list[Trajectory]]) -> Iterator[ImportResult]:
+def read_guarded(path: Path, convert: Callable[[Diagnostics], list[Trajectory] | list[dict[str, Any]]]) -> Iterator[ImportResult]:
     """Run one file's conversion so that whatever goes wrong becomes a located
-    rejection of that file and the batch goes on; never a traceback."""
+    rejection of that file and the batch goes on; never a traceback. ``convert`` gives
+    Trajectories, or records in pool-line shape (see ``ImportResult.record``)."""
     diagnostics = Diagnostics(str(path))
     try:
-        trajectories = convert(diagnostics)
+        converted = convert(diagnostics)
     except Exception as exc:
         yield ImportResult(str(path), None, conversion_error(path, exc), diagnostics)
         return
-    for trajectory in trajectories:
-        yield ImportResult(str(path), trajectory, None, diagnostics)
+    for item in converted:
+        if isinstance(item, Trajectory):
+            yield ImportResult(str(path), item, None, diagnostics)
+        else:
+            yield ImportResult(str(path), None, None, diagnostics, record=item)
 
 
 def conversion_error(path: Path, exc: Exception) -> RecordError:

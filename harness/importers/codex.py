@@ -34,8 +34,8 @@ from harness.importers.base import (
     Diagnostics,
     Fields,
     ImportResult,
-    conversion_error,
     fail,
+    read_guarded,
 )
 from harness.importers.codex_fields import (
     KNOWN_LINE_TYPES,
@@ -69,13 +69,7 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    diagnostics = Diagnostics(str(path))
-    try:
-        record = _RolloutReader(path, diagnostics, salvage).run()
-    except Exception as exc:
-        yield ImportResult(str(path), None, conversion_error(path, exc), diagnostics)
-        return
-    yield ImportResult(str(path), None, None, diagnostics, record=record)
+    return read_guarded(path, lambda diagnostics: [_RolloutReader(path, diagnostics, salvage).run()])
 
 
 class _RolloutReader:

@@ -8,12 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import msgspec
-
 from harness.importers.base import Diagnostics, Fields, fail, parse_arguments
 from records.pools import loads as fast_loads
-
-_DECODER = msgspec.json.Decoder()
 
 # Event kinds that only mirror a response item (kept once, as the message).
 MIRROR_EVENTS = {"user_message", "agent_message"}
@@ -49,10 +45,6 @@ USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning
 
 
 def loads(path: str, number: int, text: str) -> Any:
-    try:
-        return _DECODER.decode(text)  # what records.pools.loads does first, a call less per line
-    except (msgspec.DecodeError, UnicodeEncodeError):
-        pass
     try:
         return fast_loads(text)
     except json.JSONDecodeError as exc:

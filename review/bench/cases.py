@@ -23,9 +23,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
-from records.pools import RecordError, iter_lines, parse_json_line, validation_error, write_atomic
+from records.pools import RecordError, iter_models, write_atomic
 from records.review import CATEGORIES, FIELD, Review, field_text, numbered_steps, primary_category
 from records.trajectory import Trajectory
 
@@ -107,15 +107,9 @@ def read_cases(path: Path, errors: list[RecordError]) -> list[BenchCase]:
     seen: dict[str, str] = {}
     for file in files:
         try:
-            for number, text in iter_lines(file):
-                try:
-                    data = parse_json_line(file, number, text)
-                    case = BenchCase.model_validate(data)
-                except RecordError as exc:
-                    errors.append(exc)
-                    continue
-                except ValidationError as exc:
-                    errors.append(validation_error(file, number, exc))
+            for number, case in iter_models(file, BenchCase):
+                if isinstance(case, RecordError):
+                    errors.append(case)
                     continue
                 if case.id in seen:
                     errors.append(RecordError(str(file), number, "id", f"case {case.id!r} is already at {seen[case.id]}"))
