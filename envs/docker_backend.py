@@ -35,10 +35,12 @@ DEFAULT_OUTPUT_CAP = 1 << 20
 TRUNCATION_MARKER = "\n[... relearn: {skipped} bytes of output omitted ...]\n"
 # After a timeout, how long to wait for the stream to close once everything was killed.
 KILL_GRACE_S = 5.0
+# How long an exec whose stream ended may take to have its exit code recorded.
+EXIT_RECORD_WAIT_S = 5.0
 MAIN_PID_FILE = "/run/relearn-main.pid"
 # Every process but init, the container's main process and this shell.
 KILL_ALL = (
-    f'main=$(cat {MAIN_PID_FILE} 2>/dev/null); for d in /proc/[0-9]*; do p=${{d#/proc/}}; '
+    f"main=$(cat {MAIN_PID_FILE} 2>/dev/null); for d in /proc/[0-9]*; do p=${{d#/proc/}}; "
     '[ "$p" = 1 ] || [ "$p" = "$$" ] || [ "$p" = "$main" ] || kill -KILL "$p" 2>/dev/null; done; true'
 )
 
@@ -222,6 +224,7 @@ class Container:
         started = time.monotonic()
         sock = api.exec_start(exec_id, socket=True)
         raw = sock._sock if hasattr(sock, "_sock") else sock
+        early = _read_ahead(sock, raw)
         if stdin is not None:
             raw.sendall(stdin)
             raw.shutdown(socket.SHUT_WR)
@@ -229,13 +232,13 @@ class Container:
         stdout, stderr, combined = CappedBuffer(streams), CappedBuffer(streams), CappedBuffer(output_cap)
         timed_out = False
         try:
-            timed_out = not _drain(raw, started + timeout_s + 2.0, stdout, stderr, combined)
+            timed_out = not _drain(raw, started + timeout_s + 2.0, stdout, stderr, combined, early=early)
             if timed_out:
                 self.kill_all()
                 _drain(raw, time.monotonic() + KILL_GRACE_S, stdout, stderr, combined)
         finally:
             raw.close()
-            inspect = api.exec_inspect(exec_id)
+            inspect = _finished_exec(api, exec_id)
             if not keep_background:
                 self._kill_group(inspect.get("Pid"))
         duration = time.monotonic() - started
@@ -360,12 +363,57 @@ class Container:
         return result.stdout
 
 
-def _drain(raw: socket.socket, deadline: float, *buffers: CappedBuffer) -> bool:
+def _read_ahead(sock: Any, raw: socket.socket) -> bytes:
+    """The stream bytes the HTTP client already buffered with the upgrade's headers.
+
+    docker-py hands back the socket under a buffered reader that parsed the response
+    headers; a command quick to answer on a busy machine has its first frames in that
+    buffer, and reading the socket alone would lose them (an empty ``git diff`` of a
+    changed repository). Taken without blocking: the socket is non-blocking meanwhile."""
+    try:
+        reader = sock._response.raw._fp.fp
+    except AttributeError:  # not docker-py's http+docker socket: nothing is buffered
+        return b""
+    if reader is None:
+        return b""
+    timeout = raw.gettimeout()
+    raw.setblocking(False)
+    try:
+        ahead = reader.peek(1)  # what is buffered, or one non-blocking read into the buffer
+        return reader.read(len(ahead)) if ahead else b""
+    except BlockingIOError:
+        return b""
+    finally:
+        raw.settimeout(timeout)
+
+
+def _finished_exec(api: Any, exec_id: str) -> dict[str, Any]:
+    """The exec's inspection once the engine has recorded its exit. The stream closes
+    when the process's output ends, a moment before the engine stores the exit code; an
+    inspection in between says ``Running`` with no code, which would read as a failure."""
+    deadline = time.monotonic() + EXIT_RECORD_WAIT_S
+    inspect = api.exec_inspect(exec_id)
+    while inspect.get("Running") and time.monotonic() < deadline:
+        time.sleep(0.01)
+        inspect = api.exec_inspect(exec_id)
+    return inspect
+
+
+def _drain(raw: socket.socket, deadline: float, *buffers: CappedBuffer, early: bytes = b"") -> bool:
     """Read docker's multiplexed exec stream until it ends (True) or the deadline passes
-    (False). Frames are an 8-byte header (stream, 0, 0, 0, length) then the payload."""
+    (False). Frames are an 8-byte header (stream, 0, 0, 0, length) then the payload;
+    ``early`` is the stream's start, already read."""
     stdout, stderr, combined = buffers
-    pending = b""
+    pending = early
     while True:
+        while len(pending) >= 8:
+            stream, length = pending[0], struct.unpack(">I", pending[4:8])[0]
+            if len(pending) < 8 + length:
+                break
+            payload = pending[8 : 8 + length]
+            pending = pending[8 + length :]
+            (stderr if stream == 2 else stdout).add(payload)
+            combined.add(payload)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
@@ -376,14 +424,6 @@ def _drain(raw: socket.socket, deadline: float, *buffers: CappedBuffer) -> bool:
         if not chunk:
             return True
         pending += chunk
-        while len(pending) >= 8:
-            stream, length = pending[0], struct.unpack(">I", pending[4:8])[0]
-            if len(pending) < 8 + length:
-                break
-            payload = pending[8 : 8 + length]
-            pending = pending[8 + length :]
-            (stderr if stream == 2 else stdout).add(payload)
-            combined.add(payload)
 
 
 def gc(client: docker.DockerClient, *, everything: bool = False) -> list[str]:

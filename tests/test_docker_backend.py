@@ -9,7 +9,21 @@ import time
 import docker
 import pytest
 
-from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, OWNER, Container, Limits, gc, owned_containers
+from envs.docker_backend import (
+    LABEL_HOST,
+    LABEL_OWNER,
+    LABEL_PID,
+    LABEL_RUN,
+    OWNER,
+    CappedBuffer,
+    Container,
+    Limits,
+    _drain,
+    _finished_exec,
+    _read_ahead,
+    gc,
+    owned_containers,
+)
 
 MARGIN_S = 8.0  # the deadline's own 2 s, the kill, and a slow machine
 
@@ -39,6 +53,41 @@ def test_exec_captures_streams_and_exit_code(box: Container) -> None:
     assert result.output in ("out\nerr\n", "err\nout\n") and not result.timed_out
     assert box.exec(["python3", "-c", "import sys; print(sys.argv[1])", "a b"]).stdout == "a b\n"
     assert box.exec("cat", stdin=b"fed through stdin").stdout == "fed through stdin"
+
+
+def _start_quick_exec(box: Container) -> tuple[object, object]:
+    """A quick command's exec stream whose frames sit in the HTTP client's read buffer
+    with the upgrade's headers, as they do when a busy machine reads them late."""
+    api = box.client.api
+    exec_id = api.exec_create(box.id, ["printf", "quick answer"], stdout=True, stderr=True)["Id"]
+    sock = api.exec_start(exec_id, socket=True)
+    sock._response.raw._fp.fp.peek(1)  # the reader's one read takes the headers' tail: the frames
+    return sock, sock._sock
+
+
+def _drained(raw: object, early: bytes = b"") -> str:
+    out, err, both = CappedBuffer(1 << 20), CappedBuffer(1 << 20), CappedBuffer(1 << 20)
+    assert _drain(raw, time.monotonic() + 10, out, err, both, early=early)
+    return out.text()
+
+
+def test_output_buffered_with_the_stream_headers_is_kept(box: Container) -> None:
+    # Reading the socket alone loses what the client buffered: the race that once gave
+    # an empty diff of a changed repository.
+    sock, raw = _start_quick_exec(box)
+    assert _drained(raw) == ""
+    raw.close()
+    sock, raw = _start_quick_exec(box)
+    assert _drained(raw, _read_ahead(sock, raw)) == "quick answer"
+    raw.close()
+
+
+def test_the_exit_code_is_read_once_the_engine_has_recorded_it(box: Container) -> None:
+    api = box.client.api
+    exec_id = api.exec_create(box.id, ["sh", "-c", "sleep 0.5; exit 3"])["Id"]
+    api.exec_start(exec_id, detach=True)
+    assert api.exec_inspect(exec_id)["Running"]  # what an inspection right after the stream sees
+    assert _finished_exec(api, exec_id)["ExitCode"] == 3
 
 
 def test_no_network_by_default(box: Container) -> None:
@@ -91,7 +140,9 @@ def test_diff_against_base_includes_new_deleted_and_binary_files(box: Container)
         "git add -A && git -c user.name=t -c user.email=t@t commit -qm base"
     )
     base = box.sh("git rev-parse HEAD", workdir="/repo").stdout.strip()
-    box.sh("printf 'a\\nB\\n' > keep.txt && rm gone.txt && printf 'new\\n' > added.txt && printf '\\x00\\x01\\x02' > blob.bin", workdir="/repo")
+    box.sh(
+        "printf 'a\\nB\\n' > keep.txt && rm gone.txt && printf 'new\\n' > added.txt && printf '\\x00\\x01\\x02' > blob.bin", workdir="/repo"
+    )
     patch = box.diff(base, repo="/repo")
     assert "diff --git a/keep.txt b/keep.txt" in patch and "+B" in patch
     assert "deleted file mode" in patch and "gone.txt" in patch
