@@ -1,12 +1,16 @@
 """Import throughput on a generated Codex-format corpus, against plain ``json.loads``.
 
-    python bench/bench_import.py [--mb 200] [--steps 40] [--keep DIR]
+    python bench/bench_import.py [--mb 200] [--steps 40] [--chunks 20] [--keep DIR]
 
 The corpus is a tree of rollout files in the current Codex envelope (reasoning,
 shell calls and outputs, apply_patch, token counts; see tests/codex_rollouts.py).
 The baseline reads every line of every file and runs ``json.loads`` on it: the least
 any importer must do. The import is the full ``relearn import codex`` path: parse,
-pair calls, build and validate records, serialise and append them to a pool.
+pair calls, build records, serialise and append them to a new pool.
+
+The two are timed in turns, a chunk of the corpus's files at a time (the baseline on the
+chunk, then its import), so that load from other processes falls on both alike; both wall
+and CPU time are summed over the chunks, and the CPU ratio is the one load disturbs least.
 
 Other formats, each against the least its reader must do (``json.loads`` of every line, or
 pyarrow reading every Parquet row into Python): ``chat`` rows (the SWE-Gym preset) in JSON Lines
@@ -28,8 +32,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
 
@@ -37,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from harness.import_run import discover, import_files  # noqa: E402
 from harness.importers.chat import ChatImporter, options_for  # noqa: E402
+from records.pools import iter_lines  # noqa: E402
 from tests.codex_rollouts import session  # noqa: E402
 
 
@@ -62,6 +68,46 @@ def baseline(files: list[Path]) -> float:
             for line in handle:
                 json.loads(line)
     return time.perf_counter() - start
+
+
+T = TypeVar("T")
+
+
+@dataclass
+class Timing:
+    wall: float = 0.0
+    cpu: float = 0.0
+
+    def add(self, work: Callable[[], T]) -> T:
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = work()
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.process_time() - cpu
+        return result
+
+
+def timed_in_turns(files: list[Path], pools: Path, chunks: int) -> tuple[Timing, Timing, list[Path], int]:
+    """The baseline and the import, a chunk of ``files`` at a time: the chunk's import appends to
+    a new pool of its own (as ``relearn import`` does to a pool it starts). Returns both timings,
+    the pools in the corpus's order and the messages imported."""
+    pools.mkdir(parents=True, exist_ok=True)
+    base, run = Timing(), Timing()
+    written: list[Path] = []
+    messages = 0
+    size = max(1, -(-len(files) // chunks))
+    for index in range(0, len(files), size):
+        chunk = files[index : index + size]
+        pool = pools / f"pool-{index:06d}.jsonl"
+        base.add(lambda chunk=chunk: baseline(chunk))
+        messages += run.add(lambda chunk=chunk, pool=pool: _imported(chunk, pool))
+        written.append(pool)
+    return base, run, written, messages
+
+
+def _imported(files: list[Path], pool: Path) -> int:
+    summary = import_files("codex", files, pool)
+    assert summary.imported == len(files) and not summary.rejected, summary.rejected[:3]
+    return summary.messages
 
 
 def peak_rss(files: list[Path], pool: Path, fmt: str = "codex", preset: str = "") -> int:
@@ -154,6 +200,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=200.0, help="corpus size in MB (default 200)")
     parser.add_argument("--steps", type=int, default=40, help="tool-call rounds per rollout (default 40)")
     parser.add_argument("--keep", type=Path, help="build the corpus here and keep it")
+    parser.add_argument("--chunks", type=int, default=20, help="chunks of the corpus timed in turns (default 20)")
     parser.add_argument("--format-mb", type=float, default=50.0, help="size of each other format's input in MB (0: skip them)")
     args = parser.parse_args()
 
@@ -164,18 +211,19 @@ def main() -> None:
         print(f"corpus: {n_files} rollouts, {n_bytes / 1e6:.1f} MB, built in {time.perf_counter() - started:.1f} s")
         files = discover("codex", [root / "corpus"])
 
-        base_s = baseline(files)
-        start = time.perf_counter()
-        summary = import_files("codex", files, root / "pool.jsonl", overwrite=True)
-        import_s = time.perf_counter() - start
-        assert summary.imported == n_files and not summary.rejected, summary.rejected[:3]
+        shutil.rmtree(root / "pools", ignore_errors=True)
+        base, run, pools, messages = timed_in_turns(files, root / "pools", args.chunks)
+        with open(root / "pool.jsonl", "wb") as pool:  # the chunks' pools as one, for what follows
+            for part in pools:
+                pool.write(part.read_bytes())
+        assert sum(1 for _ in iter_lines(root / "pool.jsonl")) == n_files
 
         mb = n_bytes / 1e6
-        print(f"{'':28s}{'seconds':>10s}{'MB/s':>10s}{'traj/s':>10s}")
-        print(f"{'json.loads of every line':28s}{base_s:10.2f}{mb / base_s:10.1f}{n_files / base_s:10.1f}")
-        print(f"{'relearn import codex':28s}{import_s:10.2f}{mb / import_s:10.1f}{n_files / import_s:10.1f}")
-        print(f"ratio (import time / json.loads time): {import_s / base_s:.2f}x")
-        print(f"pool written: {(root / 'pool.jsonl').stat().st_size / 1e6:.1f} MB, {summary.messages} messages")
+        print(f"timed in {len(pools)} turns\n{'':28s}{'seconds':>10s}{'CPU s':>10s}{'MB/s':>10s}{'traj/s':>10s}")
+        print(f"{'json.loads of every line':28s}{base.wall:10.2f}{base.cpu:10.2f}{mb / base.wall:10.1f}{n_files / base.wall:10.1f}")
+        print(f"{'relearn import codex':28s}{run.wall:10.2f}{run.cpu:10.2f}{mb / run.wall:10.1f}{n_files / run.wall:10.1f}")
+        print(f"ratio (import time / json.loads time): {run.wall / base.wall:.2f}x wall, {run.cpu / base.cpu:.2f}x CPU")
+        print(f"pool written: {(root / 'pool.jsonl').stat().st_size / 1e6:.1f} MB, {messages} messages")
         print("\npeak memory of a process importing (fresh pool each time)")
         for share in (4, 1):
             part = files[: len(files) // share]

@@ -66,14 +66,16 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
 _DECODER = msgspec.json.Decoder()
 
 
-def loads(text: str | bytes) -> Any:
+def loads(text: str | bytes, decoder: msgspec.json.Decoder = _DECODER) -> Any:
     """``json.loads``, four times faster. msgspec parses (integers of any size stay exact);
     what it refuses goes to ``json``, so NaN and Infinity, lone surrogates and every error
-    message stay exactly what ``json`` gives."""
+    message stay exactly what ``json`` gives. ``decoder``: one with a ``float_hook``, which
+    then sees every float (json's ``parse_float`` in the fallback)."""
     try:
-        return _DECODER.decode(text)
+        return decoder.decode(text)
     except (msgspec.DecodeError, UnicodeEncodeError):
-        return json.loads(text)
+        hook = decoder.float_hook
+        return json.loads(text) if hook is None else json.loads(text, parse_float=hook)
 
 
 def parse_json_line(path: str | Path, number: int, text: str) -> Any:

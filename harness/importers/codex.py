@@ -26,9 +26,12 @@ and import writes it without validating it again (pydantic was import's largest 
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+import zstandard
 
 from harness.importers.base import (
     Diagnostics,
@@ -44,14 +47,18 @@ from harness.importers.codex_fields import (
     MIRROR_EVENTS,
     OUTPUT_KEYS,
     REASONING_KEYS,
+    NotPlain,
+    RolloutJson,
     extra_fields,
-    loads,
+    obj_at,
+    part_texts,
+    str_at,
     tool_call_of,
     tool_output_parts,
     usage_counts,
 )
-from records.pools import RecordError, iter_lines
-from records.trajectory import SCHEMA_VERSION, ExitStatus, record_content_id
+from records.pools import RecordError, is_zstd, iter_lines
+from records.trajectory import SCHEMA_VERSION, ExitStatus, mark_wide_floats, record_content_id
 
 Message = dict[str, Any]  # one chat message, in the shape of records.trajectory.Message
 
@@ -69,7 +76,36 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    return read_guarded(path, lambda diagnostics: [_RolloutReader(path, diagnostics, salvage).run()])
+    return read_guarded(path, lambda diagnostics: [_read(path, diagnostics, salvage)])
+
+
+def _read(path: Path, diagnostics: Diagnostics, salvage: bool) -> dict[str, Any]:
+    """Lines are read as bytes, which msgspec decodes without a text copy. A file with a line
+    that takes more (invalid JSON, NaN, escaped lone surrogates, text that is not UTF-8, a
+    broken zstd stream) is read again as text from the start, where every such line is
+    decoded or located as ``records.pools`` does it; so is a file rejected for anything
+    else, because the text reader may meet bytes that are not UTF-8 first (it decodes
+    ahead of the line it yields)."""
+    try:
+        return _RolloutReader(path, diagnostics, salvage).run(plain=True)
+    except Exception:  # the text reader, the reference, decides
+        diagnostics.warnings.clear()
+        diagnostics.unknown.clear()
+        return _RolloutReader(path, diagnostics, salvage).run(plain=False)
+
+
+def _byte_lines(path: Path) -> Iterator[tuple[int, bytes]]:
+    """``records.pools.iter_lines`` as bytes, undecoded."""
+    try:
+        with open(path, "rb") as raw:
+            handle: IO[bytes] = raw
+            if is_zstd(path):
+                handle = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))  # type: ignore[arg-type]
+            for number, line in enumerate(handle, start=1):
+                if not line.isspace():
+                    yield number, line
+    except zstandard.ZstdError:
+        raise NotPlain from None
 
 
 class _RolloutReader:
@@ -77,6 +113,7 @@ class _RolloutReader:
         self.path = path
         self.name = str(path)
         self.diag = diagnostics
+        self.json = RolloutJson(self.name)
         self.salvage = salvage
         self.messages: list[Message] = []
         self.records: list[dict[str, Any]] = []
@@ -105,13 +142,15 @@ class _RolloutReader:
 
     # ---- driving -------------------------------------------------------------
 
-    def run(self) -> dict[str, Any]:
+    def run(self, *, plain: bool) -> dict[str, Any]:
+        """The record of the file's lines: read as bytes where ``plain`` (raising NotPlain at a
+        line that needs more), else as text."""
         seen_any = False
-        for number, text in iter_lines(self.path):
+        lines, decode = (_byte_lines(self.path), self.json.plain_loads) if plain else (iter_lines(self.path), self.json.loads)
+        for number, text in lines:
             seen_any = True
             try:
-                data = loads(self.name, number, text)
-                self.line(number, data)
+                self.line(number, decode(number, text))
             except RecordError as exc:
                 if not self.salvage:
                     raise
@@ -126,20 +165,31 @@ class _RolloutReader:
         return self.build()
 
     def line(self, number: int, data: Any) -> None:
-        if not isinstance(data, dict):
+        if type(data) is not dict:
             raise fail(self.name, number, None, f"expected a JSON object, got {type(data).__name__}")
         timestamp = data.get("timestamp")
         if timestamp is not None and type(timestamp) is not str:
             raise fail(self.name, number, "timestamp", f"expected string, got {type(timestamp).__name__}")
         if "payload" in data and "type" in data:
             kind = data["type"]
-            if not isinstance(kind, str):
+            if type(kind) is not str:
                 raise fail(self.name, number, "type", "expected string")
-            self.stamp(timestamp)
+            if timestamp is not None:
+                self.first_ts = self.first_ts or timestamp
+                self.last_ts = timestamp
+            payload = data["payload"]
+            if len(data) <= 3:
+                # The kinds of nearly every line first, without the general dispatch.
+                if kind == "response_item" and type(payload) is dict:
+                    self.response_item(number, payload, "payload", timestamp)
+                elif kind == "event_msg" and type(payload) is dict:
+                    self.event(number, payload, data)
+                else:
+                    self.envelope(number, kind, payload, data, timestamp)
+                return
             kept, at = len(self.records), len(self.messages)
-            self.envelope(number, kind, data["payload"], data)
-            if len(data) > 3:
-                self.line_fields(number, data, at, whole_line_kept=len(self.records) > kept)
+            self.envelope(number, kind, payload, data, timestamp)
+            self.line_fields(number, data, at, whole_line_kept=len(self.records) > kept)
         elif "record_type" in data:
             self.layout = "legacy"
             if set(data) != {"record_type"} or data["record_type"] != "state":
@@ -147,41 +197,40 @@ class _RolloutReader:
         elif "type" in data:
             self.layout = "legacy"
             self.stamp(timestamp)
-            self.response_item(number, Fields(data, self.name, number, ""), timestamp)
+            self.response_item(number, data, "", timestamp)
         elif number == 1 or (not self.meta and "id" in data and "instructions" in data):
             self.layout = "legacy"
             self.session_meta(number, Fields(data, self.name, number, ""))
         else:
             raise fail(self.name, number, "type", "missing: a rollout line needs `type` (with `payload`) or `record_type`")
 
-    def envelope(self, number: int, kind: str, payload: Any, line: dict[str, Any]) -> None:
+    def envelope(self, number: int, kind: str, payload: Any, line: dict[str, Any], timestamp: str | None) -> None:
+        if kind == "response_item" or kind == "event_msg":
+            if type(payload) is not dict:
+                Fields(payload, self.name, number, "payload")  # raises: the payload must be an object
+            if kind == "response_item":
+                self.response_item(number, payload, "payload", timestamp)
+            else:
+                self.event(number, payload, line)
+            return
         if kind not in KNOWN_LINE_TYPES:
             self.diag.unknown_kind(number, f"line type {kind!r}")
             self.keep(number, line)
             return
         fields = Fields(payload, self.name, number, "payload")
-        timestamp = line.get("timestamp")
         if kind == "session_meta":
             self.session_meta(number, fields)
-            self.keep(number, line)
-        elif kind == "response_item":
-            self.response_item(number, fields, timestamp)
-        elif kind == "event_msg":
-            self.event(number, fields, line)
         elif kind == "compacted":
             self.compacted(number, fields, timestamp)
-            self.keep(number, line)
         elif kind == "token_usage_record":
-            self.usage_record(fields)
-            self.keep(number, line)
-        else:
-            if kind == "turn_context":
-                model = fields.str("model")
-                name = self.policy["name"]
-                if model and name and model != name:
-                    self.diag.warn(number, f"model changed from {name!r} to {model!r} within the session")
-                self.policy["name"] = name or model
-            self.keep(number, line)
+            self.usage_record(number, fields)
+        elif kind == "turn_context":
+            model = fields.str("model")
+            name = self.policy["name"]
+            if model and name and model != name:
+                self.diag.warn(number, f"model changed from {name!r} to {model!r} within the session")
+            self.policy["name"] = name or model
+        self.keep(number, line)
 
     def line_fields(self, number: int, line: dict[str, Any], at: int, *, whole_line_kept: bool) -> None:
         """Fields beside ``timestamp``/``type``/``payload`` (Codex 0.171's ``ordinal`` and
@@ -202,6 +251,8 @@ class _RolloutReader:
             self.last_ts = timestamp
 
     # ---- record kinds ----------------------------------------------------------
+    # A response item or event comes as its JSON object and where it lies in its line
+    # (``prefix``), read field by field with the checks of ``codex_fields``.
 
     def session_meta(self, number: int, fields: Fields) -> None:
         self.meta = dict(fields.data)
@@ -220,21 +271,22 @@ class _RolloutReader:
         if self.layout == "legacy":
             self.keep(number, fields.data)
 
-    def response_item(self, number: int, item: Fields, timestamp: str | None) -> None:
-        kind = item.str("type", required=True)
-        if kind == "message":
-            self.message(number, item, timestamp)
-        elif kind == "reasoning":
-            self.reasoning(number, item, timestamp)
+    def response_item(self, number: int, item: dict[str, Any], prefix: str, timestamp: str | None) -> None:
+        kind = item.get("type")
+        if type(kind) is not str:
+            kind = str_at(item, "type", self.name, number, prefix, required=True)
+        if kind == "reasoning":
+            self.reasoning(number, item, prefix, timestamp)
         elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
-            self.tool_call(number, kind, item, timestamp)
+            self.tool_call(number, kind, item, prefix, timestamp)
         elif kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-            self.tool_output(number, item, timestamp)
-        elif kind in KNOWN_UNMAPPED_ITEMS:
-            self.keep(number, {"timestamp": timestamp, "type": "response_item", "payload": item.data})
+            self.tool_output(number, kind, item, prefix, timestamp)
+        elif kind == "message":
+            self.message(number, Fields(item, self.name, number, prefix), timestamp)
         else:
-            self.diag.unknown_kind(number, f"response item {kind!r}")
-            self.keep(number, {"timestamp": timestamp, "type": "response_item", "payload": item.data})
+            if kind not in KNOWN_UNMAPPED_ITEMS:
+                self.diag.unknown_kind(number, f"response item {kind!r}")
+            self.keep(number, {"timestamp": timestamp, "type": "response_item", "payload": item})
 
     def message(self, number: int, item: Fields, timestamp: str | None) -> None:
         role = item.str("role", required=True)
@@ -260,83 +312,102 @@ class _RolloutReader:
         self.end_call()
         self.messages.append({"role": role, "content": "\n".join(texts), "timestamp": timestamp, "extra": extra or None})
 
-    def reasoning(self, number: int, item: Fields, timestamp: str | None) -> None:
-        summary = [p.str("text", default="") or "" for p in item.items("summary")]
-        content = [p.str("text", default="") or "" for p in item.items("content")]
+    def reasoning(self, number: int, item: dict[str, Any], prefix: str, timestamp: str | None) -> None:
+        summary = part_texts(item, "summary", self.name, number, prefix)
+        content = part_texts(item, "content", self.name, number, prefix)
         target = self.assistant_for("reasoning_content", timestamp)
         # Raw reasoning text when Codex kept it; otherwise the summary the API returned.
         text = "\n\n".join(content) if content else "\n\n".join(summary)
-        kind = "content" if content else ("summary" if summary else "encrypted")
-        extra = dict(target.get("extra") or {})
-        extra.setdefault("reasoning_items", []).append({**extra_fields(item.data, REASONING_KEYS), "reasoning_kind": kind})
-        target["extra"] = extra
+        kept = {key: value for key, value in item.items() if key not in REASONING_KEYS}
+        kept["reasoning_kind"] = "content" if content else ("summary" if summary else "encrypted")
+        extra = target.get("extra")
+        if not extra:
+            target["extra"] = {"reasoning_items": [kept]}
+        elif "reasoning_items" in extra:
+            extra["reasoning_items"].append(kept)
+        else:
+            extra["reasoning_items"] = [kept]
         before = target.get("reasoning_content")
         target["reasoning_content"] = text if before is None else before + "\n\n" + text
 
-    def tool_call(self, number: int, kind: str, item: Fields, timestamp: str | None) -> None:
-        call = tool_call_of(self.name, number, kind, item, self.diag)
-        call_id, name = call["id"], call["function"]["name"]
+    def tool_call(self, number: int, kind: str, item: dict[str, Any], prefix: str, timestamp: str | None) -> None:
+        call = tool_call_of(self.json, number, kind, item, prefix, self.diag)
+        call_id = call["id"]
         target = self.assistant_for("tool_calls", timestamp)
-        target["tool_calls"] = [*(target.get("tool_calls") or []), call]
+        calls = target.get("tool_calls")
+        if calls is None:
+            target["tool_calls"] = [call]
+        else:
+            calls.append(call)
         if call_id in self.open_calls or call_id in self.answered:
-            raise fail(self.name, number, f"{item.prefix}.call_id".lstrip("."), f"call_id {call_id!r} used twice")
-        self.open_calls[call_id] = (number, name)
+            raise fail(self.name, number, f"{prefix}.call_id".lstrip("."), f"call_id {call_id!r} used twice")
+        self.open_calls[call_id] = (number, call["function"]["name"])
 
-    def tool_output(self, number: int, item: Fields, timestamp: str | None) -> None:
+    def tool_output(self, number: int, kind: str, item: dict[str, Any], prefix: str, timestamp: str | None) -> None:
         self.end_call()
-        call_id = item.str("call_id", required=True) or ""
-        field = f"{item.prefix}.call_id".lstrip(".")
-        if call_id not in self.open_calls:
+        call_id = item.get("call_id")
+        if type(call_id) is not str:
+            call_id = str_at(item, "call_id", self.name, number, prefix, required=True) or ""
+        opened = self.open_calls.pop(call_id, None)
+        if opened is None:
             reason = "answered twice" if call_id in self.answered else "no earlier call has this call_id"
-            raise fail(self.name, number, field, f"output for call_id {call_id!r}: {reason}")
-        _line, name = self.open_calls.pop(call_id)
+            raise fail(self.name, number, f"{prefix}.call_id".lstrip("."), f"output for call_id {call_id!r}: {reason}")
         self.answered.add(call_id)
-        output = item.data.get("output")
-        content, metadata, extra = tool_output_parts(self.name, number, item.prefix, output)
-        metadata = {**self.exec_metadata.pop(call_id, {}), **metadata}
-        extra.update(extra_fields(item.data, OUTPUT_KEYS))
-        extra["codex_type"] = item.data["type"]
+        content, metadata, extra = tool_output_parts(self.json, number, prefix, item.get("output"))
+        pending = self.exec_metadata.pop(call_id, None)
+        if pending is not None:
+            metadata = {**pending, **metadata} if metadata else pending
+        extra.update(extra_fields(item, OUTPUT_KEYS))
+        extra["codex_type"] = kind
         self.results[call_id] = len(self.messages)
-        self.messages.append(
-            {"role": "tool", "content": content, "tool_call_id": call_id, "name": name, "timestamp": timestamp, "metadata": metadata or None, "extra": extra}
-        )
+        # In field order, None left out, as build() needs it: only exec_result changes it after.
+        message: Message = {"role": "tool", "content": content, "tool_call_id": call_id, "name": opened[1], "generated": False}
+        if timestamp is not None:
+            message["timestamp"] = timestamp
+        if metadata:
+            message["metadata"] = metadata
+        message["extra"] = extra
+        self.messages.append(message)
 
-    def usage_record(self, fields: Fields) -> None:
+    def usage_record(self, number: int, fields: Fields) -> None:
         """One model call's usage (``token_usage_record``): ends the call."""
         self.usage_records = True
         usage = fields.obj("usage")
         response_id = fields.str("response_id")
         if self.group:
             if usage is not None:
-                self.group[-1]["usage"] = usage_counts(usage)
+                self.group[-1]["usage"] = usage_counts(usage.data, self.name, number, usage.prefix)
             if response_id:
                 for message in self.group:
                     message["extra"] = {**(message.get("extra") or {}), "response_id": response_id}
         self.end_call()
 
-    def event(self, number: int, fields: Fields, line: dict[str, Any]) -> None:
-        kind = fields.str("type", required=True)
+    def event(self, number: int, payload: dict[str, Any], line: dict[str, Any]) -> None:
+        kind = payload.get("type")
+        if type(kind) is not str:
+            kind = str_at(payload, "type", self.name, number, "payload", required=True)
         if kind == "token_count":
-            info = fields.obj("info")
+            info = obj_at(payload, "info", self.name, number, "payload")
             if info is not None:
-                last = info.obj("last_token_usage")
-                total = info.obj("total_token_usage")
+                last = obj_at(info, "last_token_usage", self.name, number, "payload.info")
+                total = obj_at(info, "total_token_usage", self.name, number, "payload.info")
                 if last is not None and self.group and not self.usage_records:
-                    self.group[-1]["usage"] = usage_counts(last)
+                    self.group[-1]["usage"] = usage_counts(last, self.name, number, "payload.info.last_token_usage")
                 if total is not None:
-                    self.total_usage = usage_counts(total)
+                    self.total_usage = usage_counts(total, self.name, number, "payload.info.total_token_usage")
             self.end_call()
             self.keep(number, line)
             return
         if kind == "exec_command_end":
-            self.exec_result(fields.str("call_id"), {k: fields.data[k] for k in ("exit_code", "duration", "status") if k in fields.data})
+            call_id = str_at(payload, "call_id", self.name, number, "payload")
+            self.exec_result(call_id, {k: payload[k] for k in ("exit_code", "duration", "status") if k in payload})
         elif kind == "item_completed":
-            item = fields.obj("item")
+            item = Fields(payload, self.name, number, "payload").obj("item")
             if item is not None and item.data.get("type") == "CommandExecution":
                 metadata = {k: item.data[k] for k in ("exit_code", "status") if k in item.data}
                 duration = item.data.get("duration")
                 if isinstance(duration, dict) and isinstance(duration.get("secs"), int):
-                    metadata["duration_seconds"] = duration["secs"] + (duration.get("nanos") or 0) / 1e9
+                    metadata["duration_seconds"] = self.json.float(duration["secs"] + (duration.get("nanos") or 0) / 1e9)
                 self.exec_result(item.str("id"), metadata)
         elif kind in ("task_complete", "turn_complete"):
             self.exit_status = ExitStatus.submitted
@@ -351,9 +422,15 @@ class _RolloutReader:
         """A command's exit code and duration, for its tool message (which may come later)."""
         target = self.tool_message(call_id)
         if target is not None:
+            placed = "metadata" in target
             target["metadata"] = {**(target.get("metadata") or {}), **metadata}
+            if not placed:  # it goes before extra, in field order
+                ordered = _in_field_order(target)
+                target.clear()
+                target.update(ordered)
         elif call_id:
-            self.exec_metadata[call_id] = {**self.exec_metadata.get(call_id, {}), **metadata}
+            pending = self.exec_metadata.get(call_id)
+            self.exec_metadata[call_id] = metadata if pending is None else {**pending, **metadata}
 
     def compacted(self, number: int, fields: Fields, timestamp: str | None) -> None:
         self.end_call()
@@ -365,7 +442,7 @@ class _RolloutReader:
             for index, raw in enumerate(history):
                 item = Fields(raw, self.name, number, f"payload.replacement_history[{index}]")
                 before = len(self.messages)
-                self.response_item(number, item, timestamp)
+                self.response_item(number, item.data, item.prefix, timestamp)
                 self.end_call()
                 for message in self.messages[before:]:
                     message["generated"] = False
@@ -382,8 +459,6 @@ class _RolloutReader:
 
     # ---- assistant message assembly -----------------------------------------
 
-    ORDER = {"reasoning_content": 0, "content": 1, "tool_calls": 2}
-
     def assistant_for(self, part: str, timestamp: str | None) -> Message:
         """The assistant message that ``part`` of the current call belongs in.
 
@@ -392,8 +467,9 @@ class _RolloutReader:
         """
         current = self.current
         if current is not None:
-            filled = [p for p in ("reasoning_content", "content", "tool_calls") if current.get(p) is not None]
-            if not filled or max(self.ORDER[p] for p in filled) < self.ORDER[part] or (part == "tool_calls" and filled[-1] == "tool_calls"):
+            if part == "tool_calls":
+                return current  # calls follow whatever the message holds, other calls too
+            if current.get("tool_calls") is None and current.get("content") is None and (part == "content" or current.get("reasoning_content") is None):
                 return current
         message: Message = {"role": "assistant", "generated": True, "timestamp": timestamp}
         self.messages.append(message)
@@ -442,7 +518,7 @@ class _RolloutReader:
             "schema_version": SCHEMA_VERSION,
             "id": f"codex-{self.session_id}" if self.session_id else "",
             "policy": {key: self.policy[key] for key in POLICY_FIELDS if self.policy.get(key) is not None},
-            "messages": [_in_field_order(message) for message in self.messages],
+            "messages": [message if message["role"] == "tool" else _in_field_order(message) for message in self.messages],
             "exit_status": self.exit_status.value,
             "usage": self.total_usage,
             "context_resets": self.resets or None,
@@ -451,11 +527,15 @@ class _RolloutReader:
             "source": {key: value for key, value in source.items() if value is not None},
         }
         record = {key: value for key, value in record.items() if value is not None}
+        if self.json.wide_floats:
+            mark_wide_floats(record)
         if not record["id"]:
             record["id"] = record_content_id(record)
         return record
 
 
 def _in_field_order(message: Message) -> Message:
+    """``message`` with its fields in ``MESSAGE_FIELDS`` order, None left out (tool messages are
+    built so, and kept so)."""
     message.setdefault("generated", False)  # a default the model writes out
     return {key: message[key] for key in MESSAGE_FIELDS if message.get(key) is not None}

@@ -8,8 +8,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.importers.base import Diagnostics, Fields, fail, parse_arguments
+import msgspec
+
+from harness.importers.base import Diagnostics, Fields, fail
+from records.pools import RecordError
 from records.pools import loads as fast_loads
+from records.trajectory import is_wide
 
 # Event kinds that only mirror a response item (kept once, as the message).
 MIRROR_EVENTS = {"user_message", "agent_message"}
@@ -44,13 +48,55 @@ CALL_KEYS = frozenset({"type", "name", "arguments", "input", "call_id", "action"
 USAGE_KEYS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
 
 
-def loads(path: str, number: int, text: str) -> Any:
-    try:
-        return fast_loads(text)
-    except json.JSONDecodeError as exc:
-        truncated = exc.pos >= len(text.rstrip("\n")) - 1
-        hint = " (the line is truncated)" if truncated else ""
-        raise fail(path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
+class NotPlain(Exception):
+    """A line that ``RolloutJson.plain_loads`` cannot decode: the file is read again as text."""
+
+
+class RolloutJson:
+    """The JSON texts of one rollout (its lines, call arguments, legacy outputs), decoded as
+    ``records.pools.loads`` decodes them, noting whether any float among them ``is_wide``: only
+    then does the record need ``mark_wide_floats`` before ``dump_record`` writes it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.wide_floats = False
+        self._decoder = msgspec.json.Decoder(float_hook=self.float)
+
+    def float(self, value: str | float) -> float:
+        """A float of the record: decoded (from its JSON text) or computed."""
+        number = float(value)
+        if is_wide(number):
+            self.wide_floats = True
+        return number
+
+    def plain_loads(self, number: int, line: bytes) -> Any:
+        """A line that msgspec decodes as it stands; NotPlain for any other."""
+        try:
+            return self._decoder.decode(line)
+        except msgspec.DecodeError:
+            raise NotPlain from None
+
+    def loads(self, number: int, text: str) -> Any:
+        try:
+            return fast_loads(text, self._decoder)
+        except json.JSONDecodeError as exc:
+            truncated = exc.pos >= len(text.rstrip("\n")) - 1
+            hint = " (the line is truncated)" if truncated else ""
+            raise fail(self.path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
+
+    def arguments(self, number: int, text: str) -> tuple[dict[str, Any], str | None]:
+        """``harness.importers.base.parse_arguments`` of a call's arguments: an object, or ``{}``
+        and the text verbatim where it is not a JSON object."""
+        if not text or text.isspace():
+            return {}, None
+        try:
+            value = self._decoder.decode(text)
+        except (msgspec.DecodeError, UnicodeEncodeError):
+            try:
+                value = self.loads(number, text)
+            except RecordError:
+                return {}, text
+        return (value, None) if isinstance(value, dict) else ({}, text)
 
 
 def extra_fields(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
@@ -59,19 +105,56 @@ def extra_fields(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in known}
 
 
-def usage_counts(fields: Fields) -> dict[str, int]:
+# Typed reads of one field of a JSON object at ``prefix`` of line ``number``: the value when it
+# has the type (checked inline, the reader calls these per field), else ``Fields`` decides,
+# which gives the default or raises the located error.
+
+
+def str_at(data: dict[str, Any], key: str, path: str, number: int, prefix: str, *, required: bool = False, default: str | None = None) -> str | None:
+    value = data.get(key)
+    if type(value) is str:
+        return value
+    return Fields(data, path, number, prefix).str(key, required=required, default=default)
+
+
+def obj_at(data: dict[str, Any], key: str, path: str, number: int, prefix: str) -> dict[str, Any] | None:
+    value = data.get(key)
+    if value is None or type(value) is dict:
+        return value
+    return Fields(data, path, number, prefix).get(key, dict)
+
+
+def part_texts(data: dict[str, Any], key: str, path: str, number: int, prefix: str) -> list[str]:
+    """The ``text`` of each part of the array ``key`` ("" for a part without one)."""
+    parts = data.get(key)
+    if parts is None:
+        return []
+    if type(parts) is list:
+        texts = [text for part in parts if type(part) is dict and type(text := part.get("text")) is str]
+        if len(texts) == len(parts):
+            return texts
+    return [part.str("text", default="") or "" for part in Fields(data, path, number, prefix).items(key)]
+
+
+def usage_counts(data: dict[str, Any], path: str, number: int, prefix: str) -> dict[str, int]:
     """A usage object's token counts, as ``records.trajectory.Usage`` fields."""
-    data = fields.data
+    if tuple(data) == USAGE_KEYS:  # the usual object: the five counts, in the fields' order
+        a, b, c, d, e = data.values()
+        if type(a) is int and type(b) is int and type(c) is int and type(d) is int and type(e) is int:
+            return dict(data)
     values = {key: value for key in USAGE_KEYS if type(value := data.get(key)) is int}
     if len(values) < len(USAGE_KEYS):
         for key in USAGE_KEYS:
             if key not in values and data.get(key) is not None:
-                fields.get(key, int)  # present and not an integer: raises, naming the field
+                Fields(data, path, number, prefix).get(key, int)  # present and not an integer: raises, naming the field
     return values
 
 
-def tool_output_parts(path: str, number: int, prefix: str, output: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
+def tool_output_parts(rollout: RolloutJson, number: int, prefix: str, output: Any) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Text, metadata (exit code, duration) and leftovers of a tool output."""
+    path = rollout.path
+    if type(output) is str and not output.startswith("{"):
+        return output, {}, {}  # the usual output: plain text
     field = f"{prefix}.output".lstrip(".")
     if output is None:
         raise fail(path, number, field, "missing")
@@ -86,14 +169,14 @@ def tool_output_parts(path: str, number: int, prefix: str, output: Any) -> tuple
         return "\n".join(texts), {}, extra
     if isinstance(output, dict):
         # Some writers store the legacy {"output", "metadata"} shape unencoded.
-        return tool_output_parts(path, number, prefix, json.dumps(output))
+        return tool_output_parts(rollout, number, prefix, json.dumps(output))
     if not isinstance(output, str):
         raise fail(path, number, field, f"expected string or array, got {type(output).__name__}")
     # Legacy Codex encoded {"output": ..., "metadata": {"exit_code", "duration_seconds"}} as a string.
-    if output.startswith("{") and '"output"' in output:
+    if '"output"' in output:
         try:
-            decoded = fast_loads(output)
-        except json.JSONDecodeError:
+            decoded = rollout.loads(number, output)
+        except RecordError:
             decoded = None
         if isinstance(decoded, dict) and isinstance(decoded.get("output"), str):
             metadata = decoded.get("metadata") if isinstance(decoded.get("metadata"), dict) else {}
@@ -105,26 +188,30 @@ def tool_output_parts(path: str, number: int, prefix: str, output: Any) -> tuple
     return output, {}, {}
 
 
-def tool_call_of(path: str, number: int, kind: str, item: Fields, diag: Diagnostics) -> dict[str, Any]:
-    """A ``function_call``, ``custom_tool_call`` or ``local_shell_call`` item as a tool call
-    (a ``records.trajectory.ToolCall``'s fields, in its order)."""
-    call_id = item.str("call_id") or item.str("id")
+def tool_call_of(rollout: RolloutJson, number: int, kind: str, data: dict[str, Any], prefix: str, diag: Diagnostics) -> dict[str, Any]:
+    """A ``function_call``, ``custom_tool_call`` or ``local_shell_call`` item (``data``, at
+    ``prefix`` of line ``number``) as a tool call (a ``records.trajectory.ToolCall``'s fields,
+    in its order)."""
+    path = rollout.path
+    call_id = data.get("call_id")
+    if type(call_id) is not str or not call_id:
+        call_id = str_at(data, "call_id", path, number, prefix) or str_at(data, "id", path, number, prefix)
     if not call_id:
-        raise fail(path, number, f"{item.prefix}.call_id".lstrip("."), "missing")
+        raise fail(path, number, f"{prefix}.call_id".lstrip("."), "missing")
     raw = None
     call_type = "function"
     if kind == "function_call":
-        name = item.str("name", required=True) or ""
-        arguments, raw = parse_arguments(item.str("arguments", default="") or "")
+        name = str_at(data, "name", path, number, prefix, required=True) or ""
+        arguments, raw = rollout.arguments(number, str_at(data, "arguments", path, number, prefix, default="") or "")
         if raw is not None:
             diag.warn(number, f"call {call_id}: arguments are not a JSON object (kept verbatim in raw_arguments)")
     elif kind == "custom_tool_call":
-        name = item.str("name", required=True) or ""
+        name = str_at(data, "name", path, number, prefix, required=True) or ""
         call_type = "custom"
-        arguments = {"input": item.str("input", default="")}
+        arguments = {"input": str_at(data, "input", path, number, prefix, default="")}
     else:
         # The model's local_shell action is what Codex's shell tool takes.
-        action = item.obj("action", required=True)
+        action = Fields(data, path, number, prefix).obj("action", required=True)
         assert action is not None
         arguments = {}
         for src, dst in (("command", "command"), ("working_directory", "workdir"), ("timeout_ms", "timeout_ms"), ("env", "env"), ("user", "user")):
@@ -136,5 +223,5 @@ def tool_call_of(path: str, number: int, kind: str, item: Fields, diag: Diagnost
     call: dict[str, Any] = {"id": call_id, "type": call_type, "function": {"name": name, "arguments": arguments}}
     if raw is not None:
         call["raw_arguments"] = raw
-    call["extra"] = {**extra_fields(item.data, CALL_KEYS), "codex_type": kind}
+    call["extra"] = {**extra_fields(data, CALL_KEYS), "codex_type": kind}
     return call
