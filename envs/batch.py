@@ -18,7 +18,7 @@ import docker
 
 from envs.docker_backend import DEFAULT_LIMITS, Limits
 from envs.executor import Backend, LocalBackend, NodeLost, run_units
-from envs.images import node_image, task_image
+from envs.images import image_name, node_image, task_image
 from envs.tasks import Task
 from envs.verify import Verdict, patch_hash, verify
 from records.pools import JsonlWriter, RecordError, iter_lines, parse_json_line
@@ -100,9 +100,12 @@ def verify_batch(
     on_done: Callable[[Verdict | None], None] | None = None,
     backend: Backend | None = None,
     infra_retries: int = 1,
+    registry: str | None = None,
 ) -> BatchSummary:
     """Grade every prediction not yet in ``output`` on ``backend`` (default: ``workers``
-    threads here; see envs.executor for a Ray cluster); only this process writes it."""
+    threads here; see envs.executor for a Ray cluster); only this process writes it.
+    ``registry`` (HOST[/NS]): whoever grades pulls the task's image from there when it
+    lacks it, and nothing is built here."""
     summary = BatchSummary()
     finished = done_pairs(output)
     todo = []
@@ -119,12 +122,13 @@ def verify_batch(
     images: dict[str, str] = {}
     for instance_id in dict.fromkeys(p.instance_id for p in todo):
         try:
-            images[instance_id] = task_image(client, tasks[instance_id], base_image)
+            task = tasks[instance_id]
+            images[instance_id] = image_name(task) if registry is not None else task_image(client, task, base_image)
         except (RuntimeError, ValueError) as exc:
             summary.errors.append(f"{instance_id}: {exc}")
 
     runner = backend or LocalBackend(workers)
-    grade = Grading(runner.engine(client), tasks, images, log_dir, timeout_s, limits, base_image)
+    grade = Grading(runner.engine(client), tasks, images, log_dir, timeout_s, limits, base_image, registry)
     try:
         with JsonlWriter(output, fsync=True) as writer:
 
@@ -163,9 +167,10 @@ class Grading:
     timeout_s: float
     limits: Limits
     base_image: str | None
+    registry: str | None = None
 
     def __call__(self, prediction: Prediction) -> Verdict:
         client = self.engine()
         task, image = self.tasks[prediction.instance_id], self.images[prediction.instance_id]
-        node_image(client, task, image, self.base_image)
+        node_image(client, task, image, self.base_image, self.registry)
         return verify(client, task, prediction.patch, image, log_dir=self.log_dir, timeout_s=self.timeout_s, limits=self.limits, model_name_or_path=prediction.model_name_or_path)

@@ -12,6 +12,10 @@ shared file. Two backends run the units:
   started with ``--resources '{"docker": N}'`` runs N such units at once on its engine, a
   node without one gets none); CPU work asks for CPUs, GPU work for GPUs.
 
+Versions: every node must run the driver's relearn. ``RayBackend`` asks each alive node at
+connect time (one tiny task per node) and refuses the cluster naming the node and both
+versions; a node that joins later is checked again by each unit it runs.
+
 Faults: Ray's own retries are off (``max_retries=0``), so the driver alone decides a
 retry and a unit's record is written once. A node lost mid-unit surfaces as ``NodeLost``
 (an infrastructure failure the stage retries elsewhere up to its limit); an exception the
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
+import sys
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -66,6 +72,17 @@ def relearn_version() -> str:
         return version("relearn")
     except PackageNotFoundError:
         return "unknown"
+
+
+def node_name() -> str:
+    """This machine for messages: its host name, and the Ray node id inside a Ray worker
+    (the nodes of a cluster on one machine share the host name)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        node = ray.get_runtime_context().get_node_id()
+        if node:
+            return f"{socket.gethostname()} (node {node[:12]})"
+    return socket.gethostname()
 
 
 class DockerHere:
@@ -147,8 +164,12 @@ def _on_node(fn: Callable[[Any], Any], unit: Any, driver_version: str) -> tuple[
 
     mine = relearn_version()
     if mine != driver_version:
-        raise ClusterError(f"node {ray.get_runtime_context().get_node_id()[:12]} runs relearn {mine}, the driver {driver_version}: install the same version on every node")
+        raise ClusterError(f"{node_name()} runs relearn {mine}, the driver {driver_version}: install the same version on every node")
     return fn(unit), ray.get_runtime_context().get_node_id()
+
+
+def _nothing() -> None:
+    """The connect-time check's task: ``_on_node`` compares the versions before it."""
 
 
 class RayBackend:
@@ -168,12 +189,25 @@ class RayBackend:
             here = {"resources": {DOCKER_RESOURCE: float(os.cpu_count() or 1)}} if address is None else {}
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False, **here)
         resources = {DOCKER_RESOURCE: float(needs.docker)} if needs.docker else {}
-        self._task = ray.remote(_on_node).options(num_cpus=needs.cpus, num_gpus=needs.gpus, resources=resources, max_retries=0)
+        # max_calls=0: a worker process serves unit after unit (Ray's default for a function
+        # declared with GPUs is one, which would load an NLL unit's model again per batch).
+        self._task = ray.remote(max_calls=0)(_on_node).options(num_cpus=needs.cpus, num_gpus=needs.gpus, resources=resources, max_retries=0)
+        self._version = relearn_version()
+        self._shipped: tuple[Callable[[Any], Any], Any] | None = None
+        # Units finished by node so far, for live progress: rebound, never mutated, so a
+        # progress thread reads a whole snapshot.
+        self.per_node: dict[str, int] = {}
         if self.slots() == 0:
             self.close()
             raise ClusterError(f"no node of the cluster offers {self._need_text()}: start the nodes with e.g. ray start --resources '{{\"docker\": 4}}'")
-        self._version = relearn_version()
-        self._shipped: tuple[Callable[[Any], Any], Any] | None = None
+        self._check_versions()
+
+    def _check_versions(self) -> None:
+        """Refuse the cluster now if a node runs another relearn, not at its first unit."""
+        refused = [str(answer) for answer in self.on_every_node(_nothing).values() if isinstance(answer, ClusterError)]
+        if refused:
+            self.close()
+            raise ClusterError("; ".join(sorted(refused)))
 
     def _need_text(self) -> str:
         parts = [f"{DOCKER_RESOURCE}={self.needs.docker}" if self.needs.docker else "", f"CPU={self.needs.cpus}" if self.needs.cpus else "", f"GPU={self.needs.gpus}" if self.needs.gpus else ""]
@@ -197,6 +231,11 @@ class RayBackend:
         return list(done)
 
     def result(self, handle: Any) -> tuple[Any, str]:
+        record, node = self._get(handle)
+        self.per_node = {**self.per_node, node: self.per_node.get(node, 0) + 1}
+        return record, node
+
+    def _get(self, handle: Any) -> tuple[Any, str]:
         exceptions = self._ray.exceptions
         try:
             return self._ray.get(handle)
@@ -237,7 +276,7 @@ class RayBackend:
         answers: dict[str, R | BaseException] = {}
         for node, handle in handles.items():
             try:
-                answers[node] = self.result(handle)[0]
+                answers[node] = self._get(handle)[0]
             except Exception as exc:  # one node's failure is reported, the others still answer
                 answers[node] = exc
         return answers

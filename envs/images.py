@@ -10,13 +10,17 @@ committed after the base, then the work tree reset to the base), which is what t
 ``prepare_images`` is what every verb that runs tasks calls first: it routes tasks to the
 images the user named (``envs.image_choice``), pulls the missing ones when asked
 (``envs.registry``), and builds the base image only when a task is built from it.
+
+On a cluster, ``node_image`` makes a unit's image present on the node that runs it: built
+there by the same code, or, with a registry of the user's (``--registry HOST[/NS]``),
+pulled from it as ``HOST/NS/NAME:TAG`` and tagged ``NAME:TAG``; the driver then builds
+nothing and only needs the images' names (``image_name``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -24,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import docker
+from docker.utils import parse_repository_tag
 
+from envs.executor import node_name
 from envs.image_choice import ImageChoice
 from envs.registry import PullError, PullProgress, pull_image, registry_of
 from envs.tasks import Task
@@ -149,12 +155,16 @@ def build_harbor_image(client: docker.DockerClient, task: Task) -> str:
         if task.image is None:
             raise ValueError(f"{task.instance_id}: no environment/Dockerfile and no docker_image")
         return task.image
-    tag = f"relearn/harbor:{hashlib.sha256(task.instance_id.encode()).hexdigest()[:16]}"
+    tag = harbor_tag(task)
     try:
         client.images.build(path=str(environment), tag=tag, rm=True, forcerm=True)
     except docker.errors.BuildError as exc:
         raise RuntimeError(f"building {task.instance_id} failed: {exc.msg}") from None
     return tag
+
+
+def harbor_tag(task: Task) -> str:
+    return f"relearn/harbor:{hashlib.sha256(task.instance_id.encode()).hexdigest()[:16]}"
 
 
 def needs_base(tasks: list[Task]) -> bool:
@@ -178,6 +188,27 @@ def task_image(client: docker.DockerClient, task: Task, base: str | None = None,
     if task.task_dir is not None:  # a bundled mini task
         return build_mini_image(client, task, base or base_tag(), leaky=leaky)
     return _present(client, task)
+
+
+def image_name(task: Task) -> str:
+    """The name ``task_image`` gives a task's image, without building or looking for it:
+    what the nodes get from a registry (``node_image``) while this machine builds nothing."""
+    if task.image_source is None and task.task_dir is not None:
+        if task.kind != "harbor":
+            return mini_image_tag(task)
+        if (Path(task.task_dir) / "environment" / "Dockerfile").is_file():
+            return harbor_tag(task)
+    if not task.image:
+        raise RuntimeError(f"{task.instance_id}: the task names no image; give one with --image-map FILE or --image-template")
+    return task.image
+
+
+def registry_name(image: str, registry: str) -> str:
+    """Where ``--registry HOST[/NS]`` keeps ``image``: ``HOST/NS/NAME:TAG``, NAME without
+    a registry host of its own (``docker.io/swebench/x:v`` is ``HOST/NS/swebench/x:v``)."""
+    first, _, rest = image.partition("/")
+    own_host = bool(rest) and (registry_of(image) != "docker.io" or first == "docker.io")
+    return f"{registry.strip('/')}/{rest if own_host else image}"
 
 
 def _present(client: docker.DockerClient, task: Task) -> str:
@@ -214,15 +245,18 @@ def prepare_images(
     base: str | None = None,
     log: Callable[[str], None] = print,
     on_pull_progress: Callable[[PullProgress], None] | None = None,
+    registry: str | None = None,
 ) -> Prepared:
     """Route ``tasks`` by ``choice``, pull the images they name that are missing (with
     ``pull``), and build the base image only when a task (or the caller: ``need_base``,
-    e.g. a relay container) needs it and ``base`` does not already name it."""
+    e.g. a relay container) needs it and ``base`` does not already name it. With
+    ``registry``, the task images are neither pulled nor built here: whoever runs a unit
+    pulls its image from there (``node_image``)."""
     routed = choice.route(tasks) if choice is not None else list(tasks)
     problems: list[str] = []
     if choice is not None and choice.mapping and not any(t.instance_id in choice.mapping for t in tasks):
         problems.append(f"the image map {choice.map_path} names none of the {len(tasks)} task(s) (e.g. {tasks[0].instance_id})")
-    if pull:
+    if pull and registry is None:
         wanted: dict[str, list[str]] = {}
         for task in routed:
             brings_own = task.image_source is not None or (task.task_dir is None and task.kind != "harbor")
@@ -236,25 +270,31 @@ def prepare_images(
                 pull_image(client, image, on_progress=on_pull_progress, log=log)
             except PullError as exc:
                 problems.append(f"{', '.join(ids)}: {exc}")
-    if base is None and (need_base or needs_base(routed)):
+    if base is None and (need_base or (registry is None and needs_base(routed))):
         base = build_base(client, log=log)
     return Prepared(routed, base, problems)
 
 
-def node_image(client: docker.DockerClient, task: Task, image: str, base: str | None) -> None:
-    """Make ``image`` present on the engine of the node running a unit (built or loaded
-    by envs.images as on the driver); the error names the node and the image."""
+def node_image(client: docker.DockerClient, task: Task, image: str, base: str | None, registry: str | None = None) -> None:
+    """Make ``image`` present on the engine of the node running a unit: pulled from
+    ``registry`` when one is given, else built or loaded by envs.images as on the driver.
+    The error names the node, the image and (for a pull) the registry's answer."""
     if image_exists(client, image):
+        return
+    if registry is not None:
+        source = registry_name(image, registry)
+        try:
+            pull_image(client, source)
+            repository, tag = parse_repository_tag(image)
+            client.images.get(source).tag(repository, tag or "latest")
+        except (PullError, docker.errors.DockerException) as exc:
+            raise RuntimeError(f"{node_name()} could not get image {image} for {task.instance_id}: {exc}") from None
         return
     try:
         if base is not None and needs_base([task]) and not image_exists(client, base):
             build_base(client, log=lambda _message: None)
         built = task_image(client, task, base)
     except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
-        raise RuntimeError(f"node {_node_name()} could not get image {image} for {task.instance_id}: {exc}") from exc
+        raise RuntimeError(f"{node_name()} could not get image {image} for {task.instance_id}: {exc}") from exc
     if built != image:
-        raise RuntimeError(f"node {_node_name()} built {built} for {task.instance_id}, the driver {image}: the nodes' task files differ")
-
-
-def _node_name() -> str:
-    return socket.gethostname()
+        raise RuntimeError(f"{node_name()} built {built} for {task.instance_id}, the driver {image}: the nodes' task files differ")

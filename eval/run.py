@@ -70,6 +70,8 @@ class RunConfig:
     images: ImageChoice = field(default_factory=ImageChoice)  # --image-map / --image-template
     pull: bool = False
     limits: Limits = DEFAULT_LIMITS
+    # --registry HOST[/NS]: whoever runs an instance pulls its image from there when it lacks it.
+    registry: str | None = None
 
 
 def tools_digest() -> str:
@@ -181,7 +183,7 @@ def run_eval(
         raise ValueError(f"no readable instances in {config.dataset}: {load_errors[0]}")
     tasks = config.selection.apply(all_tasks)
     if prepare is None:
-        prepared = prepare_images(client, tasks, config.images, pull=config.pull, need_base=config.codex is not None, base=base_image, log=lambda _m: None)
+        prepared = prepare_images(client, tasks, config.images, pull=config.pull, need_base=config.codex is not None, base=base_image, log=lambda _m: None, registry=config.registry)
     else:
         prepared = prepare(tasks)
     tasks = prepared.tasks
@@ -217,6 +219,7 @@ def run_eval(
         codex=config.codex,
         limits=config.limits,
         backend=backend,
+        registry=config.registry,
     )
     finalize(out, manifest)
     return summary, len(tasks)

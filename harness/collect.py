@@ -31,7 +31,7 @@ import docker
 from envs import docker_backend
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.executor import Backend, ClusterError, LocalBackend, run_units
-from envs.images import node_image, task_image
+from envs.images import image_name, node_image, task_image
 from envs.tasks import Task
 from envs.verify import Verdict, verify
 from harness.agent import SCAFFOLD_VERSION, AgentConfig, now, run_episode
@@ -166,11 +166,13 @@ class Episode:
     limits: Limits
     base_image: str | None
     codex: CodexCliConfig | None
+    registry: str | None = None
 
     def __call__(self, job: Job) -> Trajectory:
         client = self.engine()
-        if self.policy is None:  # on a node of a cluster: its image too is built there, once
-            node_image(client, job.task, job.image, self.base_image)
+        # The image on the engine that runs the episode: built (or pulled from the registry)
+        # there, once per node; here it is there already unless a registry was named.
+        node_image(client, job.task, job.image, self.base_image, self.registry)
         return run_job(client, job, self.policy or make_policy(self.spec), self.spec, self.config, self.out, limits=self.limits, codex=self.codex)
 
 
@@ -191,6 +193,7 @@ def collect(
     on_done: Callable[[Trajectory | None], None] | None = None,
     codex: CodexCliConfig | None = None,
     backend: Backend | None = None,
+    registry: str | None = None,
 ) -> CollectSummary:
     """Run every (task, attempt) not yet in ``out``. Infrastructure failures (image
     missing, container or engine errors, a cluster node lost) are retried
@@ -201,7 +204,9 @@ def collect(
     ``codex``: run the real Codex CLI as the agent instead of our own loop (``policy``
     is then unused: Codex talks to ``spec``'s Responses endpoint through the gateway).
     ``backend``: where the episodes run (default: ``workers`` threads here; see
-    envs.executor for a Ray cluster). Only this process writes the pool."""
+    envs.executor for a Ray cluster). Only this process writes the pool. ``registry``
+    (HOST[/NS]): whoever runs an episode pulls its image from there when it lacks it
+    (envs.images.node_image); nothing is built here."""
     config = config or AgentConfig()
     agent = CODEX_AGENT if codex is not None else "builtin"
     local = backend is None or isinstance(backend, LocalBackend)
@@ -242,14 +247,14 @@ def collect(
             images: dict[str, str] = {}
             for task in {job.task.instance_id: job.task for job in jobs}.values():
                 try:
-                    images[task.instance_id] = task_image(client, task, base_image)
+                    images[task.instance_id] = image_name(task) if registry is not None else task_image(client, task, base_image)
                 except (RuntimeError, ValueError, docker.errors.DockerException) as exc:
                     for job in (j for j in jobs if j.task.instance_id == task.instance_id):
                         infra_failure(job, f"image: {exc}", 0)
             queue = [job for job in jobs if job.task.instance_id in images]
             for job in queue:
                 job.image = images[job.task.instance_id]
-            episode = Episode(runner.engine(client), policy if local else None, spec, config, out, limits, base_image, codex)
+            episode = Episode(runner.engine(client), policy if local else None, spec, config, out, limits, base_image, codex, registry)
             with JsonlWriter(pool_path, fsync=True) as pool:
 
                 def admit(_job: Job) -> bool:

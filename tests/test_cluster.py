@@ -6,13 +6,18 @@ nothing; a spend cap holds across nodes to within one in-flight episode per slot
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
 import subprocess
+import tarfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -21,8 +26,9 @@ from ray.cluster_utils import Cluster
 
 from envs.batch import Prediction, verify_batch
 from envs.docker_backend import LABEL_OWNER, LABEL_PID, OWNER
-from envs.executor import DOCKER_RESOURCE, ClusterError, LocalBackend, Needs, NodeLost, RayBackend, run_units
-from envs.tasks import load_tasks
+from envs.executor import DOCKER_RESOURCE, ClusterError, DockerHere, LocalBackend, Needs, NodeLost, RayBackend, relearn_version, run_units
+from envs.images import harbor_tag, node_image, registry_name
+from envs.tasks import Task, load_tasks
 from harness.collect import collect
 from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
@@ -31,6 +37,7 @@ from records.trajectory import Trajectory
 from review.judges import Judge
 from review.run import review_pool
 from tests.model_servers import ModelServer, ScriptedTurn
+from tests.registry_server import Registry
 from tests.scripted import solver
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
@@ -217,6 +224,14 @@ def test_run_units_returns_records_and_unit_errors(cluster, where: str) -> None:
     assert results == {3: 9, 4: 16}
     assert errors == [(-1, "negative: -1", 1), (-1, "negative: -1", 2)]  # the unit's own exception, unwrapped
     assert sum(run.per_node.values()) == 2 and not run.not_started
+    if where == "ray":
+        # The live progress column shows the backend's counts by node as units finish.
+        from relearn.cli.cluster import NodesColumn, nodes_text
+
+        column = NodesColumn()
+        column.backend = backend  # type: ignore[assignment]
+        assert column.per_node() == run.per_node and column.render(None).plain == nodes_text(run.per_node)  # type: ignore[arg-type]
+        assert all(f"node {node[:8]}: {count}" in column.render(None).plain for node, count in run.per_node.items())  # type: ignore[arg-type]
 
 
 
@@ -279,6 +294,247 @@ def test_masks_on_ray_write_the_local_shard_bytes(cluster, tok, tmp_path: Path, 
     assert there == here and len(files(Path("here"))) > 3 and files(Path("there")) == files(Path("here"))
 
 
+def by_node(stderr: str, what: str) -> dict[str, int]:
+    """The summary line `WHAT by node: ID N, ID N` a verb prints after a cluster run."""
+    (line,) = [line for line in stderr.splitlines() if line.startswith(f"{what} by node: ")]
+    return {node: int(count) for node, count in (part.split() for part in line.removeprefix(f"{what} by node: ").split(", "))}
+
+
+def test_nll_on_ray_and_on_worker_processes_equals_the_run_here(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+    """`relearn analyze nll` three ways (here; --workers 2 processes; --ray): the same
+    results file and score cache, with reviews (kept/excluded split), a trajectory too
+    long for ctx, an unreadable line and trajectories repeated within and across pools."""
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
+    from tests.test_outputs_unchanged import masks_pool
+
+    pool, reviews = masks_pool(tmp_path)
+    lines = pool.read_text().splitlines()
+    other = tmp_path / "other.jsonl"
+    other.write_text("\n".join([lines[1], '{"messages": [', lines[0], lines[1], lines[3]]) + "\n")
+
+    def nll(where: str, *extra: str) -> tuple[dict, list[str], str]:
+        out = tmp_path / where
+        args = ["analyze", "nll", "-p", f"a={pool}", "-p", f"b={other}", "-r", str(reviews), "--tiny", "qwen3", "--ctx", "2000", "--bootstrap", "200", "--batch", "3", "-o", str(out), "--no-progress"]
+        result = CliRunner().invoke(app, [*args, *extra])
+        assert result.exit_code == 1, result.output  # done; other.jsonl holds a torn line and repeats
+        return json.loads((out / "nll.json").read_text()), sorted((out / "nll-scores.jsonl").read_text().splitlines()), result.stderr
+
+    started = time.monotonic()
+    here, here_cache, _ = nll("here")
+    t_here = time.monotonic() - started
+    a, b = here["pools"]
+    assert a["scored"] == 3 and a["skipped"] == {"longer than ctx": 3} and a["split"]["trajectories"] >= 1
+    assert b["records"] == 4 and b["rejected"] == 2 and b["reused"] == 3  # the torn line, a repeat; three scored in pool a
+    started = time.monotonic()
+    processes, processes_cache, _ = nll("processes", "--workers", "2")
+    t_processes = time.monotonic() - started
+    started = time.monotonic()
+    there, there_cache, stderr = nll("ray", "--ray", cluster[0].address)
+    t_ray = time.monotonic() - started
+    assert processes == here and processes_cache == here_cache
+    assert there == here and there_cache == here_cache
+    # Every batch of three came back once, counted by the node that scored it.
+    assert sum(by_node(stderr, "NLL batches").values()) == len(here_cache) // 3 == 2
+    # GPU units ask the cluster for GPUs (this machine needs none); worker processes are CPU's.
+    for extra, message in ((["--ray", cluster[0].address, "--device", "cuda"], "no node of the cluster offers GPU=1"), (["--workers", "2", "--device", "cuda"], "--workers runs CPU processes")):
+        refused = CliRunner().invoke(app, ["analyze", "nll", "-p", f"a={pool}", "--tiny", "qwen3", "-o", str(tmp_path / "refused"), "--no-progress", *extra])
+        assert refused.exit_code == 2 and message in " ".join((refused.stdout + refused.stderr).split()), refused.stderr
+    print(f"nll: here {t_here:.1f} s, --workers 2 {t_processes:.1f} s, --ray {t_ray:.1f} s ({len(here_cache)} trajectories scored)")
+
+
+def busy_under(raylet: int) -> bool:
+    """Whether a worker process of that raylet is running a unit (Ray titles a worker by the
+    task it runs: ``ray::_on_node``, ``ray::IDLE`` between tasks)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if title.startswith(b"ray::_on_node") and _runs_under(int(entry.name), raylet):
+            return True
+    return False
+
+
+@contextmanager
+def a_node_killed_when_busy(made: Cluster, victim: Any) -> Iterator[list[bool]]:  # noqa: ANN401 - Ray's node handle
+    """Remove ``victim`` (SIGKILL of its processes) as soon as it runs a unit; the list says
+    whether it happened. A victim that never got a unit is removed at the end."""
+    raylet = victim.all_processes["raylet"][0].process.pid
+    killed: list[bool] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if busy_under(raylet):
+                made.remove_node(victim, allow_graceful=False)
+                killed.append(True)
+                return
+            time.sleep(0.02)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield killed
+    finally:
+        done.set()
+        watcher.join()
+        if not killed:
+            made.remove_node(victim)
+
+
+class CountingLosses:
+    """A backend that counts the units it reported lost (the stages retry them silently)."""
+
+    def __init__(self, inner: RayBackend) -> None:
+        self.inner = inner
+        self.lost = 0
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401
+        return getattr(self.inner, name)
+
+    def result(self, handle: Any) -> tuple[Any, str]:  # noqa: ANN401
+        try:
+            return self.inner.result(handle)
+        except NodeLost:
+            self.lost += 1
+            raise
+
+
+def test_a_node_lost_mid_review_or_mid_masks_loses_and_duplicates_nothing(cluster, local_run: Path, tok, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    from relearn.masks.compile import MaskOptions
+    from relearn.masks.shards import build_dataset, load_reviews
+    from tests.test_masks_workers import files
+    from tests.test_outputs_unchanged import masks_pool
+
+    made, _workers = cluster
+
+    def slow(request: dict) -> ScriptedTurn:
+        turn = stateless_judges(request)
+        turn.delay_s = 0.3  # judge calls long enough to be caught mid-review
+        return turn
+
+    pool = local_run / "trajectories.jsonl"
+    rows = {}
+    with ModelServer("chat", slow) as server:
+        spec = PolicySpec(kind="chat", model="judge-model", base_url=server.base_url, backoff_base_s=0.001, price_in_per_mtok=3.0, price_out_per_mtok=15.0)
+        judges = (Judge(spec, "judge1"), Judge(spec, "judge2"))
+        here, _ = review_pool(pool, tmp_path / "here.reviews.jsonl", judges=judges, workers=2)
+        # The units ask for the docker resource here only so that the victim, with half of
+        # the cluster's slots, surely gets some of the first ones.
+        victim = made.add_node(num_cpus=1, resources={DOCKER_RESOURCE: 2})
+        backend = CountingLosses(RayBackend(made.address, Needs(docker=1)))
+        with a_node_killed_when_busy(made, victim) as killed:
+            there, _ = review_pool(pool, tmp_path / "there.reviews.jsonl", judges=judges, workers=2, backend=backend)  # type: ignore[arg-type]
+    assert killed and backend.lost >= 1, "the victim node never ran a review"
+    assert not here.errors and not there.errors
+    for where in ("here", "there"):
+        lines = [json.loads(line) for line in (tmp_path / f"{where}.reviews.jsonl").read_text().splitlines()]
+        rows[where] = {r["trajectory_id"]: {k: v for k, v in r.items() if k != "cost_usd"} for r in lines}
+        assert len(rows[where]) == len(lines) == 2 * len(TASKS)  # each trajectory reviewed once
+    assert rows["there"] == rows["here"]
+
+    # masks: a shard lost with its node is compiled again elsewhere; the files are the bytes of a run here.
+    monkeypatch.chdir(tmp_path)
+    masks, reviews_path = (p.relative_to(tmp_path) for p in masks_pool(tmp_path))
+    reviews = load_reviews(reviews_path, [])
+    options = MaskOptions(mode="ross")
+    local, _ = build_dataset(masks, reviews, tok, "qwen3.6", options, Path("shards-here"), shard_size=1)
+    victim = made.add_node(num_cpus=1, resources={DOCKER_RESOURCE: 2})
+    backend = CountingLosses(RayBackend(made.address, Needs(docker=1)))
+    with a_node_killed_when_busy(made, victim) as killed:
+        remote, _ = build_dataset(masks, reviews, tok, "qwen3.6", options, Path("shards-there"), shard_size=1, backend=backend)  # type: ignore[arg-type]
+    assert killed and backend.lost >= 1, "the victim node never compiled a shard"
+    assert remote == local and files(Path("shards-there")) == files(Path("shards-here"))
+
+
+def tiny_image(client: docker.DockerClient, tag: str) -> str:
+    """A one-file image made by docker import (no base, nothing to download)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        payload = os.urandom(1 << 16)
+        info = tarfile.TarInfo("noise.bin")
+        info.size = len(payload)
+        archive.addfile(info, io.BytesIO(payload))
+    repository, _, version = tag.partition(":")
+    client.api.import_image_from_data(buffer.getvalue(), repository=repository, tag=version)
+    return client.images.get(tag).id
+
+
+def _image_on_node(job: tuple[Task, str, str | None]) -> str:
+    """What a stage's unit does first on its node: make the task's image present there."""
+    task, image, registry = job
+    client = DockerHere()()
+    node_image(client, task, image, None, registry)
+    return client.images.get(image).id
+
+
+def _raise(_unit: object, exc: BaseException, _tries: int) -> bool:
+    raise exc
+
+
+def test_a_node_lacking_an_image_pulls_it_from_the_registry_or_builds_it(cluster, docker_client: docker.DockerClient, tmp_path: Path) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
+
+    # HOST/NS/NAME:TAG, NAME without a registry host of its own.
+    for image, there in (("swebench/x:v1", "swebench/x:v1"), ("docker.io/swebench/x:v1", "swebench/x:v1"), ("ghcr.io/a/b:2", "a/b:2"), ("ubuntu:22.04", "ubuntu:22.04")):
+        assert registry_name(image, "reg.example:5000/team/") == f"reg.example:5000/team/{there}"
+    backend = RayBackend(cluster[0].address, Needs(docker=1))
+    mine = f"relearn-test/cluster-{os.getpid()}"
+    pushed, absent = f"{mine}:pushed", f"{mine}:absent"
+    harbor = tmp_path / "harbor"
+    (harbor / "environment").mkdir(parents=True)
+    (harbor / "environment" / "Dockerfile").write_text("FROM scratch\nCOPY payload /payload\n")
+    (harbor / "environment" / "payload").write_text("built on the node that runs the task\n")
+    built = Task(instance_id=f"cluster-build-{os.getpid()}", kind="harbor", problem_statement="", task_dir=str(harbor))
+    with Registry() as registry:
+        where = f"{registry.host}/team"
+        leftovers = [pushed, f"{where}/{pushed}", harbor_tag(built), f"{mine}:source"]
+        try:
+            source = tiny_image(docker_client, f"{mine}:source")
+            registry.add_image(docker_client, f"{mine}:source", f"team/{mine}", "pushed")
+            docker_client.images.remove(f"{mine}:source", force=True)  # no node has it now
+            got: dict[str, str] = {}
+            jobs = [(Task(instance_id="pushed", problem_statement="", image=pushed, image_source="test"), pushed, where), (built, harbor_tag(built), None)]
+            run_units(backend, jobs, _image_on_node, on_result=lambda job, image_id: got.__setitem__(job[1], image_id), on_error=_raise)
+            # Pulled as HOST/NS/NAME:TAG and tagged NAME:TAG; the other built from its Dockerfile there.
+            assert got[pushed] == source == docker_client.images.get(pushed).id
+            assert docker_client.images.get(harbor_tag(built)).id == got[harbor_tag(built)]
+
+            # An image the registry lacks: the stage records which node, which image, and the answer.
+            task = Task(instance_id="mini__absent", problem_statement="", image=absent, image_source="test")
+            summary = verify_batch(docker_client, {task.instance_id: task}, [Prediction(task.instance_id, "", "m")], tmp_path / "v.jsonl", backend=backend, registry=where)
+            (error,) = summary.errors
+            assert "(node " in error and f"could not get image {absent} for mini__absent: pulling {where}/{absent} from {registry.host} failed: the registry answered:" in error
+            assert "manifest unknown" in error and not summary.verdicts
+
+            # relearn collect --registry: this machine builds and pulls nothing; the episode's
+            # node fails to get the image, and the run records why, apart from model failures.
+            (tmp_path / "map.txt").write_text(f"mini__calc-1 {absent}\n")
+            args = ["--out", str(tmp_path / "run"), "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--id", "mini__calc-1", "--image-map", str(tmp_path / "map.txt")]
+            # In this process (Ray's workers are warm for it); the verb sets a SIGTERM handler.
+            sigterm = signal.getsignal(signal.SIGTERM)
+            try:
+                run = CliRunner(env={"OPENAI_API_KEY": "test"}).invoke(app, ["collect", *args, "--registry", where, "--ray", cluster[0].address])
+            finally:
+                signal.signal(signal.SIGTERM, sigterm)
+            assert run.exit_code == 1, run.stderr
+            (failure,) = [json.loads(line) for line in (tmp_path / "run" / "infra_errors.jsonl").read_text().splitlines()]
+            assert failure["task_id"] == "mini__calc-1" and failure["tries"] == 2
+            assert f"could not get image {absent} for mini__calc-1: pulling {where}/{absent} from {registry.host} failed" in failure["error"] and "(node " in failure["error"]
+        finally:
+            for tag in leftovers:
+                try:
+                    docker_client.images.remove(tag, force=True)
+                except docker.errors.ImageNotFound:
+                    pass
+
+
 def test_sigterm_of_the_driver_cancels_remote_episodes_and_a_rerun_resumes(cluster, docker_client: docker.DockerClient, images: dict[str, str], relearn_bin: str, tmp_path: Path) -> None:  # noqa: ANN001
     made, _workers = cluster
     few = ["mini__calc-1", "mini__pager-1", "mini__textkit-1"]
@@ -313,7 +569,22 @@ def test_sigterm_of_the_driver_cancels_remote_episodes_and_a_rerun_resumes(clust
     assert sorted(i.split(":")[0] for i in pool) == sorted(few)
 
 
-def test_a_worker_of_another_relearn_version_is_refused(cluster) -> None:  # noqa: ANN001
+def test_a_worker_of_another_relearn_version_is_refused(cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+    ours = relearn_version()
+    # At connect: this process sees another install of relearn (its metadata first on the
+    # path, as a second environment would give), the nodes their own: every node is named.
+    other = tmp_path / "site" / "relearn-0.0.0.dist-info"
+    other.mkdir(parents=True)
+    (other / "METADATA").write_text("Metadata-Version: 2.1\nName: relearn\nVersion: 0.0.0\n")
+    with monkeypatch.context() as patched:
+        patched.syspath_prepend(str(other.parent))
+        assert relearn_version() == "0.0.0"
+        with pytest.raises(ClusterError) as refused:
+            RayBackend(cluster[0].address, Needs(cpus=0.5))
+    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    for node in alive:
+        assert f"(node {node[:12]}) runs relearn {ours}, the driver 0.0.0: install the same version on every node" in str(refused.value)
+    # A node that joins later is still checked by each unit it runs.
     backend = RayBackend(cluster[0].address, Needs(cpus=0.5))
     backend._version = "0.0.0-elsewhere"  # noqa: SLF001 - the driver's side of the check, as another install would say
     errors: list[BaseException] = []
@@ -335,8 +606,10 @@ def test_gc_sweeps_every_node_and_the_pipeline_file_names_the_cluster(cluster, r
     from relearn.pipeline.config import load_pipeline
     from relearn.pipeline.stages import Context
 
-    (tmp_path / "p.toml").write_text(f'workdir = "w"\n[pool.import]\nformat = "codex"\npaths = ["x"]\n[cluster]\naddress = "{made.address}"\n')
+    (tmp_path / "p.toml").write_text(f'workdir = "w"\n[pool.import]\nformat = "codex"\npaths = ["x"]\n[cluster]\naddress = "{made.address}"\nregistry = "reg.example:5000/team"\n')
     config = load_pipeline(tmp_path / "p.toml")
     assert config.cluster is not None and config.cluster.address == made.address
-    backend = Context(config, console=None).backend(Needs(docker=1))  # type: ignore[arg-type]
+    context = Context(config, console=None)  # type: ignore[arg-type]
+    backend = context.backend(Needs(docker=1))
     assert isinstance(backend, RayBackend) and backend.slots() == 2
+    assert context.registry == "reg.example:5000/team"  # what the collect stage's nodes pull from

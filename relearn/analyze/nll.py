@@ -16,6 +16,12 @@ split into kept (A \\ E, what ROSS trains on) and excluded (E, by defect categor
 latest review rejects, or that the mask compiler refuses, is scored as without reviews and
 counted as not split, by reason.
 
+Scoring runs here one trajectory after another, or (``relearn analyze nll --workers N`` /
+``--ray``) as work units of a few trajectories on worker processes or Ray nodes
+(envs.executor): each worker process loads the model once (``ModelSpec``, cached there) and
+returns the batch's results; this process alone writes the score cache and tallies the
+results in pool order, so they equal the serial run's.
+
 Results (scores, skips, rejections) are appended to ``nll-scores.jsonl`` as they are
 computed, keyed by trajectory id and a digest of what decides them (model, tokenizer, dtype,
 template options), and a split also by its review's content: a rerun of the same analysis
@@ -24,17 +30,19 @@ costs nothing and loads no model, a killed one resumes, a changed review is spli
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from envs.executor import NODE_RETRIES, Backend, NodeLost, node_name, run_units
 from records.pools import JsonlWriter, RecordError, iter_lines, iter_pool
 from records.review import Review
 from records.trajectory import Trajectory, is_verified_positive
@@ -54,6 +62,13 @@ Reviews = dict[str, Review | RecordError]
 
 SCORES_FILE = "nll-scores.jsonl"
 TOO_LONG = "longer than ctx"
+# Trajectories per work unit on a backend: enough to make a unit's overhead (ms on Ray)
+# small against scoring (tens of ms each at least), few enough to spread a pool over nodes.
+BATCH = 8
+
+
+class ModelLoadError(ValueError):
+    """The model or tokenizer cannot be loaded as asked (the user's to fix)."""
 
 
 class Skipped(Exception):
@@ -144,6 +159,68 @@ class Scorer:
         return nll.double().cpu().numpy()
 
 
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to load the (tokenizer, scorer) pair: called in this process for a serial run, and
+    shipped by value to worker processes and Ray nodes, where each process loads it once."""
+
+    model: str | None  # a model folder, or None with ``tiny``
+    tiny: str | None
+    seed: int
+    tokenizer: str
+    attn: str = "sdpa"
+    bf16: bool = False
+    device: str = "cpu"
+    chunk: int = 1024
+
+    def __call__(self) -> tuple[Any, Scorer]:
+        import torch
+
+        from relearn.masks.tokenizers import load_tokenizer
+        from relearn.train.model import build_model
+
+        try:
+            lm = build_model(init=self.model, tiny=self.tiny, seed=self.seed, attn_implementation=self.attn, dtype=torch.bfloat16 if self.bf16 else torch.float32)
+        except (ValueError, OSError) as exc:
+            raise ModelLoadError(f"{'--model' if self.model else '--tiny'}: {exc}") from None
+        try:
+            tok = load_tokenizer(self.tokenizer)
+        except (ValueError, OSError) as exc:
+            raise ModelLoadError(f"--tokenizer: {exc}") from None
+        scorer = Scorer(lm, device=self.device, chunk=self.chunk)
+        # Ids past the embedding would index garbage (or crash on CUDA): refuse the pairing outright.
+        if len(tok) > scorer.vocab_size:
+            raise ModelLoadError(f"the tokenizer has {len(tok):,} tokens but the model's vocabulary is {scorer.vocab_size:,}: they do not belong together")
+        return tok, scorer
+
+
+@functools.cache
+def _worker_model(spec: ModelSpec) -> tuple[Any, Scorer]:
+    """One load per worker process: it scores batch after batch with the same model."""
+    try:
+        return spec()
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{node_name()}: {exc}") from None
+
+
+# A trajectory due a score in a work unit: with its review (or _NOT_ASKED) and the review's key.
+Due = tuple[Trajectory, "Review | RecordError | None | _NotAsked", "str | None"]
+
+
+@dataclass(frozen=True)
+class ScoreJob:
+    """One NLL work unit's function: a batch of (trajectory, its review) in, their results
+    out, in order (the driver adds the settings digest and review key, and writes them)."""
+
+    spec: ModelSpec
+    settings: Settings
+    ctx: int
+
+    def __call__(self, batch: list[Due]) -> list[dict[str, Any]]:
+        tokenizer, scorer = _worker_model(self.spec)
+        return [_result(trajectory, tokenizer, scorer, self.settings, self.ctx, review) for trajectory, review, _key in batch]
+
+
 @dataclass
 class PoolScores:
     name: str
@@ -210,55 +287,191 @@ def score_pools(
     positive_only: bool = False,
     reviews: Reviews | None = None,
     on_record: Callable[[], None] | None = None,
+    backend: Backend | None = None,
+    batch: int = BATCH,
 ) -> list[PoolScores]:
     """Score every trajectory of every pool, reusing ``out_dir``'s earlier scores; with
     ``reviews``, split each one's eligible tokens into kept and excluded too.
 
     ``load`` returns ``(tokenizer, scorer)`` and is called once, at the first trajectory the
-    cache lacks, so a rerun that has everything loads no model.
+    cache lacks, so a rerun that has everything loads no model. With ``backend`` (worker
+    processes, a Ray cluster), the trajectories the cache lacks are scored there in units of
+    ``batch``; ``load`` must then be a ``ModelSpec`` (it travels by value). ``on_record`` is
+    called once per record, when its result is known.
     """
     digest = settings.digest()
     scores_path = out_dir / SCORES_FILE
     cache = ScoreCache(scores_path, digest)
+    with JsonlWriter(scores_path) as writer:
+
+        def keep(record: dict[str, Any], key: str | None) -> None:
+            record["settings"] = digest
+            if key is not None:
+                record["review"] = key
+            writer.write(record)
+            cache.put(record)
+
+        if backend is None:
+            return _score_here(pools, settings, load, cache, keep, ctx, limit, positive_only, reviews, on_record or _nothing)
+        if not isinstance(load, ModelSpec):
+            raise TypeError("a backend loads the model from a ModelSpec")
+        return _score_on(backend, ScoreJob(load, settings, ctx), pools, cache, keep, ctx, limit, positive_only, reviews, on_record or _nothing, batch)
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class _Seen:
+    """A record read and due a result: scored now, taken from the cache, or (on a backend)
+    to be looked up in the cache once its unit came back."""
+
+    line: int
+    trajectory_id: str
+    key: str | None  # the review's key, with reviews
+    review: Review | RecordError | None
+    resolved: bool
+
+
+def _read(pool: NamedPool, result: PoolScores, limit: int | None, positive_only: bool, reviews: Reviews | None, on_record: Callable[[], None]) -> Iterator[RecordError | tuple[_Seen, Trajectory]]:
+    """A pool's records in file order: the located errors of unreadable or repeated ones,
+    and each trajectory due a result (repeats and, with ``positive_only``, the others are
+    counted here)."""
+    errors: list[RecordError] = []
+    first_line: dict[str, int] = {}
+    for line, trajectory in iter_pool(pool.path, errors, limit):
+        yield from errors
+        errors.clear()
+        result.records += 1
+        if trajectory.id in first_line:
+            on_record()
+            yield RecordError(str(pool.path), line, "id", f"{trajectory.id!r} repeats line {first_line[trajectory.id]}")
+            continue
+        first_line[trajectory.id] = line
+        if positive_only and not is_verified_positive(trajectory):
+            on_record()
+            result.skipped["not verified positive"] += 1
+            continue
+        review = reviews.get(trajectory.id) if reviews is not None else None
+        key = review_key(review) if reviews is not None else None
+        yield _Seen(line, trajectory.id, key, review, is_verified_positive(trajectory)), trajectory
+    yield from errors
+
+
+def _score_here(
+    pools: list[NamedPool],
+    settings: Settings,
+    load: Callable[[], tuple[Any, Scorer]],
+    cache: ScoreCache,
+    keep: Callable[[dict[str, Any], str | None], None],
+    ctx: int,
+    limit: int | None,
+    positive_only: bool,
+    reviews: Reviews | None,
+    on_record: Callable[[], None],
+) -> list[PoolScores]:
+    """One trajectory after another in this process, tallied as it goes (memory: one)."""
     loaded: list[tuple[Any, Scorer]] = []
     results = []
-    with JsonlWriter(scores_path) as writer:
-        for pool in pools:
-            result = PoolScores(pool.name, str(pool.path), split_asked=reviews is not None)
-            first_line: dict[str, int] = {}
-            for line, trajectory in iter_pool(pool.path, result.rejected, limit):
-                result.records += 1
-                if on_record:
-                    on_record()
-                if trajectory.id in first_line:
-                    result.rejected.append(RecordError(str(pool.path), line, "id", f"{trajectory.id!r} repeats line {first_line[trajectory.id]}"))
-                    continue
-                first_line[trajectory.id] = line
-                if positive_only and not is_verified_positive(trajectory):
-                    result.skipped["not verified positive"] += 1
-                    continue
-                review = reviews.get(trajectory.id) if reviews is not None else None
-                key = review_key(review) if reviews is not None else None
-                record = _from_cache(cache.get(trajectory.id, key), ctx)
-                if record is not None:
-                    result.reused += 1
-                else:
-                    if not loaded:
-                        loaded.append(load())
-                    tokenizer, scorer = loaded[0]
-                    try:
-                        record = _score_one(trajectory, tokenizer, scorer, settings, ctx, review if reviews is not None else _NOT_ASKED)
-                    except Rejected as exc:
-                        # Kept too: under the same settings the same trajectory fails the same way.
-                        record = {"trajectory_id": trajectory.id, "task_id": trajectory.task_id, "rejected": str(exc)}
-                    record["settings"] = digest
-                    if key is not None:
-                        record["review"] = key
-                    writer.write(record)
-                    cache.put(record)
-                _tally_record(result, pool, line, record, ctx, review, is_verified_positive(trajectory))
-            results.append(result)
+    for pool in pools:
+        result = PoolScores(pool.name, str(pool.path), split_asked=reviews is not None)
+        for event in _read(pool, result, limit, positive_only, reviews, on_record):
+            if isinstance(event, RecordError):
+                result.rejected.append(event)
+                continue
+            seen, trajectory = event
+            on_record()
+            record = _from_cache(cache.get(seen.trajectory_id, seen.key), ctx)
+            if record is not None:
+                result.reused += 1
+            else:
+                if not loaded:
+                    loaded.append(load())
+                tokenizer, scorer = loaded[0]
+                record = _result(trajectory, tokenizer, scorer, settings, ctx, seen.review if reviews is not None else _NOT_ASKED)
+                keep(record, seen.key)
+            _tally_record(result, pool, seen.line, record, ctx, seen.review, seen.resolved)
+        results.append(result)
     return results
+
+
+def _score_on(
+    backend: Backend,
+    job: ScoreJob,
+    pools: list[NamedPool],
+    cache: ScoreCache,
+    keep: Callable[[dict[str, Any], str | None], None],
+    ctx: int,
+    limit: int | None,
+    positive_only: bool,
+    reviews: Reviews | None,
+    on_record: Callable[[], None],
+    batch: int,
+) -> list[PoolScores]:
+    """The pools read first (the trajectories the cache lacks become units of ``batch``),
+    the units scored on ``backend``, then every record tallied in file order from the cache
+    the results went into: the figures of ``_score_here``, in the same order."""
+    read: list[tuple[PoolScores, NamedPool, list[RecordError | _Seen]]] = []
+    units: list[list[Due]] = []
+    due: set[tuple[str, str | None]] = set()
+    for pool in pools:
+        result = PoolScores(pool.name, str(pool.path), split_asked=reviews is not None)
+        events: list[RecordError | _Seen] = []
+        for event in _read(pool, result, limit, positive_only, reviews, on_record):
+            if isinstance(event, RecordError):
+                events.append(event)
+                continue
+            seen, trajectory = event
+            events.append(seen)
+            wanted = (seen.trajectory_id, seen.key)
+            # Found in the cache, or already due (the same id earlier in the pools): the serial
+            # run would find it in the cache by now.
+            if wanted in due or _from_cache(cache.get(*wanted), ctx) is not None:
+                result.reused += 1
+                on_record()
+                continue
+            due.add(wanted)
+            if not units or len(units[-1]) >= batch:
+                units.append([])
+            units[-1].append((trajectory, seen.review if reviews is not None else _NOT_ASKED, seen.key))
+        read.append((result, pool, events))
+
+    def scored(unit: list[Due], records: list[dict[str, Any]]) -> None:
+        for (_trajectory, _review, key), record in zip(unit, records, strict=True):
+            keep(record, key)
+            on_record()
+
+    def failed(unit: list[Due], exc: BaseException, tries: int) -> bool:
+        if isinstance(exc, NodeLost) and tries <= NODE_RETRIES:
+            return True  # a lost worker: the batch is scored again elsewhere
+        if isinstance(exc, ModelLoadError):
+            raise exc
+        first, last = unit[0][0].id, unit[-1][0].id
+        raise RuntimeError(f"NLL batch {first} .. {last}: {type(exc).__name__}: {exc}") from exc
+
+    if units:
+        run_units(backend, units, job, on_result=scored, on_error=failed)
+    results = []
+    for result, pool, events in read:
+        for event in events:
+            if isinstance(event, RecordError):
+                result.rejected.append(event)
+                continue
+            record = cache.get(event.trajectory_id, event.key)
+            assert record is not None, event.trajectory_id  # scored above or found in the cache
+            _tally_record(result, pool, event.line, record, ctx, event.review, event.resolved)
+        results.append(result)
+    return results
+
+
+def _result(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int, review: Review | RecordError | None | _NotAsked) -> dict[str, Any]:
+    """One trajectory's result record: its score, or why it was skipped or rejected (kept
+    too: under the same settings the same trajectory fails the same way)."""
+    try:
+        return _score_one(trajectory, tokenizer, scorer, settings, ctx, review)
+    except Rejected as exc:
+        return {"trajectory_id": trajectory.id, "task_id": trajectory.task_id, "rejected": str(exc)}
 
 
 def _tally_record(

@@ -9,6 +9,7 @@ write a JSON, a Markdown table and a PNG into ``--out``.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,7 @@ from rich.table import Table
 
 from records.pools import count_records, write_text_atomic
 from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
+from relearn.cli.cluster import NodesColumn, RayArg, ray_backend, show_nodes
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
 analyze_app = typer.Typer(
@@ -45,8 +47,9 @@ def _pools(specs: list[str] | None) -> list[NamedPool]:
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def _progress(label: str, show: bool = True) -> Progress:
-    return Progress(TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True, disable=not show)
+def _progress(label: str, show: bool = True, nodes: NodesColumn | None = None) -> Progress:
+    columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), *([nodes] if nodes else [])]
+    return Progress(*columns, console=err, transient=True, disable=not show)
 
 
 def _check_device(device: str) -> None:
@@ -58,33 +61,6 @@ def _check_device(device: str) -> None:
 
     if not torch.cuda.is_available():
         raise UsageError(f"--device {device}: no CUDA device is available here")
-
-
-def _loader(model: str | None, tiny: str | None, seed: int, tokenizer: str, attn: str, bf16: bool, device: str, chunk: int) -> Any:
-    """The (tokenizer, scorer) loader ``score_pools`` calls at its first uncached trajectory."""
-
-    def load() -> tuple[Any, Any]:
-        import torch
-
-        from relearn.analyze.nll import Scorer
-        from relearn.masks.tokenizers import load_tokenizer
-        from relearn.train.model import build_model
-
-        try:
-            lm = build_model(init=model, tiny=tiny, seed=seed, attn_implementation=attn, dtype=torch.bfloat16 if bf16 else torch.float32)
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"{'--model' if model else '--tiny'}: {exc}") from None
-        try:
-            tok = load_tokenizer(tokenizer)
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"--tokenizer: {exc}") from None
-        scorer = Scorer(lm, device=device, chunk=chunk)
-        # Ids past the embedding would index garbage (or crash on CUDA): refuse the pairing outright.
-        if len(tok) > scorer.vocab_size:
-            raise UsageError(f"the tokenizer has {len(tok):,} tokens but the model's vocabulary is {scorer.vocab_size:,}: they do not belong together")
-        return tok, scorer
-
-    return load
 
 
 @analyze_app.command("nll")
@@ -110,6 +86,11 @@ def nll_command(
     preserve_thinking: Annotated[bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking), as `relearn masks` does.")] = True,
     bootstrap: Annotated[int, typer.Option(min=100, help="Bootstrap resamples for the 95% intervals.")] = 10_000,
     progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
+    workers: Annotated[
+        int, typer.Option(min=1, help="Worker processes scoring on CPU at once (each loads the model once; batches of trajectories are their work units). 1: score here.")
+    ] = 1,
+    ray: RayArg = None,
+    batch: Annotated[int, typer.Option(min=1, help="With --workers or --ray: trajectories per work unit (larger: less overhead per unit; smaller: spread over more workers).")] = 8,
 ) -> None:
     """Compatibility: token-level NLL of each pool's eligible tokens under one model.
 
@@ -128,8 +109,14 @@ def nll_command(
     compiler refuses, is scored but not split, and counted by reason; one whose latest
     review line is unreadable is listed too (never split by an earlier review). A changed
     review is split again; everything else comes from the cache.
+
+    With --workers N (CPU) or --ray ADDRESS, batches of trajectories are scored by worker
+    processes or on a Ray cluster's nodes (--device cuda: each unit asks Ray for a GPU, and
+    this machine needs none); each worker process loads the model once. Only this process
+    writes the score cache and the results, which equal a run here.
     """
-    from relearn.analyze.nll import Settings, folder_fingerprint, score_pools
+    from envs.executor import LocalBackend, Needs
+    from relearn.analyze.nll import ModelLoadError, ModelSpec, Settings, folder_fingerprint, score_pools
     from relearn.analyze.nll_report import analyze, markdown
     from relearn.analyze.plots import nll_chart
 
@@ -151,7 +138,10 @@ def nll_command(
         raise typer.Exit(EXIT_USAGE)
     tokenizer_name = tokenizer or model or "qwen3.6"
     try:
-        _check_device(device)
+        if workers > 1 and device != "cpu":
+            raise UsageError("--workers runs CPU processes: score on GPUs with --ray")
+        if ray is None or not device.startswith("cuda"):  # on a cluster, the nodes' GPUs count, not this machine's
+            _check_device(device)
         if defect_scope not in ("action", "minimal"):
             raise UsageError(f"--defect-scope must be action or minimal, not {defect_scope!r}")
     except UsageError as exc:
@@ -165,18 +155,30 @@ def nll_command(
         fingerprint=folder_fingerprint(*([model] if model else []), tokenizer_name),
         defect_scope=defect_scope,
     )
-    load = _loader(model, tiny, seed, tokenizer_name, attn, bf16, device, chunk)
+    # A Ray unit sees the GPU Ray gave it as cuda (cuda:0), whatever index was named here.
+    load = ModelSpec(model, tiny, seed, tokenizer_name, attn, bf16, "cuda" if ray is not None and device.startswith("cuda") else device, chunk)
     total = sum(count_records(p.path, limit) for p in named)
-    bar_view = _progress("scoring NLL", progress)
+    nodes = NodesColumn()
+    bar_view = _progress("scoring NLL", progress, nodes)
+    backend = ray_backend(ray, Needs(gpus=1) if device.startswith("cuda") else Needs(cpus=1), nodes)
+    if backend is None and workers > 1:
+        backend = LocalBackend(workers, processes=True, threads_per_process=max(1, (os.cpu_count() or 1) // workers))
     try:
         with bar_view:
             bar = bar_view.add_task("nll", total=total)
             results = score_pools(
-                named, settings, load, out_dir, ctx=ctx, limit=limit, positive_only=positive_only, reviews=latest, on_record=lambda: bar_view.advance(bar)
+                named, settings, load, out_dir, ctx=ctx, limit=limit, positive_only=positive_only, reviews=latest, on_record=lambda: bar_view.advance(bar), backend=backend, batch=batch
             )  # fmt: skip
-    except UsageError as exc:
+    except ModelLoadError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
+    except RuntimeError as exc:  # a batch a worker could not score
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(EXIT_PARTIAL) from None
+    finally:
+        if backend is not None:
+            backend.close()
+    show_nodes(nodes.per_node(), "NLL batches")
     rejected = [str(e) for r in results for e in r.rejected]
     show_problems("rejected", rejected)
     review_problems += [problem for r in results for problem in r.review_errors]

@@ -17,7 +17,7 @@ from envs.executor import Needs, RayBackend
 from envs.images import base_if_needed, build_base, task_image
 from envs.tasks import Task, load_tasks
 from records.pools import iter_lines
-from relearn.cli.cluster import RayArg, ray_backend, show_nodes
+from relearn.cli.cluster import NodesColumn, RayArg, RegistryArg, prepare_tasks, ray_backend, show_nodes
 from relearn.cli.image_options import (
     DEFAULT_CPUS,
     DEFAULT_MEMORY,
@@ -228,6 +228,7 @@ def verify_command(
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
     ray: RayArg = None,
+    registry: RegistryArg = None,
 ) -> None:
     """Grade patches in fresh containers with the tasks' tests (SWE-bench grading, Harbor reward files).
 
@@ -248,12 +249,13 @@ def verify_command(
         err.print(f"[red]error:[/red] no predictions in {patches}")
         raise typer.Exit(EXIT_USAGE)
     wanted = {p.instance_id for p in predictions}
-    prepared = prepare(client, [t for t in task_list if t.instance_id in wanted], choice, pull=pull)
+    prepared = prepare_tasks(client, [t for t in task_list if t.instance_id in wanted], choice, pull=pull, need_base=False, registry=registry)
     routed = {t.instance_id: t for t in task_list} | {t.instance_id: t for t in prepared.tasks}
-    progress = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=err, transient=True)
+    nodes = NodesColumn()
+    progress = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), nodes, console=err, transient=True)
     with progress:
         bar = progress.add_task("verify", total=len(predictions))
-        backend = ray_backend(ray, Needs(docker=1))
+        backend = ray_backend(ray, Needs(docker=1), nodes)
         try:
             summary = verify_batch(
                 client,
@@ -267,6 +269,7 @@ def verify_command(
                 base_image=prepared.base,
                 on_done=lambda _v: progress.advance(bar),
                 backend=backend,
+                registry=registry,
             )
         finally:
             if backend is not None:

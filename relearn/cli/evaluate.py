@@ -13,7 +13,7 @@ from envs import docker_backend
 from envs.executor import Needs
 from harness.budget import Budget
 from records.trajectory import Trajectory
-from relearn.cli.cluster import RayArg, ray_backend, show_nodes
+from relearn.cli.cluster import NodesColumn, RayArg, RegistryArg, prepare_tasks, ray_backend, show_nodes
 from relearn.cli.envs import docker_client, terminate_cleanly
 from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, agent_options, check_apply_patch
 from relearn.cli.image_options import (
@@ -26,7 +26,6 @@ from relearn.cli.image_options import (
     PullArg,
     image_choice,
     limits_from,
-    prepare,
 )
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
@@ -66,6 +65,7 @@ def run_command(
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
     ray: RayArg = None,
+    registry: RegistryArg = None,
 ) -> None:
     """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
 
@@ -100,9 +100,12 @@ def run_command(
         images=choice,
         pull=pull,
         limits=limits,
+        registry=registry,
     )
     resolved = 0
-    progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), console=err, transient=True)
+    nodes = NodesColumn()
+    progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), nodes, console=err, transient=True)
+
     try:
         with progress:
             bar = progress.add_task("eval", total=None, resolved=0)
@@ -112,11 +115,9 @@ def run_command(
                 resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
                 progress.update(bar, advance=1, resolved=resolved)
 
-            backend = ray_backend(ray, Needs(docker=1))
+            backend = ray_backend(ray, Needs(docker=1), nodes)
             try:
-                summary, selected = run_eval(
-                    client, config, out_dir, on_done=done, prepare=lambda tasks: prepare(client, tasks, choice, pull=pull, need_base=codex is not None), backend=backend
-                )
+                summary, selected = run_eval(client, config, out_dir, on_done=done, prepare=lambda tasks: prepare_tasks(client, tasks, choice, pull=pull, need_base=codex is not None, registry=registry), backend=backend)
             finally:
                 if backend is not None:
                     backend.close()

@@ -15,7 +15,7 @@ from envs.images import task_image
 from harness.budget import Budget
 from harness.codex_cli.install import InstallError, installed
 from records.pools import RecordError, read_trajectories_lenient
-from relearn.cli.cluster import RayArg, ray_backend, show_nodes
+from relearn.cli.cluster import NodesColumn, RayArg, RegistryArg, prepare_tasks, ray_backend, show_nodes
 from relearn.cli.envs import TasksArg, docker_client, load_task_list, terminate_cleanly
 from relearn.cli.image_options import (
     DEFAULT_CPUS,
@@ -103,6 +103,7 @@ def collect_command(
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
     ray: RayArg = None,
+    registry: RegistryArg = None,
 ) -> None:
     """Run a policy on tasks × attempts in containers, verify each episode, and write a pool.
 
@@ -110,8 +111,8 @@ def collect_command(
     the unfinished episodes run.
 
     With --ray, each episode is a Ray task on a node offering the docker resource (its
-    image is built or loaded there, once per node); a node lost mid-episode is retried on
-    another, and only this process writes the pool.
+    image is built or loaded there, once per node, or pulled from --registry); a node lost
+    mid-episode is retried on another, and only this process writes the pool.
     """
     # The SDKs and swebench take seconds to import: only the verb that runs loads them.
     from harness.agent import AgentConfig
@@ -145,10 +146,11 @@ def collect_command(
     check_apply_patch(apply_patch)
     config = AgentConfig(budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost), apply_patch=apply_patch)  # type: ignore[arg-type]
     # The base image only when a task is built from it, or as the codex-cli relay.
-    prepared = prepare(client, chosen, choice, pull=pull, need_base=codex is not None)
+    prepared = prepare_tasks(client, chosen, choice, pull=pull, need_base=codex is not None, registry=registry)
     chosen, base = prepared.tasks, prepared.base
     resolved = 0
-    progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), console=err, transient=True)
+    nodes = NodesColumn()
+    progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), nodes, console=err, transient=True)
     with progress:
         bar = progress.add_task("collect", total=len(chosen) * attempts, resolved=0)
 
@@ -157,9 +159,11 @@ def collect_command(
             resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
             progress.update(bar, advance=1, resolved=resolved)
 
-        backend = ray_backend(ray, Needs(docker=1))
+        backend = ray_backend(ray, Needs(docker=1), nodes)
         try:
-            summary = collect(client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, limits=limits, base_image=base, on_done=done, codex=codex, backend=backend)
+            summary = collect(
+                client, chosen, make_policy(spec), spec, out_dir, attempts=attempts, workers=workers, config=config, limits=limits, base_image=base, on_done=done, codex=codex, backend=backend, registry=registry
+            )  # fmt: skip
         except ClusterError as exc:
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(EXIT_USAGE) from None

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from envs.executor import LocalBackend, Needs
 from records.pools import is_zstd
-from relearn.cli.cluster import RayArg, ray_backend
+from relearn.cli.cluster import NodesColumn, RayArg, ray_backend, show_nodes
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions
 from relearn.masks.shards import build_dataset, load_reviews
@@ -71,8 +71,9 @@ def masks_command(
     # The bar counts the pool's bytes (a compressed pool's are only known as they are read) and
     # shows the tokens compiled so far.
     total = None if is_zstd(pool) else pool.stat().st_size
+    nodes = NodesColumn()
     progress = Progress(
-        TextColumn("[bold]compiling masks"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[tokens]:,} tokens"), TimeElapsedColumn(), console=err, transient=True
+        TextColumn("[bold]compiling masks"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[tokens]:,} tokens"), TimeElapsedColumn(), nodes, console=err, transient=True
     )
     with progress:
         bar = progress.add_task("masks", total=total, tokens=0)
@@ -83,7 +84,7 @@ def masks_command(
             compiled += tokens
             progress.update(bar, advance=size, tokens=compiled)
 
-        backend = ray_backend(ray, Needs(cpus=1)) or (LocalBackend(workers, processes=True) if workers > 1 else None)
+        backend = ray_backend(ray, Needs(cpus=1), nodes) or (LocalBackend(workers, processes=True) if workers > 1 else None)
         try:
             stats, reused = build_dataset(pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_record=advance, backend=backend)
         except RuntimeError as exc:  # a shard a worker could not compile
@@ -92,6 +93,7 @@ def masks_command(
         finally:
             if backend is not None:
                 backend.close()
+    show_nodes(nodes.per_node(), "shards")
     show_problems("rejected", [f"{r['trajectory_id']}: {r['reason']}: {r['detail']}" for r in stats["rejections"]])
     table = Table(title=f"relearn masks --mode {mode} -> {output}", show_header=False)
     tokens = stats["tokens"]

@@ -14,7 +14,7 @@ from rich.table import Table
 from envs.executor import Needs
 from records.pools import RecordError, iter_lines, read_trajectories_lenient
 from records.review import Review, iter_reviews
-from relearn.cli.cluster import RayArg, ray_backend, show_nodes
+from relearn.cli.cluster import NodesColumn, RayArg, ray_backend, show_nodes
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 from review.agreement import agreement
 from review.reading import DEFAULT_JUDGE_CONTEXT
@@ -132,7 +132,8 @@ def review_command(
         err.print("[red]error:[/red] --batch sends the judges' requests: name --judge1")
         raise typer.Exit(EXIT_USAGE)
     total = sum(1 for _ in iter_lines(pool))
-    progress = Progress(TextColumn("[bold]reviewing"), BarColumn(), MofNCompleteColumn(), TextColumn("${task.fields[spent]:.4f} spent"), TimeElapsedColumn(), console=err, transient=True)
+    nodes = NodesColumn()
+    progress = Progress(TextColumn("[bold]reviewing"), BarColumn(), MofNCompleteColumn(), TextColumn("${task.fields[spent]:.4f} spent"), TimeElapsedColumn(), nodes, console=err, transient=True)
     with progress:
         bar = progress.add_task("review", total=total, spent=0.0)
 
@@ -143,7 +144,7 @@ def review_command(
         if ray is not None and batch:
             err.print("[red]error:[/red] --batch and --ray do not go together: the batches are one account, submit them from one machine")
             raise typer.Exit(EXIT_USAGE)
-        backend = ray_backend(ray, Needs(cpus=0.5))
+        backend = ray_backend(ray, Needs(cpus=0.5), nodes)
         try:
             summary, ledger = review_pool(
                 pool, output, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious, batch=batching, backend=backend

@@ -187,9 +187,12 @@ class EvalConfig(_Strict):
 
 class ClusterConfig(_Strict):
     """[cluster]: run collect, review and masks as units on a Ray cluster (envs.executor);
-    ``auto`` joins the cluster `ray start` runs on this machine, HOST:PORT a remote head."""
+    ``auto`` joins the cluster `ray start` runs on this machine, HOST:PORT a remote head.
+    ``registry`` (HOST[/NS]): a node lacking a task's image pulls it from there as
+    HOST/NS/NAME:TAG instead of building it (as `relearn collect --registry`)."""
 
     address: str = "auto"
+    registry: str | None = Field(None, min_length=1)
 
 
 class PipelineConfig(_Strict):

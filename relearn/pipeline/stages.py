@@ -86,6 +86,11 @@ class Context:
 
         return RayBackend(self.config.cluster.address, needs)
 
+    @property
+    def registry(self) -> str | None:
+        """[cluster] registry: where a node lacking a task's image pulls it from."""
+        return self.config.cluster.registry if self.config.cluster is not None else None
+
     def progress(self, label: str) -> Progress:
         return Progress(TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
 
@@ -206,7 +211,7 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
     sampling = {"temperature": c.temperature} if c.temperature is not None else {}
     spec = PolicySpec(kind=c.policy, model=c.model, base_url=ctx.pool_url or c.base_url, api_key_env=c.api_key_env, sampling=sampling, checkpoint=c.checkpoint, step=c.step)
     budget = Budget(max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds)
-    base = ctx.base_image()
+    base = ctx.base_image() if ctx.registry is None else None  # with a registry, the nodes pull their images
     from envs.executor import Needs
 
     backend = ctx.backend(Needs(docker=1))
@@ -215,7 +220,7 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
         try:
             summary = collect(
                 ctx.client(), tasks, make_policy(spec), spec, out.parent, attempts=c.attempts, workers=c.workers,
-                config=AgentConfig(budget=budget), base_image=base, on_done=lambda _t: progress.advance(bar), backend=backend,
+                config=AgentConfig(budget=budget), base_image=base, on_done=lambda _t: progress.advance(bar), backend=backend, registry=ctx.registry,
             )  # fmt: skip
         finally:
             if backend is not None:
