@@ -176,16 +176,18 @@ def formats(root: Path, pool: Path, mb: float) -> None:
     repeated_sample(SAMPLES / "openhands_resolver_output_legacy.jsonl", root / "openhands.jsonl", mb, _openhands_copy)
     inputs.append(("openhands (resolver output)", root / "openhands.jsonl", lambda p: baseline([p]), None))
     names = {"chat": "chat", "nemo": "nemo-gym", "openhands": "openhands"}
-    print(f"\n{'format (MB: the rows as JSON Lines)':36s}{'MB':>7s}{'baseline s':>12s}{'import s':>10s}{'MB/s':>8s}{'records':>9s}{'ratio':>8s}")
+    print(f"\n{'format (MB: the rows as JSON Lines)':36s}{'MB':>7s}{'baseline s':>12s}{'import s':>10s}{'MB/s':>8s}{'records':>9s}{'ratio':>8s}{'CPU ratio':>11s}")
     for label, path, base, importer in inputs:
         # A Parquet file is the JSON Lines file's rows, compressed: MB/s counts the rows' JSON.
         size = path.with_suffix(".jsonl").stat().st_size / 1e6
-        base_s = base(path)
-        start = time.perf_counter()
-        summary = import_files(names[path.stem], [path], root / f"{path.stem}-{path.suffix[1:]}.pool.jsonl", overwrite=True, importer=importer)
-        seconds = time.perf_counter() - start
+        baseline_time, run = Timing(), Timing()
+        baseline_time.add(lambda path=path, base=base: base(path))
+        pool = root / f"{path.stem}-{path.suffix[1:]}.pool.jsonl"
+        summary = run.add(lambda path=path, pool=pool, importer=importer: import_files(names[path.stem], [path], pool, overwrite=True, importer=importer))
         assert summary.imported and not summary.rejected, summary.rejected[:3]
-        print(f"{label:36s}{size:7.1f}{base_s:12.2f}{seconds:10.2f}{size / seconds:8.1f}{summary.imported:9d}{seconds / base_s:7.2f}x")
+        base_s, seconds = baseline_time.wall, run.wall
+        cpu = run.cpu / baseline_time.cpu
+        print(f"{label:36s}{size:7.1f}{base_s:12.2f}{seconds:10.2f}{size / seconds:8.1f}{summary.imported:9d}{seconds / base_s:7.2f}x{cpu:10.2f}x")
     # One Parquet file streams: its rows are read a batch at a time and written as they come.
     small = root / "chat-small.parquet"
     rows = pq.read_table(root / "chat.parquet")

@@ -124,7 +124,7 @@ def _pool_line(result: ImportResult, seen: dict[str, str | None], summary: Impor
             trajectory.source.content_hash = digest
         summary.messages += len(trajectory.messages)
         return _unclaimed_on_error(claimed, seen, dump_line, trajectory)
-    digest = record_content_id(record)
+    digest = result.content_hash or record_content_id(record)
     claimed = _claim_id(record["id"], digest, seen, summary)
     if claimed is None:
         return None

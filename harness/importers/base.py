@@ -55,6 +55,9 @@ class ImportResult:
     # where the importer builds it so (codex, for speed): valid by construction, and made a
     # Trajectory only when someone asks for one.
     record: dict[str, Any] | None = None
+    # The record's content id (``records.trajectory.record_content_id``) where the importer has
+    # computed it already, for the id of a row that has none of its own: not computed twice.
+    content_hash: str | None = None
 
     @property
     def trajectory(self) -> Trajectory | None:

@@ -29,6 +29,18 @@ PARQUET_BATCH_ROWS = 64
 
 
 @dataclass(frozen=True)
+class RowRecord:
+    """A row converted to its pool line's JSON object (see ``ImportResult.record``), valid by
+    construction, with its content id where the converter computed it for the row's id."""
+
+    record: dict[str, Any]
+    content_hash: str | None = None
+
+
+Converter = Callable[["Row", Diagnostics], "Trajectory | RowRecord"]
+
+
+@dataclass(frozen=True)
 class Row:
     """One record and where it was: a JSONL line number, or a row index (JSON arrays and
     Parquet, which have no lines worth naming)."""
@@ -94,10 +106,11 @@ def _parquet_rows(path: Path) -> Iterator[Row]:
                 index += 1
 
 
-def read_rows(path: Path, convert: Callable[[Row, Diagnostics], Trajectory], *, empty: str = "no rows") -> Iterator[ImportResult]:
+def read_rows(path: Path, convert: Converter, *, empty: str = "no rows") -> Iterator[ImportResult]:
     """Convert each row of ``path``: one result per row, a rejected row located and the rest
     read on. Every result of the file shares one Diagnostics (the batch summary reads the
-    first); each trajectory's own ``source.warnings`` are the warnings its row raised."""
+    first); each trajectory's own ``source.warnings`` are the warnings its row raised. A converter
+    gives a Trajectory, or a ``RowRecord`` that import writes as it stands."""
     diagnostics = Diagnostics(str(path))
     seen = False
     try:
@@ -114,10 +127,10 @@ def read_rows(path: Path, convert: Callable[[Row, Diagnostics], Trajectory], *, 
         yield ImportResult(str(path), None, fail(path, None, None, empty), diagnostics)
 
 
-def _convert_row(path: Path, row: Row, convert: Callable[[Row, Diagnostics], Trajectory], diagnostics: Diagnostics) -> ImportResult:
+def _convert_row(path: Path, row: Row, convert: Converter, diagnostics: Diagnostics) -> ImportResult:
     before = len(diagnostics.warnings)
     try:
-        trajectory = convert(row, diagnostics)
+        converted = convert(row, diagnostics)
     except RecordError as exc:
         return ImportResult(str(path), None, exc, diagnostics)
     except ValidationError as exc:
@@ -126,10 +139,15 @@ def _convert_row(path: Path, row: Row, convert: Callable[[Row, Diagnostics], Tra
     except Exception as exc:  # a row our converter did not foresee: reject that row, keep going
         error = fail(path, row.line, row.field(None), f"could not be converted ({type(exc).__name__}: {exc})")
         return ImportResult(str(path), None, error, diagnostics)
-    if trajectory.source is not None:
-        own = diagnostics.warnings[before:]
-        trajectory.source.warnings = own or None
-    return ImportResult(str(path), trajectory, None, diagnostics)
+    own = diagnostics.warnings[before:]
+    if isinstance(converted, RowRecord):
+        source = converted.record.get("source")
+        if own and source is not None:
+            source["warnings"] = own  # after format, path and meta, as the model orders them
+        return ImportResult(str(path), None, None, diagnostics, record=converted.record, content_hash=converted.content_hash)
+    if converted.source is not None:
+        converted.source.warnings = own or None
+    return ImportResult(str(path), converted, None, diagnostics)
 
 
 def decode_json_text(value: Any) -> Any:
