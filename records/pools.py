@@ -41,13 +41,17 @@ def is_zstd(path: str | Path) -> bool:
     return str(path).endswith(".zst")
 
 
-def open_text_read(path: str | Path) -> IO[str]:
-    """Open a text file for reading, decompressing ``.zst`` as a stream."""
+def open_bytes_read(path: str | Path) -> IO[bytes]:
+    """Open a file for reading its bytes, decompressing ``.zst`` as a stream."""
     raw = open(path, "rb")
     if is_zstd(path):
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True)
-        return io.TextIOWrapper(io.BufferedReader(reader), encoding="utf-8", newline="\n")
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True))  # type: ignore[arg-type]
+    return raw
+
+
+def open_text_read(path: str | Path) -> IO[str]:
+    """Open a text file for reading, decompressing ``.zst`` as a stream."""
+    return io.TextIOWrapper(open_bytes_read(path), encoding="utf-8", newline="\n")
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
 from pydantic import ValidationError
 
 from records.pools import RecordError, loads, validation_error
@@ -140,14 +141,15 @@ def _kind(value: Any) -> str:
     return _kind_name(type(value))
 
 
-def parse_arguments(text: str) -> tuple[dict[str, Any], str | None]:
+def parse_arguments(text: str, decoder: msgspec.json.Decoder | None = None) -> tuple[dict[str, Any], str | None]:
     """Tool-call arguments arrive as a JSON string; templates need an object.
 
     Returns ``(arguments, raw)``: ``raw`` is the original text when it was not a JSON
-    object, so nothing the model wrote is lost.
+    object, so nothing the model wrote is lost. ``decoder``: one with a ``float_hook`` (an
+    importer that must see every float), as ``records.pools.loads`` takes.
     """
     try:
-        value = loads(text) if text.strip() else {}
+        value = (loads(text) if decoder is None else loads(text, decoder)) if text.strip() else {}
     except json.JSONDecodeError:
         return {}, text
     if isinstance(value, dict):

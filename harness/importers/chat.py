@@ -36,7 +36,18 @@ from typing import Any
 import msgspec
 
 from harness.importers import swe_agent
-from harness.importers.base import Diagnostics, Fields, ImportResult, fail, flag, imported_outcome, number, openai_tool_call, text_of_parts
+from harness.importers.base import (
+    Diagnostics,
+    Fields,
+    ImportResult,
+    fail,
+    flag,
+    imported_outcome,
+    number,
+    openai_tool_call,
+    parse_arguments,
+    text_of_parts,
+)
 from harness.importers.rows import (
     JSON_SUFFIXES,
     JSONL_SUFFIXES,
@@ -48,7 +59,6 @@ from harness.importers.rows import (
     pick,
     read_rows,
 )
-from records.pools import loads
 from records.trajectory import (
     SCHEMA_VERSION,
     ExitStatus,
@@ -643,13 +653,8 @@ _ARGUMENTS = msgspec.json.Decoder(float_hook=_marked_float)
 def _arguments(text: str) -> dict[str, Any]:
     """``base.parse_arguments`` of text that is a JSON object (or nothing): any other text is
     kept verbatim with a warning, which ``convert`` gives."""
-    if not text or text.isspace():
-        return {}
-    try:
-        value = loads(text, _ARGUMENTS)
-    except ValueError:
-        raise _NotPlain from None
-    if type(value) is not dict:
+    value, raw = parse_arguments(text, _ARGUMENTS)
+    if raw is not None:
         raise _NotPlain
     return value
 

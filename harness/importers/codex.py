@@ -26,10 +26,9 @@ and import writes it without validating it again (pydantic was import's largest 
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import zstandard
 
@@ -57,7 +56,7 @@ from harness.importers.codex_fields import (
     tool_output_parts,
     usage_counts,
 )
-from records.pools import RecordError, is_zstd, iter_lines
+from records.pools import RecordError, iter_lines, open_bytes_read
 from records.trajectory import SCHEMA_VERSION, ExitStatus, mark_wide_floats, record_content_id
 
 Message = dict[str, Any]  # one chat message, in the shape of records.trajectory.Message
@@ -97,10 +96,7 @@ def _read(path: Path, diagnostics: Diagnostics, salvage: bool) -> dict[str, Any]
 def _byte_lines(path: Path) -> Iterator[tuple[int, bytes]]:
     """``records.pools.iter_lines`` as bytes, undecoded."""
     try:
-        with open(path, "rb") as raw:
-            handle: IO[bytes] = raw
-            if is_zstd(path):
-                handle = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True))  # type: ignore[arg-type]
+        with open_bytes_read(path) as handle:
             for number, line in enumerate(handle, start=1):
                 if not line.isspace():
                     yield number, line

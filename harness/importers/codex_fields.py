@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from harness.importers.base import Diagnostics, Fields, fail
+from harness.importers.base import Diagnostics, Fields, fail, parse_arguments
 from records.pools import RecordError
 from records.pools import loads as fast_loads
 from records.trajectory import is_wide
@@ -60,7 +60,7 @@ class RolloutJson:
     def __init__(self, path: str) -> None:
         self.path = path
         self.wide_floats = False
-        self._decoder = msgspec.json.Decoder(float_hook=self.float)
+        self.decoder = msgspec.json.Decoder(float_hook=self.float)
 
     def float(self, value: str | float) -> float:
         """A float of the record: decoded (from its JSON text) or computed."""
@@ -72,31 +72,17 @@ class RolloutJson:
     def plain_loads(self, number: int, line: bytes) -> Any:
         """A line that msgspec decodes as it stands; NotPlain for any other."""
         try:
-            return self._decoder.decode(line)
+            return self.decoder.decode(line)
         except msgspec.DecodeError:
             raise NotPlain from None
 
     def loads(self, number: int, text: str) -> Any:
         try:
-            return fast_loads(text, self._decoder)
+            return fast_loads(text, self.decoder)
         except json.JSONDecodeError as exc:
             truncated = exc.pos >= len(text.rstrip("\n")) - 1
             hint = " (the line is truncated)" if truncated else ""
             raise fail(self.path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
-
-    def arguments(self, number: int, text: str) -> tuple[dict[str, Any], str | None]:
-        """``harness.importers.base.parse_arguments`` of a call's arguments: an object, or ``{}``
-        and the text verbatim where it is not a JSON object."""
-        if not text or text.isspace():
-            return {}, None
-        try:
-            value = self._decoder.decode(text)
-        except (msgspec.DecodeError, UnicodeEncodeError):
-            try:
-                value = self.loads(number, text)
-            except RecordError:
-                return {}, text
-        return (value, None) if isinstance(value, dict) else ({}, text)
 
 
 def extra_fields(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
@@ -202,7 +188,7 @@ def tool_call_of(rollout: RolloutJson, number: int, kind: str, data: dict[str, A
     call_type = "function"
     if kind == "function_call":
         name = str_at(data, "name", path, number, prefix, required=True) or ""
-        arguments, raw = rollout.arguments(number, str_at(data, "arguments", path, number, prefix, default="") or "")
+        arguments, raw = parse_arguments(str_at(data, "arguments", path, number, prefix, default="") or "", rollout.decoder)
         if raw is not None:
             diag.warn(number, f"call {call_id}: arguments are not a JSON object (kept verbatim in raw_arguments)")
     elif kind == "custom_tool_call":
