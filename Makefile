@@ -29,6 +29,7 @@ demo: setup
 test: setup
 	bash scripts/ensure-docker.sh
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
 

@@ -78,10 +78,20 @@ def nll_rates(address: str, count: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pool = Path(tmp) / "pool.jsonl"
         write_atomic(pool, [make_trajectory(rng, 1500, seed) for seed in range(count)])
-        settings = Settings(model="tiny:qwen3:seed=0", tokenizer="qwen3.6", dtype="float32", template_kwargs={"preserve_thinking": True}, fingerprint=folder_fingerprint("qwen3.6"))
+        settings = Settings(
+            model="tiny:qwen3:seed=0",
+            tokenizer="qwen3.6",
+            dtype="float32",
+            template_kwargs={"preserve_thinking": True},
+            fingerprint=folder_fingerprint("qwen3.6"),
+        )
         spec = ModelSpec(None, "qwen3", 0, "qwen3.6")
         caches, rates = [], {}
-        for name, backend in (("here", None), ("--workers 2", LocalBackend(2, processes=True)), ("Ray", RayBackend(address, Needs(cpus=1)))):
+        for name, backend in (
+            ("here", None),
+            ("--workers 2", LocalBackend(2, processes=True)),
+            ("Ray", RayBackend(address, Needs(cpus=1))),
+        ):
             out = Path(tmp) / name.replace(" ", "")
             start = time.perf_counter()
             results = score_pools([NamedPool("p", pool)], settings, spec, out, backend=backend, batch=4)
@@ -117,9 +127,13 @@ def episode_figures(cluster: Cluster, units: int, attempts: int) -> None:
             print(f"  local backend, {workers} worker(s):  {episodes_per_minute(client, tasks, base, backend, attempts):6.1f}")
         finally:
             backend.close()
-    print(f"  Ray, 1 worker node:             {episodes_per_minute(client, tasks, base, RayBackend(cluster.address, Needs(docker=1)), attempts):6.1f}")
+    print(
+        f"  Ray, 1 worker node:             {episodes_per_minute(client, tasks, base, RayBackend(cluster.address, Needs(docker=1)), attempts):6.1f}"
+    )
     cluster.add_node(num_cpus=1, resources={DOCKER_RESOURCE: 1})
-    print(f"  Ray, 2 worker nodes:            {episodes_per_minute(client, tasks, base, RayBackend(cluster.address, Needs(docker=1)), attempts):6.1f}")
+    print(
+        f"  Ray, 2 worker nodes:            {episodes_per_minute(client, tasks, base, RayBackend(cluster.address, Needs(docker=1)), attempts):6.1f}"
+    )
 
 
 def main() -> None:

@@ -95,7 +95,15 @@ def builtin_episode(client, task, image: str) -> dict[str, float]:  # noqa: ANN0
     assert trajectory.exit_status.value == "submitted", trajectory.exit_status
     model = sum((m.duration_ms or 0) for m in trajectory.messages if m.role == "assistant") / 1000
     tools = sum((m.duration_ms or 0) for m in trajectory.messages if m.role == "tool") / 1000
-    return {"container": up - started, "episode": ran - up, "model": model, "tools": tools, "agent": ran - up - model - tools, "teardown": done - ran, "total": done - started}
+    return {
+        "container": up - started,
+        "episode": ran - up,
+        "model": model,
+        "tools": tools,
+        "agent": ran - up - model - tools,
+        "teardown": done - ran,
+        "total": done - started,
+    }
 
 
 def codex_episode(client, task, image: str, config: CodexCliConfig) -> dict[str, float]:  # noqa: ANN001
@@ -138,7 +146,10 @@ def gateway_latency(client, image: str, base: str, calls: int) -> tuple[float, f
             connection.close()
             direct.append((time.perf_counter() - started) * 1000)
         folder = Path(tmp)
-        with Gateway(spec, Budget(max_turns=None), socket_path=folder / "gateway.sock") as gateway, open_route(client, base, folder / "gateway.sock") as route:
+        with (
+            Gateway(spec, Budget(max_turns=None), socket_path=folder / "gateway.sock") as gateway,
+            open_route(client, base, folder / "gateway.sock") as route,
+        ):
             with Container.start(client, image, network=route.network_name) as container:
                 result = container.exec(["python3", "-c", CLIENT, route.address, str(RELAY_PORT), gateway.token, str(calls)], timeout_s=300)
     return json.loads(result.stdout)["median_ms"], statistics.median(direct)
@@ -186,9 +197,13 @@ def main() -> None:
     for label, key in rows:
         print(f"{label:44s} {median(builtin, key):>10s} {median(codex_runs, key):>10s}")
     extra = statistics.median(r["total"] for r in codex_runs) - statistics.median(r["total"] for r in builtin)
-    print(f"\ncodex-cli costs {extra:.2f} s more per episode; the gateway's own time per call: {statistics.median(r['gateway_ms_per_call'] for r in codex_runs):.1f} ms (median)")
+    print(
+        f"\ncodex-cli costs {extra:.2f} s more per episode; the gateway's own time per call: {statistics.median(r['gateway_ms_per_call'] for r in codex_runs):.1f} ms (median)"
+    )
     through, direct = gateway_latency(client, image, base, args.calls)
-    print(f"one call, {args.calls} calls' median: container -> relay -> gateway -> server {through:.1f} ms; host -> server directly {direct:.1f} ms; gateway + relay add {through - direct:.1f} ms")
+    print(
+        f"one call, {args.calls} calls' median: container -> relay -> gateway -> server {through:.1f} ms; host -> server directly {direct:.1f} ms; gateway + relay add {through - direct:.1f} ms"
+    )
 
 
 if __name__ == "__main__":

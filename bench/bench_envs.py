@@ -60,7 +60,9 @@ def main() -> None:
     ours = timed(lambda: Container.start(client, base).remove(), args.containers)
 
     def cli_cycle() -> None:
-        cid = subprocess.run(["docker", "run", "-d", "--network", "none", base, "sleep", "infinity"], check=True, capture_output=True, text=True).stdout.strip()
+        cid = subprocess.run(
+            ["docker", "run", "-d", "--network", "none", base, "sleep", "infinity"], check=True, capture_output=True, text=True
+        ).stdout.strip()
         subprocess.run(["docker", "rm", "-f", cid], check=True, capture_output=True)
 
     row("create + start + remove", ours, timed(cli_cycle, args.containers))

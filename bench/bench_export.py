@@ -40,7 +40,20 @@ def make_dataset(folder: Path, rows: int, tokens: int) -> None:
         ids = rng.integers(0, 248_000, tokens, dtype=np.int32)
         mask = (rng.random(tokens) < 0.3).astype(np.uint8)
         mask[0] = 0
-        batch.append({"sample_id": f"s{i}", "trajectory_id": f"t{i}", "input_ids": ids, "loss_mask": mask, "n_tokens": tokens, "eligible": int(mask.sum()), "excluded": 0, "supervised": int(mask.sum()), "ter": 0.0, "mode": "ross"})
+        batch.append(
+            {
+                "sample_id": f"s{i}",
+                "trajectory_id": f"t{i}",
+                "input_ids": ids,
+                "loss_mask": mask,
+                "n_tokens": tokens,
+                "eligible": int(mask.sum()),
+                "excluded": 0,
+                "supervised": int(mask.sum()),
+                "ter": 0.0,
+                "mode": "ross",
+            }
+        )
     with pq.ParquetWriter(folder / "shard-00000.parquet", SCHEMA) as writer:
         for start in range(0, rows, 64):
             writer.write_table(pa.Table.from_pylist(batch[start : start + 64], schema=SCHEMA))
@@ -67,7 +80,10 @@ def run_side(side: str, dataset: Path, out: Path, fmt: str) -> dict[str, float]:
         ids = table.column("input_ids").to_pylist()
         masks = table.column("loss_mask").to_pylist()
         out.mkdir(parents=True)
-        pq.write_table(pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "assistant_masks": pa.array(masks, pa.list_(pa.int8()))}), out / "train.parquet")
+        pq.write_table(
+            pa.table({"input_ids": pa.array(ids, pa.list_(pa.int32())), "assistant_masks": pa.array(masks, pa.list_(pa.int8()))}),
+            out / "train.parquet",
+        )
         tokens = int(np.sum([len(i) for i in ids]))
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -92,13 +108,28 @@ def main() -> None:
         size = (dataset / "shard-00000.parquet").stat().st_size / 1e6
         results = {}
         for side in ("baseline", "ours"):
-            command = [sys.executable, __file__, "--side", side, "--dataset", str(dataset), "--out", str(Path(tmp) / side), "--format", args.format]
+            command = [
+                sys.executable,
+                __file__,
+                "--side",
+                side,
+                "--dataset",
+                str(dataset),
+                "--out",
+                str(Path(tmp) / side),
+                "--format",
+                args.format,
+            ]
             results[side] = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
-    print(f"dataset: {args.rows} rows x {args.tokens:,} tokens = {args.rows * args.tokens / 1e6:.1f}M tokens ({size:.0f} MB of Parquet); format {args.format}")
+    print(
+        f"dataset: {args.rows} rows x {args.tokens:,} tokens = {args.rows * args.tokens / 1e6:.1f}M tokens ({size:.0f} MB of Parquet); format {args.format}"
+    )
     for side, r in results.items():
         print(f"  {side:8s} {r['seconds']:6.2f} s  {r['tokens'] / r['seconds'] / 1e6:5.2f}M tok/s  peak RSS +{r['rss_mb']:,.0f} MB")
     ours, base = results["ours"], results["baseline"]
-    print(f"  time ours/baseline {ours['seconds'] / base['seconds']:.2f}x; peak RSS ours/baseline {ours['rss_mb'] / max(base['rss_mb'], 1):.2f}x")
+    print(
+        f"  time ours/baseline {ours['seconds'] / base['seconds']:.2f}x; peak RSS ours/baseline {ours['rss_mb'] / max(base['rss_mb'], 1):.2f}x"
+    )
 
 
 if __name__ == "__main__":

@@ -67,7 +67,9 @@ def main() -> None:
         with Container.start(client, image, workdir=task.workdir) as container:
             recorder = EpisodeRecorder(Path(tmp) / "e.jsonl", header)
             started = time.perf_counter()
-            trajectory = run_episode(task, make_policy(spec), container, AgentConfig(budget=Budget(max_turns=args.steps + 5)), header, recorder)
+            trajectory = run_episode(
+                task, make_policy(spec), container, AgentConfig(budget=Budget(max_turns=args.steps + 5)), header, recorder
+            )
             wall = time.perf_counter() - started
             recorder.close()
     model_s = sum((m.duration_ms or 0) for m in trajectory.messages if m.role == "assistant") / 1000
@@ -76,7 +78,9 @@ def main() -> None:
     overhead = (wall - model_s - tool_s) / steps
     print(f"episode: {steps} model calls, {wall:.2f} s wall; model {model_s:.2f} s, commands {tool_s:.2f} s")
     print(f"harness overhead per step (excluding model and command time): {overhead * 1000:.1f} ms")
-    print(f"  (a step's command `true` costs {tool_s / max(steps - 1, 1) * 1000:.1f} ms in the container; the model call {model_s / steps * 1000:.1f} ms on loopback)")
+    print(
+        f"  (a step's command `true` costs {tool_s / max(steps - 1, 1) * 1000:.1f} ms in the container; the model call {model_s / steps * 1000:.1f} ms on loopback)"
+    )
 
     print(f"\ncollection: {len(tasks)} tasks x {args.attempts} attempts, scripted policy (1 command, then an answer), verified")
     rates = {}

@@ -123,7 +123,9 @@ def peak_rss(files: list[Path], pool: Path, fmt: str = "codex", preset: str = ""
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )
     here = str(Path(__file__).resolve().parent.parent)
-    result = subprocess.run([sys.executable, "-c", script, here, str(listing), str(pool), fmt, preset], check=True, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", script, here, str(listing), str(pool), fmt, preset], check=True, capture_output=True, text=True
+    )
     return int(result.stdout.strip()) * 1024
 
 
@@ -170,31 +172,42 @@ def formats(root: Path, pool: Path, mb: float) -> None:
     export_chat(read_trajectories(pool), root / "chat.jsonl", "swe-gym")
     export_chat(read_trajectories(pool), root / "chat.parquet", "swe-gym")
     chat = ChatImporter(options_for("swe-gym"))
-    inputs += [("chat (swe-gym), JSONL", root / "chat.jsonl", lambda p: baseline([p]), chat), ("chat (swe-gym), Parquet", root / "chat.parquet", parquet_baseline, chat)]
+    inputs += [
+        ("chat (swe-gym), JSONL", root / "chat.jsonl", lambda p: baseline([p]), chat),
+        ("chat (swe-gym), Parquet", root / "chat.parquet", parquet_baseline, chat),
+    ]
     repeated_sample(SAMPLES / "nemo_gym_deepswe_rollouts.jsonl", root / "nemo.jsonl", mb, _nemo_copy)
     inputs.append(("nemo-gym (deepswe sample)", root / "nemo.jsonl", lambda p: baseline([p]), None))
     repeated_sample(SAMPLES / "openhands_resolver_output_legacy.jsonl", root / "openhands.jsonl", mb, _openhands_copy)
     inputs.append(("openhands (resolver output)", root / "openhands.jsonl", lambda p: baseline([p]), None))
     names = {"chat": "chat", "nemo": "nemo-gym", "openhands": "openhands"}
-    print(f"\n{'format (MB: the rows as JSON Lines)':36s}{'MB':>7s}{'baseline s':>12s}{'import s':>10s}{'MB/s':>8s}{'records':>9s}{'ratio':>8s}{'CPU ratio':>11s}")
+    print(
+        f"\n{'format (MB: the rows as JSON Lines)':36s}{'MB':>7s}{'baseline s':>12s}{'import s':>10s}{'MB/s':>8s}{'records':>9s}{'ratio':>8s}{'CPU ratio':>11s}"
+    )
     for label, path, base, importer in inputs:
         # A Parquet file is the JSON Lines file's rows, compressed: MB/s counts the rows' JSON.
         size = path.with_suffix(".jsonl").stat().st_size / 1e6
         baseline_time, run = Timing(), Timing()
         baseline_time.add(lambda path=path, base=base: base(path))
         pool = root / f"{path.stem}-{path.suffix[1:]}.pool.jsonl"
-        summary = run.add(lambda path=path, pool=pool, importer=importer: import_files(names[path.stem], [path], pool, overwrite=True, importer=importer))
+        summary = run.add(
+            lambda path=path, pool=pool, importer=importer: import_files(names[path.stem], [path], pool, overwrite=True, importer=importer)
+        )
         assert summary.imported and not summary.rejected, summary.rejected[:3]
         base_s, seconds = baseline_time.wall, run.wall
         cpu = run.cpu / baseline_time.cpu
-        print(f"{label:36s}{size:7.1f}{base_s:12.2f}{seconds:10.2f}{size / seconds:8.1f}{summary.imported:9d}{seconds / base_s:7.2f}x{cpu:10.2f}x")
+        print(
+            f"{label:36s}{size:7.1f}{base_s:12.2f}{seconds:10.2f}{size / seconds:8.1f}{summary.imported:9d}{seconds / base_s:7.2f}x{cpu:10.2f}x"
+        )
     # One Parquet file streams: its rows are read a batch at a time and written as they come.
     small = root / "chat-small.parquet"
     rows = pq.read_table(root / "chat.parquet")
     pq.write_table(rows.slice(0, max(1, rows.num_rows // 4)), small, compression="zstd")
     print("\npeak memory importing one chat Parquet file")
     for path in (small, root / "chat.parquet"):
-        print(f"  {pq.ParquetFile(path).metadata.num_rows:6d} rows: peak RSS {peak_rss([path], root / 'mem-chat.jsonl', 'chat', 'swe-gym') / 1e6:6.0f} MB")
+        print(
+            f"  {pq.ParquetFile(path).metadata.num_rows:6d} rows: peak RSS {peak_rss([path], root / 'mem-chat.jsonl', 'chat', 'swe-gym') / 1e6:6.0f} MB"
+        )
 
 
 def main() -> None:

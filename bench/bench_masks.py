@@ -63,12 +63,26 @@ def make_trajectory(rng: random.Random, target_tokens: int, seed: int) -> Trajec
     while approx < target_tokens:
         call_id = f"call_{turn}"
         if turn % 3 == 2:
-            call = {"id": call_id, "function": {"name": "apply_patch", "arguments": {"input": "*** Begin Patch\n*** Update File: pkg/mod.py\n@@ def f():\n-    return x - 1\n+    return x + 1\n*** End Patch\n"}}}
+            call = {
+                "id": call_id,
+                "function": {
+                    "name": "apply_patch",
+                    "arguments": {
+                        "input": "*** Begin Patch\n*** Update File: pkg/mod.py\n@@ def f():\n-    return x - 1\n+    return x + 1\n*** End Patch\n"
+                    },
+                },
+            }
         else:
             command = f"grep -rn '{rng.choice(WORDS)}' pkg/ | head -{rng.randint(5, 50)}"
             call = {"id": call_id, "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", command], "workdir": "/testbed"}}}
         messages.append(
-            {"role": "assistant", "generated": True, "reasoning_content": sentence(rng, rng.randint(40, 120)), "content": sentence(rng, rng.randint(5, 25)), "tool_calls": [call]}
+            {
+                "role": "assistant",
+                "generated": True,
+                "reasoning_content": sentence(rng, rng.randint(40, 120)),
+                "content": sentence(rng, rng.randint(5, 25)),
+                "tool_calls": [call],
+            }
         )
         output = "\n".join(f"pkg/mod{rng.randint(0, 9)}.py:{rng.randint(1, 500)}: {sentence(rng, 10)}" for _ in range(rng.randint(5, 25)))
         messages.append({"role": "tool", "tool_call_id": call_id, "content": output})
@@ -85,7 +99,15 @@ def review_for(trajectory: Trajectory, rng: random.Random) -> Review:
         text = trajectory.messages[index].reasoning_content or ""
         start = rng.randint(0, len(text) // 2)
         end = start + rng.randint(5, 40)
-        defects.append(Defect(message_index=index, field="reasoning_content", start=start, end=min(end, len(text)), quote=text[start:min(end, len(text))]))
+        defects.append(
+            Defect(
+                message_index=index,
+                field="reasoning_content",
+                start=start,
+                end=min(end, len(text)),
+                quote=text[start : min(end, len(text))],
+            )
+        )
     return Review(trajectory_id=trajectory.id, decision="accept", defects=defects)
 
 
@@ -97,7 +119,9 @@ def per_turn_baseline(trajectory: Trajectory, tok) -> int:  # noqa: ANN001
     for i, message in enumerate(chat):
         if message["role"] != "assistant":
             continue
-        before = tok(tok.apply_chat_template(chat[:i], tokenize=False, add_generation_prompt=True, **kwargs), add_special_tokens=False)["input_ids"]
+        before = tok(tok.apply_chat_template(chat[:i], tokenize=False, add_generation_prompt=True, **kwargs), add_special_tokens=False)[
+            "input_ids"
+        ]
         through = tok(tok.apply_chat_template(chat[: i + 1], tokenize=False, **kwargs), add_special_tokens=False)["input_ids"]
         mask = mask + [0] * (len(before) - len(mask)) + [1] * (len(through) - len(before))
     return len(mask)
@@ -121,7 +145,9 @@ def end_to_end(pool: list[Trajectory], reviews: list[Review], tok, root: Path) -
     shutil.rmtree(root / "dataset", ignore_errors=True)
     start = time.perf_counter()
     errors: list[str] = []
-    stats, _reused = build_dataset(root / "pool.jsonl", load_reviews(root / "reviews.jsonl", errors), tok, "qwen3.6", MaskOptions(ctx=10**7), root / "dataset")
+    stats, _reused = build_dataset(
+        root / "pool.jsonl", load_reviews(root / "reviews.jsonl", errors), tok, "qwen3.6", MaskOptions(ctx=10**7), root / "dataset"
+    )
     seconds = time.perf_counter() - start
     assert stats["trajectories_out"] == len(pool) and not errors, stats["rejected"]
     return seconds, stats["tokens"]["total"]
@@ -141,7 +167,16 @@ def with_workers(pool: list[Trajectory], reviews: list[Review], tok, root: Path,
         for _run in range(2):
             shutil.rmtree(root / "dataset", ignore_errors=True)
             start = time.perf_counter()
-            stats, _reused = build_dataset(root / "pool.jsonl", loaded, tok, "qwen3.6", MaskOptions(ctx=10**7), root / "dataset", shard_size=shard_size, backend=backend)
+            stats, _reused = build_dataset(
+                root / "pool.jsonl",
+                loaded,
+                tok,
+                "qwen3.6",
+                MaskOptions(ctx=10**7),
+                root / "dataset",
+                shard_size=shard_size,
+                backend=backend,
+            )
             times.append(time.perf_counter() - start)
     finally:
         if backend is not None:
@@ -156,7 +191,19 @@ def peak_rss(pool: list[Trajectory], reviews: list[Review], shard_size: int, roo
     (root / "mem-reviews.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in reviews))
     shutil.rmtree(root / "mem-dataset", ignore_errors=True)
     relearn = str(Path(sys.executable).with_name("relearn"))
-    command = [relearn, "masks", str(root / "mem.jsonl"), "-r", str(root / "mem-reviews.jsonl"), "-o", str(root / "mem-dataset"), "--shard-size", str(shard_size), "--ctx", str(10**7)]
+    command = [
+        relearn,
+        "masks",
+        str(root / "mem.jsonl"),
+        "-r",
+        str(root / "mem-reviews.jsonl"),
+        "-o",
+        str(root / "mem-dataset"),
+        "--shard-size",
+        str(shard_size),
+        "--ctx",
+        str(10**7),
+    ]
     # A fresh parent per run: RUSAGE_CHILDREN is the largest child so far, so each run gets its own.
     probe = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
     result = subprocess.run([sys.executable, "-c", probe, *command], check=True, capture_output=True, text=True)
@@ -181,7 +228,9 @@ def main() -> None:
     parser.add_argument("--trajectories", type=int, default=16)
     parser.add_argument("--baseline-trajectories", type=int, default=2, help="trajectories the slow per-turn baseline compiles")
     parser.add_argument("--memory-shard", type=int, default=16, help="records per shard in the memory run (0: skip it)")
-    parser.add_argument("--workers", type=int, default=0, help="also compare --workers 1 with N worker processes, shards of --trajectories/(2N) (0: skip)")
+    parser.add_argument(
+        "--workers", type=int, default=0, help="also compare --workers 1 with N worker processes, shards of --trajectories/(2N) (0: skip)"
+    )
     parser.add_argument("--workers-only", action="store_true", help="only the --workers comparison")
     args = parser.parse_args()
     tok = load_tokenizer("qwen3.6")
@@ -198,7 +247,9 @@ def main() -> None:
         assert many_tokens == tokens
         print(f"{'':40s}{'cold s':>9s}{'tokens/s':>11s}{'warm s':>9s}{'tokens/s':>11s}")
         print(f"{'1 process (today)':40s}{one_cold:9.2f}{tokens / one_cold:11.0f}{one_warm:9.2f}{tokens / one_warm:11.0f}")
-        print(f"{f'{args.workers} worker processes':40s}{many_cold:9.2f}{tokens / many_cold:11.0f}{many_warm:9.2f}{tokens / many_warm:11.0f}")
+        print(
+            f"{f'{args.workers} worker processes':40s}{many_cold:9.2f}{tokens / many_cold:11.0f}{many_warm:9.2f}{tokens / many_warm:11.0f}"
+        )
         print(f"speed-up: {one_cold / many_cold:.2f}x cold (what one command gets), {one_warm / many_warm:.2f}x warm")
         if args.workers_only:
             shutil.rmtree(root, ignore_errors=True)

@@ -138,21 +138,44 @@ def device_step(args: argparse.Namespace) -> None:
     # at supervised positions, and causal attention (q.k and p.v, forward + backward).
     body = params - config.vocab_size * config.hidden_size * (1 if config.tie_word_embeddings else 2)
     attn_dim = config.num_attention_heads * config.head_dim
-    flops = 6 * body * args.ctx + 6 * config.vocab_size * config.hidden_size * supervised + 6 * config.num_hidden_layers * args.ctx * args.ctx * attn_dim
-    peak = torch.cuda.max_memory_allocated() / GIB if device.type == "cuda" else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+    flops = (
+        6 * body * args.ctx
+        + 6 * config.vocab_size * config.hidden_size * supervised
+        + 6 * config.num_hidden_layers * args.ctx * args.ctx * attn_dim
+    )
+    peak = (
+        torch.cuda.max_memory_allocated() / GIB
+        if device.type == "cuda"
+        else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB
+    )
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
-    print(f"{name}: Qwen3 architecture, {params / 1e9:.2f}B parameters ({config.num_hidden_layers} layers, vocab {config.vocab_size:,}), "
-          f"{args.ctx:,} tokens, {supervised:,} supervised, chunk {args.chunk}, {'bf16 autocast' if autocast else 'fp32'}, {args.attn}")
+    print(
+        f"{name}: Qwen3 architecture, {params / 1e9:.2f}B parameters ({config.num_hidden_layers} layers, vocab {config.vocab_size:,}), "
+        f"{args.ctx:,} tokens, {supervised:,} supervised, chunk {args.chunk}, {'bf16 autocast' if autocast else 'fp32'}, {args.attn}"
+    )
     print(f"  step {seconds:.2f} s (warm-up step {times[0]:.2f} s), loss {loss.item():.4f}")
     print(f"  peak {'GPU memory allocated' if device.type == 'cuda' else 'RSS'} {peak:.2f} GiB")
     print(f"  {args.ctx / seconds:,.0f} tokens/s, {supervised / seconds:,.0f} supervised tokens/s")
-    print(f"  model FLOPs {flops / 1e15:.2f} PFLOP per step -> {flops / seconds / 1e12:.1f} TFLOP/s, "
-          f"MFU {flops / seconds / H200_BF16_FLOPS:.1%} of {H200_BF16_FLOPS / 1e12:.0f} TFLOP/s (H200 dense bf16)")
+    print(
+        f"  model FLOPs {flops / 1e15:.2f} PFLOP per step -> {flops / seconds / 1e12:.1f} TFLOP/s, "
+        f"MFU {flops / seconds / H200_BF16_FLOPS:.1%} of {H200_BF16_FLOPS / 1e12:.0f} TFLOP/s (H200 dense bf16)"
+    )
 
 
 def run_child(mode: str, length: int, args: argparse.Namespace, cap_gib: float | None) -> dict[str, object]:
     """One measurement in a fresh process; killed when its RSS passes ``cap_gib``."""
-    cmd = [sys.executable, __file__, "--worker", mode, "--length", str(length), "--chunk", str(args.chunk), "--supervised", str(args.supervised)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        mode,
+        "--length",
+        str(length),
+        "--chunk",
+        str(args.chunk),
+        "--supervised",
+        str(args.supervised),
+    ]
     if args.bf16:
         cmd.append("--bf16")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -219,7 +242,9 @@ def main() -> None:
         device_step(args)
         return
 
-    print(f"one optimizer step, tiny Qwen3 (hidden 64, 2 layers), vocab {VOCAB:,}, {args.supervised:.0%} supervised, chunk {args.chunk}, {'bf16' if args.bf16 else 'fp32'}")
+    print(
+        f"one optimizer step, tiny Qwen3 (hidden 64, 2 layers), vocab {VOCAB:,}, {args.supervised:.0%} supervised, chunk {args.chunk}, {'bf16' if args.bf16 else 'fp32'}"
+    )
     ours = run_child("ours", args.ctx, args, None)
     show(ours)
     naive: list[dict[str, object]] = []
@@ -236,7 +261,9 @@ def main() -> None:
         show(same_length)
 
     logits_gb = args.ctx * VOCAB * 4 / 1e9
-    print(f"\nnaive at {args.ctx:,} tokens: the fp32 logits alone are {args.ctx:,} x {VOCAB:,} x 4 B = {logits_gb:.1f} GB ({logits_gb * 1e9 / GIB:.1f} GiB)")
+    print(
+        f"\nnaive at {args.ctx:,} tokens: the fp32 logits alone are {args.ctx:,} x {VOCAB:,} x 4 B = {logits_gb:.1f} GB ({logits_gb * 1e9 / GIB:.1f} GiB)"
+    )
     projected = logits_gb * 1e9 / GIB
     if naive:
         longest = naive[-1]
@@ -249,8 +276,10 @@ def main() -> None:
     if "failed" not in ours:
         ratio = projected / float(ours["peak_rss_gib"])  # type: ignore[arg-type]
         verdict = "meets" if float(ours["peak_rss_gib"]) < 6.0 else "MISSES"  # type: ignore[arg-type]
-        print(f"ours at {args.ctx:,}: {float(ours['peak_rss_gib']):.2f} GiB peak RSS ({verdict} the 6 GiB target), "  # type: ignore[arg-type]
-              f"{float(ours['supervised_per_s']):.0f} supervised tok/s")  # type: ignore[arg-type]
+        print(
+            f"ours at {args.ctx:,}: {float(ours['peak_rss_gib']):.2f} GiB peak RSS ({verdict} the 6 GiB target), "  # type: ignore[arg-type]
+            f"{float(ours['supervised_per_s']):.0f} supervised tok/s"
+        )  # type: ignore[arg-type]
         print(f"ratio projected naive / ours at {args.ctx:,}: {ratio:.0f}x")
     if same_length is not None and "failed" not in same_length:
         n = naive[-1]

@@ -66,11 +66,28 @@ def make_pool(folder: Path, count: int, seed: int = 0) -> tuple[Path, Path, Path
                     "generated": True,
                     "reasoning_content": sentence(rng, rng.randint(20, 60)),
                     "content": sentence(rng, rng.randint(5, 15)),
-                    "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", command]}}}],
+                    "tool_calls": [
+                        {
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", command]}},
+                        }
+                    ],
                 }
             )
-            output = "\n".join(f"pkg/mod{rng.randint(0, 9)}.py:{rng.randint(1, 500)}: {sentence(rng, 8)}" for _ in range(rng.randint(3, 12)))
-            messages.append({"role": "tool", "tool_call_id": call_id, "name": "shell", "content": output, "generated": False, "metadata": {"exit_code": 0}})
+            output = "\n".join(
+                f"pkg/mod{rng.randint(0, 9)}.py:{rng.randint(1, 500)}: {sentence(rng, 8)}" for _ in range(rng.randint(3, 12))
+            )
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "name": "shell",
+                    "content": output,
+                    "generated": False,
+                    "metadata": {"exit_code": 0},
+                }
+            )
         messages.append({"role": "assistant", "generated": True, "content": "Done: " + sentence(rng, 20)})
         bodies.append(messages)
     pool, zst, reviews = folder / "pool.jsonl", folder / "pool.jsonl.zst", folder / "reviews.jsonl"
@@ -88,7 +105,16 @@ def make_pool(folder: Path, count: int, seed: int = 0) -> tuple[Path, Path, Path
                 "messages": messages,
                 "final_patch": patch,
                 "exit_status": "submitted",
-                "outcome": {"reward": 1.0 if resolved else 0.0, "resolved": resolved, "verdict": {"tests": {"FAIL_TO_PASS": {"success": ["t1"], "failure": []}, "PASS_TO_PASS": {"success": ["t2", "t3"], "failure": []}}}},
+                "outcome": {
+                    "reward": 1.0 if resolved else 0.0,
+                    "resolved": resolved,
+                    "verdict": {
+                        "tests": {
+                            "FAIL_TO_PASS": {"success": ["t1"], "failure": []},
+                            "PASS_TO_PASS": {"success": ["t2", "t3"], "failure": []},
+                        }
+                    },
+                },
             }
             line = json.dumps(record, ensure_ascii=False, separators=(",", ":"))
             plain.write(line + "\n")
@@ -101,7 +127,17 @@ def make_pool(folder: Path, count: int, seed: int = 0) -> tuple[Path, Path, Path
                 "decision": "accept" if resolved else "reject",
                 "reason": None if resolved else "not verified positive",
                 "errors": [{"step": 1, "category": "redundant_exploration", "description": "searched twice"}],
-                "defects": [{"message_index": 2, "field": "tool_calls[0].arguments", "start": command.index(quote), "end": command.index(quote) + len(quote), "quote": quote, "category": "redundant_exploration", "description": "searched twice"}],
+                "defects": [
+                    {
+                        "message_index": 2,
+                        "field": "tool_calls[0].arguments",
+                        "start": command.index(quote),
+                        "end": command.index(quote) + len(quote),
+                        "quote": quote,
+                        "category": "redundant_exploration",
+                        "description": "searched twice",
+                    }
+                ],
             }
             review_file.write(json.dumps(review, separators=(",", ":")) + "\n")
     return pool, zst, reviews
@@ -116,7 +152,9 @@ async def first_on_screen(pool: Path, reviews: Path, *, cache: bool) -> tuple[fl
         while app.first_shown is None:
             await pilot.pause(0.005)
             if not app.is_running or time.perf_counter() - started > 120:
-                raise RuntimeError(f"nothing on screen after {time.perf_counter() - started:.0f} s: {len(catalog.pool):,} indexed, failure {catalog.pool._failure!r}, errors {catalog.pool.errors[:3]}")
+                raise RuntimeError(
+                    f"nothing on screen after {time.perf_counter() - started:.0f} s: {len(catalog.pool):,} indexed, failure {catalog.pool._failure!r}, errors {catalog.pool.errors[:3]}"
+                )
         elapsed = app.first_shown - started
         assert app.view is not None and app.view.review is not None, "the first trajectory shows without its review"
     return elapsed, app, catalog
@@ -165,7 +203,10 @@ def main() -> None:
         )
         importing = subprocess.run(
             [sys.executable, "-c", "import time; t = time.perf_counter(); import relearn.view.app; print(time.perf_counter() - t)"],
-            capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent.parent,
         )
         print(f"import of the viewer (relearn.view.app, Textual): {float(importing.stdout):.2f} s, once per process")
 

@@ -65,12 +65,10 @@ def audit(client: docker.DockerClient, task: Task, image: str, *, limits: Limits
 def _fix_blobs(container: Container, task: Task, base: str) -> list[str]:
     container.put_file("/tmp/relearn/gold.patch", task.patch if task.patch.endswith("\n") else task.patch + "\n")
     script = (
-        "set -e; tmp=$(mktemp -d); "
-        f"git archive {base} | tar -x -C $tmp; "
-        "cd $tmp && git apply /tmp/relearn/gold.patch && cd - >/dev/null; "
+        f"set -e; tmp=$(mktemp -d); git archive {base} | tar -x -C $tmp; cd $tmp && git apply /tmp/relearn/gold.patch && cd - >/dev/null; "
     )
     for path in patch_files(task.patch):
         q = shlex.quote(path)
-        script += f'if [ -f $tmp/{q} ]; then h=$(git hash-object $tmp/{q}); git cat-file -e $h 2>/dev/null && echo {q}; fi; '
+        script += f"if [ -f $tmp/{q} ]; then h=$(git hash-object $tmp/{q}); git cat-file -e $h 2>/dev/null && echo {q}; fi; "
     result = container.exec(script + "true", timeout_s=300)
     return [line for line in result.stdout.splitlines() if line.strip()]

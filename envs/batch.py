@@ -40,7 +40,9 @@ def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
         except json.JSONDecodeError as exc:
             return [], [RecordError(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}")]
         if isinstance(document, dict):
-            document = [dict(value, instance_id=value.get("instance_id", key)) for key, value in document.items() if isinstance(value, dict)]
+            document = [
+                dict(value, instance_id=value.get("instance_id", key)) for key, value in document.items() if isinstance(value, dict)
+            ]
         rows = [(index, row) for index, row in enumerate(document, start=1)] if isinstance(document, list) else []
     else:
         try:
@@ -147,7 +149,9 @@ def verify_batch(
                     on_done(None)
                 return False
 
-            summary.per_node = run_units(runner, [p for p in todo if p.instance_id in images], grade, on_result=finished, on_error=failed).per_node
+            summary.per_node = run_units(
+                runner, [p for p in todo if p.instance_id in images], grade, on_result=finished, on_error=failed
+            ).per_node
     finally:
         if backend is None:
             runner.close()
@@ -173,4 +177,13 @@ class Grading:
         client = self.engine()
         task, image = self.tasks[prediction.instance_id], self.images[prediction.instance_id]
         node_image(client, task, image, self.base_image, self.registry)
-        return verify(client, task, prediction.patch, image, log_dir=self.log_dir, timeout_s=self.timeout_s, limits=self.limits, model_name_or_path=prediction.model_name_or_path)
+        return verify(
+            client,
+            task,
+            prediction.patch,
+            image,
+            log_dir=self.log_dir,
+            timeout_s=self.timeout_s,
+            limits=self.limits,
+            model_name_or_path=prediction.model_name_or_path,
+        )

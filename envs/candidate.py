@@ -42,7 +42,9 @@ STATUS = "git status --porcelain=v1 -z --no-renames --untracked-files=all"
 UNTRACKED = "git ls-files --others --exclude-standard -z"
 
 TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_test\.py$")
-STARTUP_FILES = re.compile(r"(^|/)(sitecustomize|usercustomize)\.py$|\.pth$|(^|/)[^/]+\.(dist-info|egg-info)(/|$)|\.egg-link$|(^|/)__editable__")
+STARTUP_FILES = re.compile(
+    r"(^|/)(sitecustomize|usercustomize)\.py$|\.pth$|(^|/)[^/]+\.(dist-info|egg-info)(/|$)|\.egg-link$|(^|/)__editable__"
+)
 SHADOWED = ("pytest", "_pytest", "pluggy", "py")  # top-level modules a repository must not add
 PYTEST_INI = re.compile(r"(^|/)\.?pytest\.ini$")
 CONFTEST = re.compile(r"(^|/)conftest\.py$")
@@ -212,7 +214,10 @@ def _restore(container: Container, out: Applied, base_commit: str, protected: se
         if reason is None:
             continue
         quoted, spec = shlex.quote(path), shlex.quote(f"{base_commit}:{path}")
-        _git(container, f"if git cat-file -e {spec} 2>/dev/null; then git checkout -q {shlex.quote(base_commit)} -- {quoted}; else rm -rf -- {quoted}; fi")
+        _git(
+            container,
+            f"if git cat-file -e {spec} 2>/dev/null; then git checkout -q {shlex.quote(base_commit)} -- {quoted}; else rm -rf -- {quoted}; fi",
+        )
         out.restored.append(path)
 
 

@@ -144,7 +144,13 @@ def check_image(client: docker.DockerClient, task: Task, image: str, script: str
                 f"{task.base_commit[:12]} is not in the repository's history: the image holds another revision (or a shallow clone without it)",
             )
         patch_ok, _ = run("command -v patch")
-        add("patch", patch_ok, "GNU patch is installed", "GNU patch is missing: only `git apply` will be tried on candidate patches", required=False)
+        add(
+            "patch",
+            patch_ok,
+            "GNU patch is installed",
+            "GNU patch is missing: only `git apply` will be tried on candidate patches",
+            required=False,
+        )
         prefix = "set -uo pipefail\n"  # as the verifier runs the eval script's lines
         for line in dict.fromkeys(environment):  # scripts repeat their activation: check each line once
             ok, output = run(f"{prefix}{line}", workdir)
@@ -190,9 +196,11 @@ def _collect(box: Container, task: Task, prefix: str, command: str, report: Cont
     quoted = " ".join(shlex.quote(f) for f in files)
     words = command_words(command)
     runner = f"{words[0]} -m pytest" if words and words[0].startswith("python") and "-m" in words else "pytest"
-    probe = f"existing=$(for f in {quoted}; do [ -e \"$f\" ] && echo \"$f\"; done); [ -z \"$existing\" ] || {runner} --collect-only -q -p no:cacheprovider $existing"
+    probe = f'existing=$(for f in {quoted}; do [ -e "$f" ] && echo "$f"; done); [ -z "$existing" ] || {runner} --collect-only -q -p no:cacheprovider $existing'
     result = box.exec(prefix + probe, timeout_s=CHECK_TIMEOUT_S, workdir=task.workdir)
     # 5: nothing collected (the test patch adds every test), which is no import error
     ok = result.exit_code in (0, 5)
     tail = " / ".join(result.output.strip().splitlines()[-3:])
-    report.checks.append(Check("test files import", ok, "pytest collects the task's test files" if ok else f"pytest cannot collect them offline: {tail}"))
+    report.checks.append(
+        Check("test files import", ok, "pytest collects the task's test files" if ok else f"pytest cannot collect them offline: {tail}")
+    )

@@ -129,7 +129,12 @@ class LocalBackend:
         self.workers = max(1, workers)
         self._pool: Executor = (
             # spawn, not fork: the driver already runs the tokenizer's and Docker's threads
-            ProcessPoolExecutor(max_workers=self.workers, mp_context=multiprocessing.get_context("spawn"), initializer=_limit_threads, initargs=(threads_per_process,))
+            ProcessPoolExecutor(
+                max_workers=self.workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_limit_threads,
+                initargs=(threads_per_process,),
+            )
             if processes
             else ThreadPoolExecutor(max_workers=self.workers)
         )
@@ -199,7 +204,9 @@ class RayBackend:
         self.per_node: dict[str, int] = {}
         if self.slots() == 0:
             self.close()
-            raise ClusterError(f"no node of the cluster offers {self._need_text()}: start the nodes with e.g. ray start --resources '{{\"docker\": 4}}'")
+            raise ClusterError(
+                f"no node of the cluster offers {self._need_text()}: start the nodes with e.g. ray start --resources '{{\"docker\": 4}}'"
+            )
         self._check_versions()
 
     def _check_versions(self) -> None:
@@ -210,13 +217,21 @@ class RayBackend:
             raise ClusterError("; ".join(sorted(refused)))
 
     def _need_text(self) -> str:
-        parts = [f"{DOCKER_RESOURCE}={self.needs.docker}" if self.needs.docker else "", f"CPU={self.needs.cpus}" if self.needs.cpus else "", f"GPU={self.needs.gpus}" if self.needs.gpus else ""]
+        parts = [
+            f"{DOCKER_RESOURCE}={self.needs.docker}" if self.needs.docker else "",
+            f"CPU={self.needs.cpus}" if self.needs.cpus else "",
+            f"GPU={self.needs.gpus}" if self.needs.gpus else "",
+        ]
         return ", ".join(p for p in parts if p) or "any resource"
 
     def slots(self) -> int:
         """Units the alive nodes can run at once: the tightest of the units' resources."""
         total = self._ray.cluster_resources()
-        fits = [int(total.get(key, 0.0) // amount) for key, amount in ((DOCKER_RESOURCE, self.needs.docker), ("CPU", self.needs.cpus), ("GPU", self.needs.gpus)) if amount]
+        fits = [
+            int(total.get(key, 0.0) // amount)
+            for key, amount in ((DOCKER_RESOURCE, self.needs.docker), ("CPU", self.needs.cpus), ("GPU", self.needs.gpus))
+            if amount
+        ]
         return min(fits) if fits else max(1, int(total.get("CPU", 1)))
 
     def submit(self, fn: Callable[[Any], Any], unit: Any) -> Any:
@@ -246,7 +261,13 @@ class RayBackend:
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
-        except (exceptions.NodeDiedError, exceptions.WorkerCrashedError, exceptions.ObjectLostError, exceptions.LocalRayletDiedError, exceptions.TaskCancelledError) as exc:
+        except (
+            exceptions.NodeDiedError,
+            exceptions.WorkerCrashedError,
+            exceptions.ObjectLostError,
+            exceptions.LocalRayletDiedError,
+            exceptions.TaskCancelledError,
+        ) as exc:
             raise NodeLost(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
         except exceptions.RayError as exc:
             raise NodeLost(f"{type(exc).__name__}: {exc}") from exc
@@ -270,7 +291,9 @@ class RayBackend:
         nodes = [n["NodeID"] for n in self._ray.nodes() if n.get("Alive")]
         task = self._ray.remote(_on_node)
         handles = {
-            node: task.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(lambda _unit: fn(), None, self._version)
+            node: task.options(num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                lambda _unit: fn(), None, self._version
+            )
             for node in nodes
         }
         answers: dict[str, R | BaseException] = {}

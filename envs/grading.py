@@ -78,9 +78,13 @@ def grade(spec: Any, task: Task, phases: Phases, output: str, exit_code: int | N
         verdict.report = "log only (the test command is not pytest)"
     if statuses is None:
         if parsed:
-            verdict.error = verdict.error or f"the log reports no failure, yet the test command exited {exit_code}: the log contradicts its exit status"
+            verdict.error = (
+                verdict.error or f"the log reports no failure, yet the test command exited {exit_code}: the log contradicts its exit status"
+            )
         else:
-            verdict.error = verdict.error or f"the test output has no results the {spec.log_parser} parser recognises (exit status {exit_code})"
+            verdict.error = (
+                verdict.error or f"the test output has no results the {spec.log_parser} parser recognises (exit status {exit_code})"
+            )
         return
     verdict.status_map = statuses
     gold = {"instance_id": task.instance_id, "FAIL_TO_PASS": spec.FAIL_TO_PASS, "PASS_TO_PASS": spec.PASS_TO_PASS}

@@ -33,7 +33,9 @@ TEMPLATE_FIELDS = {
 # Docker's reference grammar, loosely: lower-case path components, then an optional tag or
 # digest; a registry host[:port] in front when the first component has a dot, a port or
 # is localhost (Docker's own rule).
-PATH_REFERENCE = re.compile(r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+PATH_REFERENCE = re.compile(
+    r"^[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
 HOST = re.compile(r"^[a-zA-Z0-9.-]+(?::\d+)?$")
 SOURCE_ROW = "the dataset row's image column"
 
@@ -67,7 +69,9 @@ def check_template(template: str) -> str:
     unknown = sorted(names - set(TEMPLATE_FIELDS))
     if unknown or "" in names:
         known = ", ".join("{" + name + "}" for name in TEMPLATE_FIELDS)
-        raise ValueError(f"--image-template {template!r}: unknown placeholder {', '.join('{' + n + '}' for n in unknown) or '{}'}; it knows {known}")
+        raise ValueError(
+            f"--image-template {template!r}: unknown placeholder {', '.join('{' + n + '}' for n in unknown) or '{}'}; it knows {known}"
+        )
     return template
 
 

@@ -115,8 +115,7 @@ def mini_dockerfile(base: str, leaky: bool) -> str:
         f"FROM {base}",
         "COPY repo /testbed",
         "WORKDIR /testbed",
-        f"RUN git init -q -b main && git add -A && {GIT_ENV} git commit -q -m base "
-        "&& git config --global --add safe.directory /testbed",
+        f"RUN git init -q -b main && git add -A && {GIT_ENV} git commit -q -m base && git config --global --add safe.directory /testbed",
     ]
     if leaky:
         # What a careless image build does: the upstream fix lands in history.

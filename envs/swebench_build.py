@@ -379,13 +379,21 @@ def build_instance_image(
     return result
 
 
-def _docker_build(client: docker.DockerClient, context: Path, tag: str, *, offline: bool, memory_mb: int | None, log: Callable[[str], None]) -> None:
+def _docker_build(
+    client: docker.DockerClient, context: Path, tag: str, *, offline: bool, memory_mb: int | None, log: Callable[[str], None]
+) -> None:
     lines: list[str] = []
     error = None
     limits = {"memory": memory_mb << 20, "memswap": memory_mb << 20} if memory_mb else None
     try:
         stream = client.api.build(
-            path=str(context), tag=tag, rm=True, forcerm=True, network_mode="none" if offline else None, container_limits=limits, decode=True
+            path=str(context),
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            network_mode="none" if offline else None,
+            container_limits=limits,
+            decode=True,
         )
         for chunk in stream:
             if "stream" in chunk:
@@ -418,5 +426,17 @@ def download_command(spec: InstallSpec, python: str, requirements: str) -> str:
     unpinned = [p for p in ["pip", "setuptools", "wheel", *spec.packages] if p.lower() not in pinned]
     names = list(dict.fromkeys([*unpinned, *spec.pip_packages]))
     reqs = [line.strip() for line in requirements.splitlines() if line.strip() and not line.strip().startswith("-")]
-    words = ["pip", "download", "-d", "WHEELS", "--only-binary=:all:", "--python-version", python, "--platform", "manylinux2014_x86_64", "--implementation", "cp"]
+    words = [
+        "pip",
+        "download",
+        "-d",
+        "WHEELS",
+        "--only-binary=:all:",
+        "--python-version",
+        python,
+        "--platform",
+        "manylinux2014_x86_64",
+        "--implementation",
+        "cp",
+    ]
     return " ".join(words + [shlex.quote(n) for n in [*names, *reqs]])

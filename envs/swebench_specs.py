@@ -51,13 +51,55 @@ class InstallSpec:
 # --- relearn's table --------------------------------------------------------------------------
 
 _PYTEST_PINS = {
-    "4.4": ["atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "pluggy==0.13.1", "py==1.11.0", "setuptools==68.0.0", "six==1.16.0"],
-    "4.5": ["atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "pluggy==0.11.0", "py==1.11.0", "setuptools==68.0.0", "six==1.16.0", "wcwidth==0.2.6"],
-    "4.6": ["atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "six==1.16.0", "wcwidth==0.2.6"],
-    "5.0": ["atomicwrites==1.4.1", "attrs==23.1.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "wcwidth==0.2.6"],
+    "4.4": [
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "setuptools==68.0.0",
+        "six==1.16.0",
+    ],
+    "4.5": [
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "pluggy==0.11.0",
+        "py==1.11.0",
+        "setuptools==68.0.0",
+        "six==1.16.0",
+        "wcwidth==0.2.6",
+    ],
+    "4.6": [
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "packaging==23.1",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "six==1.16.0",
+        "wcwidth==0.2.6",
+    ],
+    "5.0": [
+        "atomicwrites==1.4.1",
+        "attrs==23.1.0",
+        "more-itertools==10.1.0",
+        "packaging==23.1",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "wcwidth==0.2.6",
+    ],
     "5.3": ["attrs==23.1.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "wcwidth==0.2.6"],
     "5.4": ["py==1.11.0", "packaging==23.1", "attrs==23.1.0", "more-itertools==10.1.0", "pluggy==0.13.1"],
-    "6.0": ["attrs==23.1.0", "iniconfig==2.0.0", "more-itertools==10.1.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "toml==0.10.2"],
+    "6.0": [
+        "attrs==23.1.0",
+        "iniconfig==2.0.0",
+        "more-itertools==10.1.0",
+        "packaging==23.1",
+        "pluggy==0.13.1",
+        "py==1.11.0",
+        "toml==0.10.2",
+    ],
     "6.2": ["attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "toml==0.10.2"],
     "7.0": ["attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0"],
     "7.1": ["attrs==23.1.0", "iniconfig==2.0.0", "packaging==23.1", "pluggy==0.13.1", "py==1.11.0", "tomli==2.0.1"],
@@ -90,8 +132,22 @@ def _table_spec(repo: str, version: str) -> InstallSpec | None:
     v = _version_key(version)
     if repo == "sympy/sympy":
         if v >= (1, 13):
-            return InstallSpec(repo, version, "3.9", "python -m pip install -e .", pip_packages=("mpmath==1.3.0",), requirements=("requirements-dev.txt", "requirements-test.txt"))
-        return InstallSpec(repo, version, "3.9", "python -m pip install -e .", packages=("mpmath", "flake8"), pip_packages=("mpmath==1.3.0", "flake8-comprehensions"))
+            return InstallSpec(
+                repo,
+                version,
+                "3.9",
+                "python -m pip install -e .",
+                pip_packages=("mpmath==1.3.0",),
+                requirements=("requirements-dev.txt", "requirements-test.txt"),
+            )
+        return InstallSpec(
+            repo,
+            version,
+            "3.9",
+            "python -m pip install -e .",
+            packages=("mpmath", "flake8"),
+            pip_packages=("mpmath==1.3.0", "flake8-comprehensions"),
+        )
     if repo == "pytest-dev/pytest":
         pins = _PYTEST_PINS.get(version)
         if pins is None:
@@ -102,13 +158,17 @@ def _table_spec(repo: str, version: str) -> InstallSpec | None:
         return InstallSpec(repo, version, "3.9", "python -m pip install .", packages=("pytest",))
     if repo == "pallets/flask":
         python, pins = ("3.9", _FLASK_PINS_20) if version == "2.0" else ("3.10", _FLASK_PINS) if version == "2.1" else ("3.11", _FLASK_PINS)
-        return InstallSpec(repo, version, python, "python -m pip install -e .", pip_packages=tuple(pins), requirements=("requirements/dev.txt",))
+        return InstallSpec(
+            repo, version, python, "python -m pip install -e .", pip_packages=tuple(pins), requirements=("requirements/dev.txt",)
+        )
     if repo == "pylint-dev/pylint":
         pins: tuple[str, ...] = ("astroid==3.0.0a6", "setuptools") if v >= (3, 0) else ()
         apt: tuple[str, ...] = ()
         if version == "2.8":
             pins, apt = ("pyenchant==3.2",), ("libenchant-2-dev", "hunspell-en-us")
-        return InstallSpec(repo, version, "3.9", "python -m pip install -e .", pip_packages=pins, requirements=("requirements_test.txt",), apt_packages=apt)
+        return InstallSpec(
+            repo, version, "3.9", "python -m pip install -e .", pip_packages=pins, requirements=("requirements_test.txt",), apt_packages=apt
+        )
     if repo == "sphinx-doc/sphinx":
         pre = ["sed -i 's/pytest/pytest -rA/' tox.ini"]
         if (3, 0) <= v <= (4, 4):
@@ -131,7 +191,9 @@ def _table_spec(repo: str, version: str) -> InstallSpec | None:
         apt = ("graphviz",) if v >= (7, 2) else ()
         python = "3.10" if v >= (8, 0) else "3.9"
         pins = ("tox==4.16.0", "tox-current-env==0.0.11", "Jinja2==3.0.3")
-        return InstallSpec(repo, version, python, "python -m pip install -e .[test]", pip_packages=pins, pre_install=tuple(pre), apt_packages=apt)
+        return InstallSpec(
+            repo, version, python, "python -m pip install -e .[test]", pip_packages=pins, pre_install=tuple(pre), apt_packages=apt
+        )
     if repo == "django/django":
         python = "3.5" if v <= (2, 2) else "3.6" if v <= (3, 2) else "3.8" if v < (4, 1) else "3.9" if v < (5, 0) else "3.11"
         if v <= (2, 2):
@@ -139,7 +201,9 @@ def _table_spec(repo: str, version: str) -> InstallSpec | None:
                 repo, version, python, "python setup.py install", pip_packages=("setuptools",), requirements=("tests/requirements/py3.txt",),
                 pre_install=("echo 'en_US UTF-8' > /etc/locale.gen", "locale-gen en_US.UTF-8"), apt_packages=("locales",),
             )  # fmt: skip
-        return InstallSpec(repo, version, python, "python -m pip install -e .", requirements=("tests/requirements/py3.txt",), apt_packages=("locales",))
+        return InstallSpec(
+            repo, version, python, "python -m pip install -e .", requirements=("tests/requirements/py3.txt",), apt_packages=("locales",)
+        )
     if repo == "mwaskom/seaborn":
         pins = [*_SEABORN_PINS, "pandas==1.3.5" if version == "0.11" else "pandas==2.0.0"]
         install = "python -m pip install -e ." if version == "0.11" else "python -m pip install -e .[dev]"
@@ -147,7 +211,16 @@ def _table_spec(repo: str, version: str) -> InstallSpec | None:
     return None
 
 
-TABLE_REPOS = ("django/django", "mwaskom/seaborn", "pallets/flask", "psf/requests", "pylint-dev/pylint", "pytest-dev/pytest", "sphinx-doc/sphinx", "sympy/sympy")
+TABLE_REPOS = (
+    "django/django",
+    "mwaskom/seaborn",
+    "pallets/flask",
+    "psf/requests",
+    "pylint-dev/pylint",
+    "pytest-dev/pytest",
+    "sphinx-doc/sphinx",
+    "sympy/sympy",
+)
 
 
 # --- swebench's own specs (swebench up to 4.x) ---------------------------------------------------
@@ -215,5 +288,7 @@ def install_spec(task: Task) -> InstallSpec:
     spec_ = _table_spec(repo, version)
     if spec_ is None:
         known = ", ".join(TABLE_REPOS)
-        raise Unsupported(f"{repo} {version or '(no version)'}: no install recipe (the installed swebench has no specs for it, and relearn's table covers {known})")
+        raise Unsupported(
+            f"{repo} {version or '(no version)'}: no install recipe (the installed swebench has no specs for it, and relearn's table covers {known})"
+        )
     return spec_

@@ -231,4 +231,3 @@ def load_tasks(path: Path) -> tuple[list[Task], list[RecordError]]:
     for item in iter_tasks(path):
         (errors if isinstance(item, RecordError) else tasks).append(item)  # type: ignore[arg-type]
     return tasks, errors
-

@@ -89,7 +89,7 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True) -> 
         if FATAL.match(command):
             first, _, rest = command.partition("\n")
             what = shlex.quote(" ".join(first.split()[:3]))
-            first += f" || {{ echo \"relearn: setup step failed: \"{what} >&2; exit {SETUP_FAILED}; }}"
+            first += f' || {{ echo "relearn: setup step failed: "{what} >&2; exit {SETUP_FAILED}; }}'
             command = first + ("\n" + rest if rest else "")
         setup.append(command)
     phases = Phases(setup=_script(setup), test="")

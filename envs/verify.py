@@ -282,7 +282,9 @@ def _run_whole_script(container: Container, task: Task, script: str, verdict: Ve
     if task.kind == "openswe":
         grade_openswe(result.exit_code, verdict, result.output)
     else:
-        verdict.error = f"the eval script has no {START_TEST_OUTPUT!r} / {END_TEST_OUTPUT!r} markers around its test command: nothing to grade"
+        verdict.error = (
+            f"the eval script has no {START_TEST_OUTPUT!r} / {END_TEST_OUTPUT!r} markers around its test command: nothing to grade"
+        )
     verdict.reward = 1.0 if verdict.resolved else 0.0
     return "\n".join(log_lines)
 

@@ -51,7 +51,9 @@ def load_dataset_tasks(source: str, split: str = "test") -> tuple[list[Task], li
 
         rows = datasets.load_dataset(source, split=split)
     except Exception as exc:  # no network, no such dataset: say which, and what works offline
-        raise ValueError(f"cannot load {source!r}: not a local file and not loadable from the Hugging Face Hub ({type(exc).__name__}); pass a local .parquet/.jsonl") from None
+        raise ValueError(
+            f"cannot load {source!r}: not a local file and not loadable from the Hugging Face Hub ({type(exc).__name__}); pass a local .parquet/.jsonl"
+        ) from None
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -62,5 +64,8 @@ def load_dataset_tasks(source: str, split: str = "test") -> tuple[list[Task], li
 
 def dataset_digest(tasks: list[Task]) -> str:
     """Names the exact instances (and their tests) a run used, for comparing runs."""
-    basis = "\n".join(f"{t.instance_id}\t{t.base_commit}\t{sorted(t.FAIL_TO_PASS)}\t{sorted(t.PASS_TO_PASS)}" for t in sorted(tasks, key=lambda t: t.instance_id))
+    basis = "\n".join(
+        f"{t.instance_id}\t{t.base_commit}\t{sorted(t.FAIL_TO_PASS)}\t{sorted(t.PASS_TO_PASS)}"
+        for t in sorted(tasks, key=lambda t: t.instance_id)
+    )
     return hashlib.sha256(basis.encode()).hexdigest()[:16]

@@ -132,7 +132,11 @@ def report_markdown(report: dict[str, Any]) -> str:
     lines += ["## By exit status", "", "| exit status | instances |", "|---|---|"]
     lines += [f"| {name} | {count} |" for name, count in report["by_exit_status"].items()]
     tokens, cost = report["tokens_per_instance"], report["cost_per_instance_usd"]
-    lines += ["", f"Tokens per instance: mean {tokens['mean']:.0f}, median {tokens['median']:.0f}. Cost per instance: mean ${cost['mean']:.4f}, total ${cost['total']:.4f}.", ""]
+    lines += [
+        "",
+        f"Tokens per instance: mean {tokens['mean']:.0f}, median {tokens['median']:.0f}. Cost per instance: mean ${cost['mean']:.4f}, total ${cost['total']:.4f}.",
+        "",
+    ]
     if report["infra_errors"]:
         lines += ["## Infrastructure failures", ""] + [f"- {iid}: {error}" for iid, error in report["infra_errors"].items()] + [""]
     return "\n".join(lines)
@@ -185,7 +189,13 @@ def compare(runs: list[tuple[str, Path]]) -> dict[str, Any]:
                 "mcnemar_p": mcnemar_exact(only_base, only_this),
             }
         )
-    return {"baseline": base_name, "paired_instances": len(ids), "budget": base_manifest["budget"], "scaffold": base_manifest["scaffold"]["version"], "runs": rows}
+    return {
+        "baseline": base_name,
+        "paired_instances": len(ids),
+        "budget": base_manifest["budget"],
+        "scaffold": base_manifest["scaffold"]["version"],
+        "runs": rows,
+    }
 
 
 def compare_markdown(result: dict[str, Any]) -> str:
@@ -214,7 +224,10 @@ def compare_chart(result: dict[str, Any], path: Path) -> None:
 
     names = [r["name"] for r in result["runs"]]
     rates = [r["rate"] * 100 for r in result["runs"]]
-    errors = [[(r["rate"] - r["rate_ci95"][0]) * 100 for r in result["runs"]], [(r["rate_ci95"][1] - r["rate"]) * 100 for r in result["runs"]]]
+    errors = [
+        [(r["rate"] - r["rate_ci95"][0]) * 100 for r in result["runs"]],
+        [(r["rate_ci95"][1] - r["rate"]) * 100 for r in result["runs"]],
+    ]
     figure, axis = plt.subplots(figsize=(max(4, 1.6 * len(names)), 3.6))
     bars = axis.bar(names, rates, yerr=errors, capsize=4, color="#4C72B0")
     for bar, rate in zip(bars, rates, strict=True):

@@ -97,7 +97,12 @@ def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] |
             "source": config.dataset,
             "digest": dataset_digest(tasks),
             "instances": len(tasks),
-            "selection": {"ids": list(config.selection.ids), "repos": list(config.selection.repos), "difficulties": list(config.selection.difficulties), "slice": config.selection.slice},
+            "selection": {
+                "ids": list(config.selection.ids),
+                "repos": list(config.selection.repos),
+                "difficulties": list(config.selection.difficulties),
+                "slice": config.selection.slice,
+            },
         },
         "policy": {"kind": spec.kind, "model": spec.model, "base_url": spec.base_url, "checkpoint": spec.checkpoint, "step": spec.step},
         "sampling": spec.sampling,
@@ -122,7 +127,9 @@ def make_manifest(config: RunConfig, tasks: list[Task], probed: dict[str, Any] |
             "package_integrity": codex.install.integrity,
             "binary_sha256": codex.install.sha256.get("codex"),
             "tool_schemas": probed["tools"],
-            "config_toml": codex_setup.toml(codex_setup.codex_config(codex, spec.model, "http://<relay>/v1", codex_setup.CODEX_HOME, spec.timeout_s)),
+            "config_toml": codex_setup.toml(
+                codex_setup.codex_config(codex, spec.model, "http://<relay>/v1", codex_setup.CODEX_HOME, spec.timeout_s)
+            ),
             "catalog_entry_digest": scaffold["catalog_digest"],
         }
     return manifest
@@ -183,7 +190,16 @@ def run_eval(
         raise ValueError(f"no readable instances in {config.dataset}: {load_errors[0]}")
     tasks = config.selection.apply(all_tasks)
     if prepare is None:
-        prepared = prepare_images(client, tasks, config.images, pull=config.pull, need_base=config.codex is not None, base=base_image, log=lambda _m: None, registry=config.registry)
+        prepared = prepare_images(
+            client,
+            tasks,
+            config.images,
+            pull=config.pull,
+            need_base=config.codex is not None,
+            base=base_image,
+            log=lambda _m: None,
+            registry=config.registry,
+        )
     else:
         prepared = prepare(tasks)
     tasks = prepared.tasks

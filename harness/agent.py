@@ -55,7 +55,9 @@ def run_episode(
 ) -> Trajectory:
     """Run one episode; returns the trajectory with exit status and final patch (not
     yet verified: grading happens in a fresh container, see envs.verify)."""
-    toolbox = Toolbox(container, task.workdir, config.tool_output_tokens, config.command_timeout_ms, apply_patch_semantics=config.apply_patch)
+    toolbox = Toolbox(
+        container, task.workdir, config.tool_output_tokens, config.command_timeout_ms, apply_patch_semantics=config.apply_patch
+    )
     trajectory = header.model_copy(deep=True)
     trajectory.started_at = trajectory.started_at or now()
     trajectory.tools = toolbox.schemas()

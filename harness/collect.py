@@ -104,7 +104,12 @@ def _keep_partial(path: Path) -> None:
 
 def outcome_of(verdict: Verdict) -> Outcome:
     """What a trajectory keeps of its verdict (the full log stays in verify-logs/)."""
-    summary: dict[str, Any] = {"tests": verdict.tests, "error": verdict.error, "image_digest": verdict.image_digest, "patch_applied": verdict.patch_applied}
+    summary: dict[str, Any] = {
+        "tests": verdict.tests,
+        "error": verdict.error,
+        "image_digest": verdict.image_digest,
+        "patch_applied": verdict.patch_applied,
+    }
     for key in ("refused", "restored_files", "neutralized", "disagreements"):
         if getattr(verdict, key):
             summary[key] = getattr(verdict, key)
@@ -140,11 +145,15 @@ def run_job(
     recorder = EpisodeRecorder(episode_path, header)
     try:
         if codex is not None:
-            trajectory = run_codex_episode(client, job.task, job.image, spec, config.budget, codex, header, recorder=recorder, artifacts=artifacts, limits=limits)
+            trajectory = run_codex_episode(
+                client, job.task, job.image, spec, config.budget, codex, header, recorder=recorder, artifacts=artifacts, limits=limits
+            )
         else:
             with Container.start(client, job.image, limits=limits, workdir=job.task.workdir) as container:
                 trajectory = run_episode(job.task, policy, container, config, header, recorder)
-        verdict = verify(client, job.task, trajectory.final_patch, job.image, log_dir=out / "verify-logs", timeout_s=verify_timeout_s, limits=limits)
+        verdict = verify(
+            client, job.task, trajectory.final_patch, job.image, log_dir=out / "verify-logs", timeout_s=verify_timeout_s, limits=limits
+        )
         trajectory.outcome = outcome_of(verdict)
         recorder.end(trajectory, {"budget": config.budget.to_dict()})
     finally:
@@ -173,7 +182,9 @@ class Episode:
         # The image on the engine that runs the episode: built (or pulled from the registry)
         # there, once per node; here it is there already unless a registry was named.
         node_image(client, job.task, job.image, self.base_image, self.registry)
-        return run_job(client, job, self.policy or make_policy(self.spec), self.spec, self.config, self.out, limits=self.limits, codex=self.codex)
+        return run_job(
+            client, job, self.policy or make_policy(self.spec), self.spec, self.config, self.out, limits=self.limits, codex=self.codex
+        )
 
 
 def collect(

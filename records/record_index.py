@@ -198,7 +198,12 @@ class RecordIndex(Generic[S]):
                     saved = json.loads(handle.readline())
                 except ValueError:
                     continue
-                if not isinstance(saved, dict) or saved.get("version") != INDEX_VERSION or saved.get("kind") != self.kind or saved.get("fields") != self._names:
+                if (
+                    not isinstance(saved, dict)
+                    or saved.get("version") != INDEX_VERSION
+                    or saved.get("kind") != self.kind
+                    or saved.get("fields") != self._names
+                ):
                     continue
                 usable = self._usable(saved)
                 if usable is None:

@@ -186,8 +186,7 @@ class Trajectory(Record):
         major = self.schema_version.split(".", 1)[0]
         if major != str(SCHEMA_MAJOR):
             raise ValueError(
-                f"schema_version {self.schema_version!r} has major version {major}; "
-                f"this relearn reads major version {SCHEMA_MAJOR}"
+                f"schema_version {self.schema_version!r} has major version {major}; this relearn reads major version {SCHEMA_MAJOR}"
             )
         if not self.id:
             self.id = content_id(self)

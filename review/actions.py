@@ -109,7 +109,13 @@ def command_key(arguments: dict[str, Any]) -> str:
 
 def is_inline_script(command: Any) -> bool:
     """``[bash, -lc, SCRIPT]``: the third element is the whole command."""
-    return isinstance(command, list) and len(command) == 3 and command[0] in SHELLS and command[1] in ("-lc", "-c") and isinstance(command[2], str)
+    return (
+        isinstance(command, list)
+        and len(command) == 3
+        and command[0] in SHELLS
+        and command[1] in ("-lc", "-c")
+        and isinstance(command[2], str)
+    )
 
 
 def shell_script(command: Any) -> str | None:

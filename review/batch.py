@@ -119,7 +119,9 @@ class AnthropicBatches:
         import anthropic
 
         spec = judge.spec
-        self.client = anthropic.Anthropic(base_url=spec.base_url, api_key=spec.api_key(), timeout=spec.timeout_s, max_retries=spec.max_retries)
+        self.client = anthropic.Anthropic(
+            base_url=spec.base_url, api_key=spec.api_key(), timeout=spec.timeout_s, max_retries=spec.max_retries
+        )
 
     def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> tuple[str, str | None]:
         batch = self.client.messages.batches.create(requests=[{"custom_id": key, "params": body} for key, body in requests])  # type: ignore[misc]
@@ -128,7 +130,10 @@ class AnthropicBatches:
     def poll(self, batch_id: str) -> tuple[bool, str]:
         batch = self.client.messages.batches.retrieve(batch_id)
         counts = batch.request_counts
-        return batch.processing_status == "ended", f"{counts.processing} processing, {counts.succeeded} succeeded, {counts.errored} errored, {counts.expired} expired"
+        return (
+            batch.processing_status == "ended",
+            f"{counts.processing} processing, {counts.succeeded} succeeded, {counts.errored} errored, {counts.expired} expired",
+        )
 
     def results(self, batch_id: str) -> Iterator[Outcome]:
         for item in self.client.messages.batches.results(batch_id):
@@ -143,7 +148,9 @@ class AnthropicBatches:
             u = message.usage
             read = u.cache_read_input_tokens or 0
             written = u.cache_creation_input_tokens or 0
-            usage = Usage(input_tokens=u.input_tokens + read + written, output_tokens=u.output_tokens, cached_input_tokens=read, api_calls=1)
+            usage = Usage(
+                input_tokens=u.input_tokens + read + written, output_tokens=u.output_tokens, cached_input_tokens=read, api_calls=1
+            )
             yield Outcome(item.custom_id, text="".join(texts), usage=usage)
 
 
@@ -161,7 +168,9 @@ class OpenAIBatches:
     def submit(self, requests: list[tuple[str, dict[str, Any]]]) -> tuple[str, str | None]:
         lines = [json.dumps({"custom_id": key, "method": "POST", "url": self.endpoint, "body": body}) for key, body in requests]
         upload = self.client.files.create(file=("relearn-review.jsonl", ("\n".join(lines) + "\n").encode()), purpose="batch")
-        batch = self.client.batches.create(input_file_id=upload.id, endpoint=self.endpoint, completion_window="24h", metadata={"source": "relearn review"})  # type: ignore[arg-type]
+        batch = self.client.batches.create(
+            input_file_id=upload.id, endpoint=self.endpoint, completion_window="24h", metadata={"source": "relearn review"}
+        )  # type: ignore[arg-type]
         return batch.id, upload.id
 
     def poll(self, batch_id: str) -> tuple[bool, str]:
@@ -191,10 +200,26 @@ class OpenAIBatches:
         u = body.get("usage") or {}
         if self.kind == "chat":
             text = ((body.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
-            usage = Usage(input_tokens=u.get("prompt_tokens"), output_tokens=u.get("completion_tokens"), cached_input_tokens=(u.get("prompt_tokens_details") or {}).get("cached_tokens"), api_calls=1)
+            usage = Usage(
+                input_tokens=u.get("prompt_tokens"),
+                output_tokens=u.get("completion_tokens"),
+                cached_input_tokens=(u.get("prompt_tokens_details") or {}).get("cached_tokens"),
+                api_calls=1,
+            )
         else:
-            text = "".join(part.get("text", "") for out in body.get("output") or [] if out.get("type") == "message" for part in out.get("content") or [] if part.get("type") == "output_text")
-            usage = Usage(input_tokens=u.get("input_tokens"), output_tokens=u.get("output_tokens"), cached_input_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens"), api_calls=1)
+            text = "".join(
+                part.get("text", "")
+                for out in body.get("output") or []
+                if out.get("type") == "message"
+                for part in out.get("content") or []
+                if part.get("type") == "output_text"
+            )
+            usage = Usage(
+                input_tokens=u.get("input_tokens"),
+                output_tokens=u.get("output_tokens"),
+                cached_input_tokens=(u.get("input_tokens_details") or {}).get("cached_tokens"),
+                api_calls=1,
+            )
         return Outcome(custom_id, text=text, usage=usage)
 
 
@@ -358,7 +383,9 @@ def _collect(
             summary.failed["unusable answer"] += 1
             outcome["failed"] += 1
             continue
-        cache.put(result.custom_id, {"text": result.text, "cost_usd": cost, "model": request.spec.model, "batch": record.id}, unattributed=True)
+        cache.put(
+            result.custom_id, {"text": result.text, "cost_usd": cost, "model": request.spec.model, "batch": record.id}, unattributed=True
+        )
         summary.answered[stage] += 1
         outcome["answered"] += 1
     missing = sum(1 for key in record.keys if key in pending and key not in answered)

@@ -71,7 +71,9 @@ class PriceTable(BaseModel):
             return self.models[model]
         matches = [name for name in self.models if model.startswith(name)]
         if not matches:
-            raise UnknownModel(f"no price for model {model!r} (known: {', '.join(sorted(self.models))}); add [models.\"{model}\"] to a --prices file")
+            raise UnknownModel(
+                f'no price for model {model!r} (known: {", ".join(sorted(self.models))}); add [models."{model}"] to a --prices file'
+            )
         return self.models[max(matches, key=len)]
 
 
@@ -248,7 +250,10 @@ def estimate(trajectories: Iterable[Trajectory], judges: tuple[Judge, Judge], ca
         if any(r.role == "judge1" for r in deferred):
             # Judge 2 will read one step of this trajectory per confirmed error: priced as
             # its average step, with one error listed.
-            steps = [render_step(trajectory.messages[i], ["[category] a one-line description of the error"]) for i in numbered_steps(trajectory).values()]
+            steps = [
+                render_step(trajectory.messages[i], ["[category] a one-line description of the error"])
+                for i in numbered_steps(trajectory).values()
+            ]
             if steps:
                 mean = sum(count_tokens(s) for s in steps) / len(steps)
                 assumed.append(Shape(round(judge2_system + mean), judge2_prefix, a.judge2_output_tokens))
@@ -260,7 +265,17 @@ def estimate(trajectories: Iterable[Trajectory], judges: tuple[Judge, Judge], ca
     return [first, second]
 
 
-def synthetic(tasks: int, rollouts: int, tokens: int, *, shared_pool: int, shared_task: int, judge2_tokens: int, models: tuple[str, str], table: PriceTable) -> list[JudgeEstimate]:
+def synthetic(
+    tasks: int,
+    rollouts: int,
+    tokens: int,
+    *,
+    shared_pool: int,
+    shared_task: int,
+    judge2_tokens: int,
+    models: tuple[str, str],
+    table: PriceTable,
+) -> list[JudgeEstimate]:
     """The estimate for a pool described by its sizes alone: ``tasks`` × ``rollouts``
     trajectories of ``tokens`` judge-1 tokens each, whose first ``shared_pool`` tokens
     (instructions and agent system prompt) are the same for all and first ``shared_task``
@@ -269,16 +284,26 @@ def synthetic(tasks: int, rollouts: int, tokens: int, *, shared_pool: int, share
     first = JudgeEstimate("judge1", models[0], table.price(models[0]))
     second = JudgeEstimate("judge2", models[1], table.price(models[1]))
     first.totals.add(
-        (Shape(tokens, (("pool", shared_pool), (f"task{task}", shared_task)), a.judge1_output_tokens) for task in range(tasks) for _rollout in range(rollouts)),
+        (
+            Shape(tokens, (("pool", shared_pool), (f"task{task}", shared_task)), a.judge1_output_tokens)
+            for task in range(tasks)
+            for _rollout in range(rollouts)
+        ),
         first.price,
     )
     instructions = (("judge2", count_tokens(prompt("judge2"))),)
-    second.totals.add((Shape(judge2_tokens, instructions, a.judge2_output_tokens) for _ in range(tasks * rollouts)), second.price, scale=a.judge2_requests_per_judged)
+    second.totals.add(
+        (Shape(judge2_tokens, instructions, a.judge2_output_tokens) for _ in range(tasks * rollouts)),
+        second.price,
+        scale=a.judge2_requests_per_judged,
+    )
     second.totals.exact = False
     return [first, second]
 
 
-def estimate_pool(pool: Path, output: Path, judges: tuple[Judge, Judge], table: PriceTable, *, include_suspicious: bool = False) -> tuple[list[JudgeEstimate], int]:
+def estimate_pool(
+    pool: Path, output: Path, judges: tuple[Judge, Judge], table: PriceTable, *, include_suspicious: bool = False
+) -> tuple[list[JudgeEstimate], int]:
     """The estimate for what ``relearn review POOL -o OUTPUT`` would still send (reviewed
     trajectories and cached answers cost nothing), and how many trajectories it covers."""
     import tempfile
@@ -288,7 +313,9 @@ def estimate_pool(pool: Path, output: Path, judges: tuple[Judge, Judge], table: 
     from review.run import reviewed_ids
 
     done = reviewed_ids(output)
-    todo = [t for t in read_trajectories_lenient(pool, []) if t.id not in done and is_verified_positive(t, allow_suspicious=include_suspicious)]
+    todo = [
+        t for t in read_trajectories_lenient(pool, []) if t.id not in done and is_verified_positive(t, allow_suspicious=include_suspicious)
+    ]
     calls = output.with_name(output.name + ".calls.jsonl")
     with tempfile.TemporaryDirectory() as scratch:
         # Only read: without a calls file, an empty cache that writes nowhere that matters.
@@ -313,6 +340,8 @@ def render(estimates: list[JudgeEstimate], trajectories: int, table: PriceTable)
             row["judge"], row["model"], f"{approx}{row['requests']:,}", f"{approx}{row['input_tokens']:,}", f"{approx}{row['cache_read_tokens']:,}", f"{approx}{row['output_tokens']:,}",
             *(f"{row[k]:,.2f}" for k in ("usd", "usd_cached", "usd_batch", "usd_batch_cached")),
         )  # fmt: skip
-    out.add_row("total", "", "", "", "", "", *(f"{sum(r[k] for r in rows):,.2f}" for k in ("usd", "usd_cached", "usd_batch", "usd_batch_cached")))
+    out.add_row(
+        "total", "", "", "", "", "", *(f"{sum(r[k] for r in rows):,.2f}" for k in ("usd", "usd_cached", "usd_batch", "usd_batch_cached"))
+    )
     out.caption = "~: assumed (judge-2 requests and all output lengths depend on answers not yet given); tokens counted with tiktoken over the Qwen3.6 ranks"
     return out

@@ -71,9 +71,14 @@ RETYPE_SIMILARITY = 0.6  # difflib ratio above which a command counts as the sam
 
 # Kept small on purpose: each phrase must be hard to say about a run meant to pass.
 # Said before the first edit of the code: the step is there to watch the bug happen.
-_REPRODUCING = re.compile(r"\breproduc\w*|\brepro\b|\bconfirm (that )?(the |this )?(bug|failure|issue|error|problem)\b|\bbefore (the|my|any) (fix|change)", re.IGNORECASE)
+_REPRODUCING = re.compile(
+    r"\breproduc\w*|\brepro\b|\bconfirm (that )?(the |this )?(bug|failure|issue|error|problem)\b|\bbefore (the|my|any) (fix|change)",
+    re.IGNORECASE,
+)
 # Said at any point: the failure is the outcome the agent predicted.
-_PREDICTS_FAILURE = re.compile(r"\b(should|will|must) (still )?fail\b|\bexpect(ed|s|ing)? (\w+ ){0,2}to fail\b|\bfails? (as expected|without the fix)\b", re.IGNORECASE)
+_PREDICTS_FAILURE = re.compile(
+    r"\b(should|will|must) (still )?fail\b|\bexpect(ed|s|ing)? (\w+ ){0,2}to fail\b|\bfails? (as expected|without the fix)\b", re.IGNORECASE
+)
 # A sentence that negates or also predicts a pass is no prediction of this failure.
 _HEDGED = re.compile(r"\b(not|no longer|never|pass\w*)\b|n't", re.IGNORECASE)
 _SENTENCE = re.compile(r"(?<=[.!?;:])\s+|\n+")
@@ -81,12 +86,26 @@ _CODE = re.compile(r"```.*?(```|$)|`[^`\n]*`", re.DOTALL)
 
 # Programs whose failure is the behaviour of the code they run.
 _INTERPRETER = re.compile(r"^(python[\d.]*|pypy[\d.]*|node|deno|bun|ruby|php|java|Rscript|julia|lua|perl)$")
-_RUNNERS = {("go", "run"), ("cargo", "run"), ("uv", "run"), ("poetry", "run"), ("pipenv", "run"), ("npm", "run"), ("npm", "start"), ("yarn", "run"), ("pnpm", "run")}
+_RUNNERS = {
+    ("go", "run"),
+    ("cargo", "run"),
+    ("uv", "run"),
+    ("poetry", "run"),
+    ("pipenv", "run"),
+    ("npm", "run"),
+    ("npm", "start"),
+    ("yarn", "run"),
+    ("pnpm", "run"),
+}
 _WRAPPERS = {"env", "time", "nice", "command", "exec", "xvfb-run"}
 # Commands that set the environment up: not an edit of the code, and not a run of it.
-_INSTALL = re.compile(r"\b(pip3?|uv|poetry|conda|mamba|npm|yarn|pnpm|apt-get|apt|gem|cargo)\s+(pip\s+)?(install|add|remove|uninstall|sync)\b|\bsetup\.py\s+(develop|install)\b")
+_INSTALL = re.compile(
+    r"\b(pip3?|uv|poetry|conda|mamba|npm|yarn|pnpm|apt-get|apt|gem|cargo)\s+(pip\s+)?(install|add|remove|uninstall|sync)\b|\bsetup\.py\s+(develop|install)\b"
+)
 _SETUP_PROGRAMS = {"cd", "pushd", "popd", "export", "unset", "source", ".", "mkdir", "touch", "chmod", "ulimit", "set", "true"}
-_TEST_PATH = re.compile(r"(^|/)(tests?|testing|__tests__|spec)/|(^|/)(test_[^/]*|[^/]*_test\.\w+|[^/]*\.(test|spec)\.\w+|tests?\.py|conftest\.py)$")
+_TEST_PATH = re.compile(
+    r"(^|/)(tests?|testing|__tests__|spec)/|(^|/)(test_[^/]*|[^/]*_test\.\w+|[^/]*\.(test|spec)\.\w+|tests?\.py|conftest\.py)$"
+)
 
 
 @dataclass
@@ -116,7 +135,9 @@ def failures(actions: list[Action], messages: list[Message]) -> list[Signal]:
     progress = _Progress()
     for n, action in enumerate(actions):
         if action.tool_error:
-            signals.append(signal_at(action, "tool_error", "corrected_mistake", f"the tool refused {describe(action)}", excerpt(action.output)))
+            signals.append(
+                signal_at(action, "tool_error", "corrected_mistake", f"the tool refused {describe(action)}", excerpt(action.output))
+            )
         else:
             failure = _failure(action)
             if failure is not None:
@@ -246,7 +267,9 @@ def _runs_code(action: Action) -> bool:
         if not words:
             continue
         program = words[0]
-        if _INTERPRETER.match(PurePosixPath(program).name) and not (program == "perl" and any(w.startswith("-") and "i" in w for w in words[1:])):
+        if _INTERPRETER.match(PurePosixPath(program).name) and not (
+            program == "perl" and any(w.startswith("-") and "i" in w for w in words[1:])
+        ):
             return True
         if program.startswith("./") or tuple(words[:2]) in _RUNNERS or program == "npx":
             return True

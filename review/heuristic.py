@@ -59,7 +59,9 @@ def heuristic_review(trajectory: Trajectory, *, include_suspicious: bool = False
         if defect is None:
             error["grounding"] = problem
             ungrounded.append(steps[signal.message_index])
-        elif not any((d.message_index, d.field, d.start, d.end) == (defect.message_index, defect.field, defect.start, defect.end) for d in defects):
+        elif not any(
+            (d.message_index, d.field, d.start, d.end) == (defect.message_index, defect.field, defect.start, defect.end) for d in defects
+        ):
             defects.append(defect)
         errors.append(error)
     base: dict[str, Any] = {
@@ -74,7 +76,9 @@ def heuristic_review(trajectory: Trajectory, *, include_suspicious: bool = False
         return Review(**base, decision="reject", reason="not verified positive")
     if ungrounded:
         # A flagged action that cannot be excluded would be imitated: fail closed, as the judges do.
-        return Review(**base, decision="reject", reason=f"no_valid_target: signals at steps {sorted(set(ungrounded))} could not be grounded")
+        return Review(
+            **base, decision="reject", reason=f"no_valid_target: signals at steps {sorted(set(ungrounded))} could not be grounded"
+        )
     if not any(_has_target(messages[i], [d for d in defects if d.message_index == i]) for i in steps):
         return Review(**base, decision="reject", reason="no_valid_target")
     return Review(**base, decision="accept")
@@ -87,7 +91,9 @@ def _ground_action(trajectory: Trajectory, signal: Signal) -> tuple[Defect | Non
     if target is None:
         return None, "no action text"
     field, quote, before = target
-    result = ground(trajectory, signal.message_index, field, quote, context_before=before, category=signal.category, description=signal.detail)
+    result = ground(
+        trajectory, signal.message_index, field, quote, context_before=before, category=signal.category, description=signal.detail
+    )
     return result.defect, result.reason
 
 

@@ -131,7 +131,6 @@ class Ledger:
                 self.cached_input_tokens += usage.cached_input_tokens or 0
                 self.output_tokens += usage.output_tokens or 0
 
-
     def counters(self) -> dict[str, float]:
         """What this ledger counted, for another ledger to ``add`` (a cluster node's unit
         reports its spend to the driver's one ledger this way)."""
@@ -268,7 +267,9 @@ class Judge:
         return self._policy[1]
 
     def request(self, system: str, user: str, schema: type[BaseModel], prefix_ends: tuple[int, ...] = ()) -> JudgeRequest:
-        spec = replace(self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())})
+        spec = replace(
+            self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())}
+        )
         return JudgeRequest(request_key(self.role, spec, system, user), self.role, spec, system, user, schema, prefix_ends)
 
     def ask(
@@ -379,7 +380,9 @@ def shared_prefix_ends(trajectory: Trajectory, text: str) -> tuple[int, ...]:
     return tuple(end for end in (system_end, task_end) if end)
 
 
-def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cache: CallCache, ledger: Ledger, *, defer: list[JudgeRequest] | None = None) -> Review:
+def review_trajectory(
+    trajectory: Trajectory, judge1: Judge, judge2: Judge, cache: CallCache, ledger: Ledger, *, defer: list[JudgeRequest] | None = None
+) -> Review:
     """Judge 1, then judge 2 per erroneous step, then grounding. Fails closed.
 
     With ``defer``, nothing is sent: requests the cache cannot answer are collected there
@@ -391,13 +394,20 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
         "prompts_hash": prompts_hash(),
     }
     cost = 0.0
-    hints = [f"step {step}: {signal.kind}: {signal.detail}" for signal in prefilter(trajectory) for step, index in numbered_steps(trajectory).items() if index == signal.message_index]
+    hints = [
+        f"step {step}: {signal.kind}: {signal.detail}"
+        for signal in prefilter(trajectory)
+        for step, index in numbered_steps(trajectory).items()
+        if index == signal.message_index
+    ]
     try:
         reading = render_for_reading(trajectory, hints, budget=judge1.context, system=prompt("judge1"))
     except TooLongForJudge as exc:
         return Review(**base, decision="reject", reason=str(exc), reading={"tokens": exc.tokens, "budget": exc.budget}, cost_usd=0.0)
     base["reading"] = {"tokens": reading.tokens, "budget": judge1.context, "elided": reading.elided}
-    answer, problem, spent = judge1.ask(prompt("judge1"), reading.text, Judge1Output, cache, ledger, prefix_ends=shared_prefix_ends(trajectory, reading.text), defer=defer)
+    answer, problem, spent = judge1.ask(
+        prompt("judge1"), reading.text, Judge1Output, cache, ledger, prefix_ends=shared_prefix_ends(trajectory, reading.text), defer=defer
+    )
     cost += spent
     if answer is None:
         return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", cost_usd=cost)
@@ -407,10 +417,21 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
     # A step that does not exist holds no text to exclude, and the error it names may sit
     # anywhere: it is an error that cannot be grounded, not one to forget.
     unlocated = sorted({e.step for e in answer.errors if e.step not in numbered})
-    review_errors = [{"step": e.step, "message_index": numbered.get(e.step), "category": e.category, "description": e.description, "evidence": e.evidence} for e in answer.errors]
+    review_errors = [
+        {
+            "step": e.step,
+            "message_index": numbered.get(e.step),
+            "category": e.category,
+            "description": e.description,
+            "evidence": e.evidence,
+        }
+        for e in answer.errors
+    ]
     omissions = [o.model_dump() for o in answer.omissions]
     if answer.decision == "reject":
-        return Review(**base, decision="reject", reason=answer.reason or "judge 1 rejected", errors=review_errors, omissions=omissions, cost_usd=cost)
+        return Review(
+            **base, decision="reject", reason=answer.reason or "judge 1 rejected", errors=review_errors, omissions=omissions, cost_usd=cost
+        )
     stats = GroundingStats()
     if unlocated:
         stats.reasons["no such step"] = len(unlocated)
@@ -432,7 +453,9 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
         if located is None and problem == DEFERRED:
             continue  # collect the other steps' requests too
         if located is None:
-            return Review(**base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost)
+            return Review(
+                **base, decision="reject", reason=f"{JUDGE_ERROR}: {problem}", errors=review_errors, omissions=omissions, cost_usd=cost
+            )
         assert isinstance(located, Judge2Output)
         # An error is excluded only when every quote judge 2 gave for it grounds: a quote that
         # fails would leave part of the error supervised.
@@ -445,7 +468,16 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
                 continue
             error = step_errors[span.error]
             quoted.add(span.error)
-            result = ground(trajectory, index, span.field, span.quote, context_before=span.context_before, context_after=span.context_after, category=error.category, description=error.description)
+            result = ground(
+                trajectory,
+                index,
+                span.field,
+                span.quote,
+                context_before=span.context_before,
+                context_after=span.context_after,
+                category=error.category,
+                description=error.description,
+            )
             stats.methods[result.method] = stats.methods.get(result.method, 0) + 1
             if result.defect is None:
                 stats.rejected += 1
@@ -456,11 +488,44 @@ def review_trajectory(trajectory: Trajectory, judge1: Judge, judge2: Judge, cach
             stats.grounded += 1
             defects.append(result.defect)
         unlocated += [step for i in range(len(step_errors)) if i not in quoted or i in failed]
-    grounding = {"grounded": stats.grounded, "rejected": stats.rejected, "methods": stats.methods, "reasons": stats.reasons, "errors_outside_assistant_steps": len(answer.errors) - len(errors)}
+    grounding = {
+        "grounded": stats.grounded,
+        "rejected": stats.rejected,
+        "methods": stats.methods,
+        "reasons": stats.reasons,
+        "errors_outside_assistant_steps": len(answer.errors) - len(errors),
+    }
     if unlocated:
         # A confirmed error that cannot be excluded would be imitated: drop the trajectory.
-        return Review(**base, decision="reject", reason=f"no_valid_target: errors at steps {sorted(set(unlocated))} could not be grounded", errors=review_errors, omissions=omissions, grounding=grounding, cost_usd=cost)
-    return Review(**base, decision="accept", reason=answer.reason, errors=review_errors, omissions=omissions, defects=defects, grounding=grounding, cost_usd=cost)
+        return Review(
+            **base,
+            decision="reject",
+            reason=f"no_valid_target: errors at steps {sorted(set(unlocated))} could not be grounded",
+            errors=review_errors,
+            omissions=omissions,
+            grounding=grounding,
+            cost_usd=cost,
+        )
+    return Review(
+        **base,
+        decision="accept",
+        reason=answer.reason,
+        errors=review_errors,
+        omissions=omissions,
+        defects=defects,
+        grounding=grounding,
+        cost_usd=cost,
+    )
 
 
-__all__ = ["DEFERRED", "CallCache", "Judge", "JudgeRequest", "Ledger", "PolicyError", "SpendCapReached", "prompts_hash", "review_trajectory"]
+__all__ = [
+    "DEFERRED",
+    "CallCache",
+    "Judge",
+    "JudgeRequest",
+    "Ledger",
+    "PolicyError",
+    "SpendCapReached",
+    "prompts_hash",
+    "review_trajectory",
+]

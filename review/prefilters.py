@@ -40,7 +40,6 @@ def prefilter(trajectory: Trajectory) -> list[Signal]:
 # ---- repetitions -------------------------------------------------------------------------
 
 
-
 def _repetitions(actions: list[Action]) -> list[Signal]:
     """One repetition signal per repeated action: stuck_loop (3+ identical action and
     observation in a row) over abab (two actions alternating with the same observations)
@@ -99,7 +98,6 @@ def _observation(output: str) -> str:
 # ---- edits and reverts --------------------------------------------------------------------
 
 
-
 def _is_inverse(later: dict[str, FileEdits], earlier: dict[str, FileEdits]) -> bool:
     """``later`` undoes (part of) ``earlier``: per file it adds only lines ``earlier``
     removed and removes only lines it added, or deletes a file ``earlier`` created."""
@@ -142,7 +140,11 @@ def _reverts(actions: list[Action]) -> list[Signal]:
                 live = sorted(live + [(m, actions[m]) for m in stashed], key=lambda pair: pair[0])
                 stashed = []
             if undo.targets:
-                undone = [m for m, earlier in live if earlier.files and (ALL_FILES in undo.targets or any(same_path(f, t) for f in earlier.files for t in undo.targets))]
+                undone = [
+                    m
+                    for m, earlier in live
+                    if earlier.files and (ALL_FILES in undo.targets or any(same_path(f, t) for f in earlier.files for t in undo.targets))
+                ]
                 if undo.by_stash:
                     stashed += undone
         for m in undone:

@@ -187,7 +187,15 @@ def review_pool(
                     if isinstance(exc, NodeLost) and tries <= NODE_RETRIES:
                         return True  # the node running it died: review it elsewhere
                     if isinstance(exc, PolicyError):  # the judge endpoint failed after retries
-                        finished(trajectory, Review(trajectory_id=trajectory.id, decision="reject", reason=f"{JUDGE_ERROR}: judge call failed: {exc}", cost_usd=0.0))
+                        finished(
+                            trajectory,
+                            Review(
+                                trajectory_id=trajectory.id,
+                                decision="reject",
+                                reason=f"{JUDGE_ERROR}: judge call failed: {exc}",
+                                cost_usd=0.0,
+                            ),
+                        )
                         return False
                     if not isinstance(exc, SpendCapReached):
                         raise exc

@@ -10,7 +10,17 @@ from dataclasses import dataclass
 
 from review.actions import Action
 
-KINDS = ("failed_command", "tool_error", "traceback", "expected_failure", "reverted_edit", "repeated_command", "repeated_test_run", "stuck_loop", "abab")
+KINDS = (
+    "failed_command",
+    "tool_error",
+    "traceback",
+    "expected_failure",
+    "reverted_edit",
+    "repeated_command",
+    "repeated_test_run",
+    "stuck_loop",
+    "abab",
+)
 # Kinds that inform the judges but are no mistake: nothing is excluded for them.
 HINT_KINDS = frozenset({"expected_failure"})
 

@@ -38,7 +38,13 @@ ONLINE = {"/v1/messages": "anthropic", "/v1/chat/completions": "chat", "/v1/resp
 
 
 class BatchServer:
-    def __init__(self, provider: Provider, answer: Callable[[dict[str, Any]], ScriptedTurn], *, fate: Callable[[str, dict[str, Any]], Fate] | None = None) -> None:
+    def __init__(
+        self,
+        provider: Provider,
+        answer: Callable[[dict[str, Any]], ScriptedTurn],
+        *,
+        fate: Callable[[str, dict[str, Any]], Fate] | None = None,
+    ) -> None:
         self.provider = provider
         self.answer = answer
         self.fate = fate or (lambda _custom_id, _body: "succeeded")
@@ -94,7 +100,10 @@ class BatchServer:
                 if fate == "succeeded":
                     result: dict[str, Any] = {"type": "succeeded", "message": self.respond("anthropic", item["params"], index)}
                 elif fate == "errored":
-                    result = {"type": "errored", "error": {"type": "error", "error": {"type": "invalid_request_error", "message": "scripted failure"}}}
+                    result = {
+                        "type": "errored",
+                        "error": {"type": "error", "error": {"type": "invalid_request_error", "message": "scripted failure"}},
+                    }
                 else:
                     result = {"type": "expired"}
                 results.append({"custom_id": item["custom_id"], "result": result})
@@ -133,13 +142,28 @@ class BatchServer:
         with self._lock:
             file_id = f"file-{len(self.files):04d}"
             self.files[file_id] = data
-        return {"id": file_id, "object": "file", "bytes": len(data), "created_at": int(time.time()), "filename": fields["file"].get_filename(), "purpose": "batch", "status": "processed"}
+        return {
+            "id": file_id,
+            "object": "file",
+            "bytes": len(data),
+            "created_at": int(time.time()),
+            "filename": fields["file"].get_filename(),
+            "purpose": "batch",
+            "status": "processed",
+        }
 
     def openai_create(self, body: dict[str, Any]) -> dict[str, Any]:
         lines = [json.loads(line) for line in self.files[body["input_file_id"]].decode().splitlines() if line.strip()]
         with self._lock:
             batch_id = f"batch_{len(self.batches):04d}"
-            self.batches[batch_id] = {"lines": lines, "endpoint": body["endpoint"], "input_file_id": body["input_file_id"], "created_at": int(time.time()), "metadata": body.get("metadata"), "done": None}
+            self.batches[batch_id] = {
+                "lines": lines,
+                "endpoint": body["endpoint"],
+                "input_file_id": body["input_file_id"],
+                "created_at": int(time.time()),
+                "metadata": body.get("metadata"),
+                "done": None,
+            }
             self.creates.append({"id": batch_id, "requests": lines})
         return self.openai_batch(batch_id)
 
@@ -157,10 +181,17 @@ class BatchServer:
                 item["response"] = {"status_code": 200, "request_id": f"req_{index}", "body": self.respond(protocol, line["body"], index)}
                 output.append(item)
             elif fate == "errored":
-                item["response"] = {"status_code": 400, "request_id": f"req_{index}", "body": {"error": {"message": "scripted failure", "type": "invalid_request_error", "param": None, "code": None}}}
+                item["response"] = {
+                    "status_code": 400,
+                    "request_id": f"req_{index}",
+                    "body": {"error": {"message": "scripted failure", "type": "invalid_request_error", "param": None, "code": None}},
+                }
                 errors.append(item)
             else:
-                item["error"] = {"code": "batch_expired", "message": "This request could not be executed before the completion window expired."}
+                item["error"] = {
+                    "code": "batch_expired",
+                    "message": "This request could not be executed before the completion window expired.",
+                }
                 errors.append(item)
         batch["done"] = {}
         for kind, items in (("output", output), ("error", errors)):
@@ -219,7 +250,17 @@ class _Handler(BaseHTTPRequestHandler):
         if self.server_.provider == "anthropic":
             self._send(404, {"type": "error", "error": {"type": "not_found_error", "message": f"no route {self.command} {self.path}"}})
         else:
-            self._send(404, {"error": {"message": f"no route {self.command} {self.path}", "type": "invalid_request_error", "param": None, "code": None}})
+            self._send(
+                404,
+                {
+                    "error": {
+                        "message": f"no route {self.command} {self.path}",
+                        "type": "invalid_request_error",
+                        "param": None,
+                        "code": None,
+                    }
+                },
+            )
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         server = self.server_
@@ -238,7 +279,13 @@ class _Handler(BaseHTTPRequestHandler):
         if server.provider == "openai" and parts[:2] == ["v1", "batches"] and len(parts) == 3 and parts[2] in server.batches:
             server.retrieves += 1
             return self._send(200, server.openai_batch(parts[2]))
-        if server.provider == "openai" and parts[:2] == ["v1", "files"] and len(parts) == 4 and parts[3] == "content" and parts[2] in server.files:
+        if (
+            server.provider == "openai"
+            and parts[:2] == ["v1", "files"]
+            and len(parts) == 4
+            and parts[3] == "content"
+            and parts[2] in server.files
+        ):
             return self._send(200, server.files[parts[2]], "application/octet-stream")
         return self._not_found()
 

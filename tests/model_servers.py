@@ -83,7 +83,10 @@ def context_overflow(protocol: Protocol) -> ScriptedTurn:
             }
         }
     else:
-        body = {"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 215000 tokens > 200000 maximum"}}
+        body = {
+            "type": "error",
+            "error": {"type": "invalid_request_error", "message": "prompt is too long: 215000 tokens > 200000 maximum"},
+        }
     return ScriptedTurn(error=400, error_body=body)
 
 
@@ -157,12 +160,22 @@ class ModelServer:
             if callable(self.script):
                 return self.script(body), index, None
             if index >= len(self.script):
-                return None, index, f"ModelServer({self.protocol}): script exhausted: this is request {index + 1}, only {len(self.script)} turns were scripted"
+                return (
+                    None,
+                    index,
+                    f"ModelServer({self.protocol}): script exhausted: this is request {index + 1}, only {len(self.script)} turns were scripted",
+                )
             return self.script[index], index, None
 
     def _error_body(self, status: int, message: str) -> dict[str, Any]:
         if self.protocol == "anthropic":
-            kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error", 529: "overloaded_error"}
+            kind = {
+                400: "invalid_request_error",
+                401: "authentication_error",
+                404: "not_found_error",
+                429: "rate_limit_error",
+                529: "overloaded_error",
+            }
             return {"type": "error", "error": {"type": kind.get(status, "api_error"), "message": message}}
         kind = {429: "rate_limit_error"}.get(status, "server_error" if status >= 500 else "invalid_request_error")
         code = {429: "rate_limit_exceeded"}.get(status)
@@ -189,7 +202,9 @@ class ModelServer:
             ]
         choice: dict[str, Any] = {"index": 0, "message": message, "finish_reason": finish, "logprobs": None}
         if body.get("logprobs") and turn.logprobs is not None:
-            choice["logprobs"] = {"content": [{"token": f"t{i}", "logprob": lp, "bytes": None, "top_logprobs": []} for i, lp in enumerate(turn.logprobs)]}
+            choice["logprobs"] = {
+                "content": [{"token": f"t{i}", "logprob": lp, "bytes": None, "top_logprobs": []} for i, lp in enumerate(turn.logprobs)]
+            }
         if body.get("return_token_ids") and turn.token_ids is not None:
             choice["token_ids"] = turn.token_ids  # vLLM's field
         return {
@@ -241,12 +256,24 @@ class ModelServer:
                 }
             )
         for i, (name, text) in enumerate(turn.custom_tool_calls):
-            output.append({"type": "custom_tool_call", "id": f"ctc_{index}_{i}", "call_id": f"custom_{index}_{i}", "name": name, "input": text, "status": "completed"})
+            output.append(
+                {
+                    "type": "custom_tool_call",
+                    "id": f"ctc_{index}_{i}",
+                    "call_id": f"custom_{index}_{i}",
+                    "name": name,
+                    "input": text,
+                    "status": "completed",
+                }
+            )
         incomplete = {"length": "max_output_tokens", "content_filter": "content_filter"}.get(finish)
         raw: dict[str, Any] = {}
         if body.get("enable_response_messages") and turn.token_ids is not None:
             # vLLM's raw generated message and its token ids, beside the parsed output.
-            raw = {"input_messages": [], "output_messages": [{"type": "raw_message_tokens", "message": turn.content, "tokens": turn.token_ids}]}
+            raw = {
+                "input_messages": [],
+                "output_messages": [{"type": "raw_message_tokens", "message": turn.content, "tokens": turn.token_ids}],
+            }
         return {
             **raw,
             "id": f"resp_{index}",
@@ -320,12 +347,51 @@ def sse_events(response: dict[str, Any]) -> list[dict[str, Any]]:
         events.append({"type": "response.output_item.added", "output_index": position, "item": opened})
         if item["type"] == "message":
             for part_index, part in enumerate(item["content"]):
-                events.append({"type": "response.content_part.added", "item_id": item["id"], "output_index": position, "content_index": part_index, "part": {**part, "text": ""}})
-                events.append({"type": "response.output_text.delta", "item_id": item["id"], "output_index": position, "content_index": part_index, "delta": part["text"]})
-                events.append({"type": "response.output_text.done", "item_id": item["id"], "output_index": position, "content_index": part_index, "text": part["text"]})
-                events.append({"type": "response.content_part.done", "item_id": item["id"], "output_index": position, "content_index": part_index, "part": part})
+                events.append(
+                    {
+                        "type": "response.content_part.added",
+                        "item_id": item["id"],
+                        "output_index": position,
+                        "content_index": part_index,
+                        "part": {**part, "text": ""},
+                    }
+                )
+                events.append(
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item["id"],
+                        "output_index": position,
+                        "content_index": part_index,
+                        "delta": part["text"],
+                    }
+                )
+                events.append(
+                    {
+                        "type": "response.output_text.done",
+                        "item_id": item["id"],
+                        "output_index": position,
+                        "content_index": part_index,
+                        "text": part["text"],
+                    }
+                )
+                events.append(
+                    {
+                        "type": "response.content_part.done",
+                        "item_id": item["id"],
+                        "output_index": position,
+                        "content_index": part_index,
+                        "part": part,
+                    }
+                )
         elif item["type"] == "function_call":
-            events.append({"type": "response.function_call_arguments.done", "item_id": item["id"], "output_index": position, "arguments": item["arguments"]})
+            events.append(
+                {
+                    "type": "response.function_call_arguments.done",
+                    "item_id": item["id"],
+                    "output_index": position,
+                    "arguments": item["arguments"],
+                }
+            )
         events.append({"type": "response.output_item.done", "output_index": position, "item": item})
     final = "response.incomplete" if response.get("status") == "incomplete" else "response.completed"
     events.append({"type": final, "response": response})
@@ -357,7 +423,9 @@ class _Handler(BaseHTTPRequestHandler):
         if turn.error is not None:
             extra = {"Retry-After": "0"} if turn.error == 429 else {}
             extra.update(turn.headers or {})
-            body_out = turn.error_body if turn.error_body is not None else model_server._error_body(turn.error, f"scripted error {turn.error}")
+            body_out = (
+                turn.error_body if turn.error_body is not None else model_server._error_body(turn.error, f"scripted error {turn.error}")
+            )
             self._send(turn.error, body_out, extra)
             return
         if turn.raw_body is not None:

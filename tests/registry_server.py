@@ -64,7 +64,9 @@ class Registry:
             "schemaVersion": 2,
             "mediaType": MANIFEST_TYPE,
             "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config), "digest": _digest(config)},
-            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(b), "digest": _digest(b)} for b in layers],
+            "layers": [
+                {"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(b), "digest": _digest(b)} for b in layers
+            ],
         }
         body = json.dumps(manifest).encode()
         self.manifests[(name, tag)] = body
@@ -77,7 +79,9 @@ class Registry:
             def log_message(self, *_args: object) -> None:
                 pass
 
-            def _send(self, status: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, body: bytes, content_type: str = "application/json", headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))

@@ -66,10 +66,20 @@ class BenchJudges:
 
     def confirm(self, case: BenchCase) -> dict[str, Any]:
         errors = [
-            {"step": e.step, "category": e.category, "description": f"{e.description} [bench case {case.id} error {n}]", "evidence": "scripted"}
+            {
+                "step": e.step,
+                "category": e.category,
+                "description": f"{e.description} [bench case {case.id} error {n}]",
+                "evidence": "scripted",
+            }
             for n, e in enumerate(case.gold.errors)
         ]
-        return {"decision": case.gold.decision, "reason": case.gold.reason or "solved", "errors": errors, "omissions": [{"description": o} for o in case.gold.omissions]}
+        return {
+            "decision": case.gold.decision,
+            "reason": case.gold.reason or "solved",
+            "errors": errors,
+            "omissions": [{"description": o} for o in case.gold.omissions],
+        }
 
     def localize(self, text: str) -> dict[str, Any]:
         spans = []
@@ -81,11 +91,15 @@ class BenchJudges:
                 spans.append({"error": position, "field": "content", "quote": INVENTED})
             elif self.style == "whole":
                 fields = [f for f in ("reasoning_content", "content") if field_text(message, f)]
-                fields += [f"tool_calls[{i}].arguments.{key}" for i, call in enumerate(message.tool_calls or []) for key in call.function.arguments]
+                fields += [
+                    f"tool_calls[{i}].arguments.{key}" for i, call in enumerate(message.tool_calls or []) for key in call.function.arguments
+                ]
                 spans += [{"error": position, "field": f, "quote": field_text(message, f)} for f in fields]
             else:
                 for span in error.spans:
                     whole = field_text(message, span.field) or ""
                     before, after = whole[max(0, span.start - 40) : span.start], whole[span.end : span.end + 40]
-                    spans.append({"error": position, "field": span.field, "quote": span.quote, "context_before": before, "context_after": after})
+                    spans.append(
+                        {"error": position, "field": span.field, "quote": span.quote, "context_before": before, "context_after": after}
+                    )
         return {"spans": spans}

@@ -28,9 +28,14 @@ def solving_script(task: Task) -> list[ScriptedTurn]:
     """Read, patch, test, answer: what a competent policy does on a mini task."""
     test_file = task.test_files[0]
     return [
-        ScriptedTurn(reasoning="Look at the code first.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R . | head -50"], "workdir": task.workdir})]),
+        ScriptedTurn(
+            reasoning="Look at the code first.",
+            tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R . | head -50"], "workdir": task.workdir})],
+        ),
         ScriptedTurn(content="Fixing it.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})]),
-        ScriptedTurn(tool_calls=[("shell", {"command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file], "timeout_ms": 60000})]),
+        ScriptedTurn(
+            tool_calls=[("shell", {"command": ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file], "timeout_ms": 60000})]
+        ),
         ScriptedTurn(content="The fix is in place and the tests pass."),
     ]
 
@@ -57,7 +62,9 @@ def solver(tasks: dict[str, Task], solves: set[str]) -> Callable[[dict], Scripte
 
 def flailer(request: dict) -> ScriptedTurn:
     """Looks around forever: only a budget stops it."""
-    return ScriptedTurn(content="Let me look around more.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls"]})], input_tokens=1000, output_tokens=100)
+    return ScriptedTurn(
+        content="Let me look around more.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls"]})], input_tokens=1000, output_tokens=100
+    )
 
 
 def historical(tasks: dict[str, Task]) -> Callable[[dict], ScriptedTurn]:
@@ -71,14 +78,29 @@ def historical(tasks: dict[str, Task]) -> Callable[[dict], ScriptedTurn]:
         tests = ["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.test_files]
         guess = patch_files(task.patch)[0]
         script = [
-            ScriptedTurn(reasoning="The bug is probably in setup.py.", content="Let me read setup.py.", tool_calls=[("shell", {"command": ["bash", "-lc", "cat setup.py"]})]),
+            ScriptedTurn(
+                reasoning="The bug is probably in setup.py.",
+                content="Let me read setup.py.",
+                tool_calls=[("shell", {"command": ["bash", "-lc", "cat setup.py"]})],
+            ),
             ScriptedTurn(content="Listing the repository.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R"]})]),
             ScriptedTurn(content="Listing it again.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls -R"]})]),
             ScriptedTurn(reasoning="Run the tests to see what fails.", tool_calls=[("shell", {"command": tests})]),
             ScriptedTurn(content="Running them once more.", tool_calls=[("shell", {"command": tests})]),
-            ScriptedTurn(reasoning="Maybe a quick guess is enough.", content="Trying a guess first.", tool_calls=[("shell", {"command": ["bash", "-lc", f"echo '# guess' >> {guess}"]})]),
-            ScriptedTurn(content="That guess was wrong; putting the file back.", tool_calls=[("shell", {"command": ["bash", "-lc", f"git checkout -- {guess}"]})]),
-            ScriptedTurn(reasoning="The failing test points at the real cause.", content="Applying the fix.", tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})]),
+            ScriptedTurn(
+                reasoning="Maybe a quick guess is enough.",
+                content="Trying a guess first.",
+                tool_calls=[("shell", {"command": ["bash", "-lc", f"echo '# guess' >> {guess}"]})],
+            ),
+            ScriptedTurn(
+                content="That guess was wrong; putting the file back.",
+                tool_calls=[("shell", {"command": ["bash", "-lc", f"git checkout -- {guess}"]})],
+            ),
+            ScriptedTurn(
+                reasoning="The failing test points at the real cause.",
+                content="Applying the fix.",
+                tool_calls=[("apply_patch", {"input": to_apply_patch(task.patch)})],
+            ),
             ScriptedTurn(tool_calls=[("shell", {"command": tests})]),
             ScriptedTurn(content="The fix is in place and the tests pass."),
         ]

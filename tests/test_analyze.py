@@ -120,7 +120,9 @@ def greedy_reasoning(tok, lm: torch.nn.Module, messages: list[dict], n: int) -> 
     return tok.decode(out[0, len(ids) :].tolist())
 
 
-def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(
+    tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
     rng = np.random.default_rng(0)
 
     def turn(task: str, reasoning: str) -> Trajectory:
@@ -147,11 +149,17 @@ def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(tmp_pa
 
     def nll(ctx: int) -> object:
         pools_args = ["--pool", f"policy={pools / 'policy.jsonl'}", "--pool", f"random={pools / 'random.jsonl'}", "--pool", str(broken)]
-        return run("analyze", "nll", *pools_args, "--tiny", "qwen3", "--ctx", str(ctx), "--bootstrap", "1000", "-o", str(out), "--no-progress")
+        return run(
+            "analyze", "nll", *pools_args, "--tiny", "qwen3", "--ctx", str(ctx), "--bootstrap", "1000", "-o", str(out), "--no-progress"
+        )
 
     first = nll(400)
     assert first.exit_code == 1, first.words  # done, but broken.jsonl had bad records
-    for located in (f"{broken}:2: invalid JSON", f"{broken}:3: messages: {bad_ids.id}: recorded token ids disagree", f"{broken}:6: id: '{good.id}' repeats line 1"):
+    for located in (
+        f"{broken}:2: invalid JSON",
+        f"{broken}:3: messages: {bad_ids.id}: recorded token ids disagree",
+        f"{broken}:6: id: '{good.id}' repeats line 1",
+    ):
         assert located in first.words
     assert "written:" in first.words and "policy" in first.stdout and "random" in first.stdout
 
@@ -205,7 +213,9 @@ def test_cli_nll_model_folder_and_usage_errors(tmp_path: Path, tok, lm: torch.nn
     folder = tmp_path / "model"
     lm.save_pretrained(folder)
     tok.save_pretrained(folder)
-    loaded = run("analyze", "nll", "--pool", f"p={pool}", "--model", str(folder), "-o", str(tmp_path / "a"), "--bootstrap", "100", "--no-progress")
+    loaded = run(
+        "analyze", "nll", "--pool", f"p={pool}", "--model", str(folder), "-o", str(tmp_path / "a"), "--bootstrap", "100", "--no-progress"
+    )
     assert loaded.exit_code == 0, loaded.words
     (sample,) = eligible_tokens(trajectory(AGENT), tok, KW)
     row = json.loads((tmp_path / "a" / "nll.json").read_text())["pools"][0]
@@ -219,7 +229,9 @@ def test_cli_nll_model_folder_and_usage_errors(tmp_path: Path, tok, lm: torch.nn
     small = tmp_path / "small"
     AutoModelForCausalLM.from_config(tiny_config("qwen3", vocab_size=1000)).save_pretrained(small)
     monkeypatch.setattr("relearn.masks.tokenizers.load_tokenizer", lambda _name: tok)  # loading it is tested above; the pairing here
-    mismatch = run("analyze", "nll", "--pool", str(pool), "--model", str(small), "--tokenizer", "qwen3.6", "-o", str(tmp_path / "b"), "--no-progress")
+    mismatch = run(
+        "analyze", "nll", "--pool", str(pool), "--model", str(small), "--tokenizer", "qwen3.6", "-o", str(tmp_path / "b"), "--no-progress"
+    )
     assert mismatch.exit_code == 2 and "248,077 tokens but the model's vocabulary is 1,000" in mismatch.words
 
     for args, message in (
@@ -330,15 +342,24 @@ def squeeze(text: str) -> str:
 
 
 def review_line(t: Trajectory, decision: str = "accept", defects: list[Defect] | None = None) -> str:
-    return json.dumps(Review(trajectory_id=t.id, decision=decision, reason=None if decision == "accept" else "reward hacking", defects=defects or []).model_dump(mode="json"))
+    return json.dumps(
+        Review(
+            trajectory_id=t.id, decision=decision, reason=None if decision == "accept" else "reward hacking", defects=defects or []
+        ).model_dump(mode="json")
+    )
 
 
-def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_them(tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_them(
+    tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
     from relearn.masks.compile import MaskOptions, compile_trajectory
 
     longer = [*AGENT[:6], {**AGENT[6], "content": "Fixed: add() returns a + b. I also checked sub()."}]
     split_me = resolved(AGENT, "split-me")
-    two = [defect(split_me, 4, "reasoning_content", "probably in add()", "wrong_hypothesis"), defect(split_me, 4, "tool_calls[0].arguments", "cat calc.py", "redundant_exploration")]
+    two = [
+        defect(split_me, 4, "reasoning_content", "probably in add()", "wrong_hypothesis"),
+        defect(split_me, 4, "tool_calls[0].arguments", "cat calc.py", "redundant_exploration"),
+    ]
     clean = resolved(longer, "clean")  # accepted without defects: every eligible token is kept
     rejected = resolved([*AGENT[:6], {**AGENT[6], "content": "Tests deleted."}], "rejected")
     unreviewed = resolved([*AGENT[:6], {**AGENT[6], "content": "No review for me."}], "unreviewed")
@@ -362,7 +383,9 @@ def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_
     out = tmp_path / "out"
 
     def nll(*extra: str) -> object:
-        return run("analyze", "nll", "--pool", f"p={pool}", "--tiny", "qwen3", "--bootstrap", "500", "-o", str(out), "--no-progress", *extra)
+        return run(
+            "analyze", "nll", "--pool", f"p={pool}", "--tiny", "qwen3", "--bootstrap", "500", "-o", str(out), "--no-progress", *extra
+        )
 
     plain = nll()
     assert plain.exit_code == 0, plain.words
@@ -409,7 +432,11 @@ def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_
         assert lo <= split[part]["nll"] <= hi
     assert abs(split["gap"]["nll"] - (split["excluded"]["nll"] - split["kept"]["nll"])) < 1e-12
     markdown_text = (out / "nll.md").read_text()
-    assert "## Kept (A \\ E) vs excluded (E) eligible tokens" in markdown_text and "| p | 2 | " in markdown_text and "| p | wrong_hypothesis |" in markdown_text
+    assert (
+        "## Kept (A \\ E) vs excluded (E) eligible tokens" in markdown_text
+        and "| p | 2 | " in markdown_text
+        and "| p | wrong_hypothesis |" in markdown_text
+    )
 
     # The same reviews again: everything from the cache, no model loaded.
     real_build = __import__("relearn.train.model", fromlist=["build_model"]).build_model
@@ -432,7 +459,9 @@ def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_
     assert changed.exit_code == 1 and len(loads) == 1
     after = json.loads((out / "nll.json").read_text())
     assert after["pools"][0]["reused"] == 5
-    (fewer,) = compile_trajectory(split_me, Review(trajectory_id=split_me.id, decision="accept", defects=two[1:]), tok, MaskOptions(mode="ross"))
+    (fewer,) = compile_trajectory(
+        split_me, Review(trajectory_id=split_me.id, decision="accept", defects=two[1:]), tok, MaskOptions(mode="ross")
+    )
     redone = next(s for s in after["trajectories"]["p"] if s["trajectory_id"] == "split-me")["split"]
     assert redone["excluded"][1] == fewer.excluded < scores["split-me"]["split"]["excluded"][1]
     assert set(redone["categories"]) == {"redundant_exploration"}
@@ -451,15 +480,25 @@ def test_split_statistics_are_paired_over_trajectories() -> None:
         excluded = int(rng.integers(10, 80))
         kept = 5 * excluded  # the same share everywhere, so that the token-weighted gap is exactly the per-token one
         level = float(rng.uniform(8, 12))  # trajectories differ a lot from each other
-        split = {"kept": [level * kept, kept], "excluded": [(level + 0.75) * excluded, excluded], "categories": {"other": [(level + 0.75) * excluded, excluded]}}
+        split = {
+            "kept": [level * kept, kept],
+            "excluded": [(level + 0.75) * excluded, excluded],
+            "categories": {"other": [(level + 0.75) * excluded, excluded]},
+        }
         before.append({"trajectory_id": f"t{i}", "split": split})
-        shifted = {"kept": [(level - 0.5) * kept, kept], "excluded": [(level - 0.2) * excluded, excluded], "categories": {"other": [(level - 0.2) * excluded, excluded]}}
+        shifted = {
+            "kept": [(level - 0.5) * kept, kept],
+            "excluded": [(level - 0.2) * excluded, excluded],
+            "categories": {"other": [(level - 0.2) * excluded, excluded]},
+        }
         after.append({"trajectory_id": f"t{i}", "split": shifted})
     before.append({"trajectory_id": "unsplit"})
     summary = summarize_split(before, Counter({"review rejected": 1}), samples=2000)
     assert summary["trajectories"] == 12 and summary["not_split"] == {"review rejected": 1}
     assert summary["kept"]["ci95"][1] - summary["kept"]["ci95"][0] > 0.3  # unpaired figures spread with the trajectories ...
-    assert summary["gap"]["nll"] == pytest.approx(0.75) and summary["gap"]["ci95"] == pytest.approx([0.75, 0.75])  # ... the paired gap does not
+    assert summary["gap"]["nll"] == pytest.approx(0.75) and summary["gap"]["ci95"] == pytest.approx(
+        [0.75, 0.75]
+    )  # ... the paired gap does not
     assert summary["categories"]["other"]["tokens"] == summary["excluded"]["tokens"]
     delta = paired_delta(before, after[::-1], samples=2000)  # matched by id, not by order
     assert delta["trajectories"] == 12

@@ -344,7 +344,9 @@ CASES = [
     # ---------------------------------------------------------------- envelope errors
     pytest.param({}, "", Fails("Invalid patch: The first line of the patch must be '*** Begin Patch'", line=1), id="err_empty"),
     pytest.param({}, "  \n\n", Fails("The first line of the patch must be", line=1), id="err_whitespace_only"),
-    pytest.param({}, "*** Begin Patch", Fails("Invalid patch: The last line of the patch must be '*** End Patch'", line=1), id="err_begin_alone"),
+    pytest.param(
+        {}, "*** Begin Patch", Fails("Invalid patch: The last line of the patch must be '*** End Patch'", line=1), id="err_begin_alone"
+    ),
     pytest.param(
         {}, "hello world\n", Fails("Invalid patch: The first line of the patch must be '*** Begin Patch'", line=1), id="err_no_begin"
     ),
@@ -354,7 +356,9 @@ CASES = [
         Fails("last line of the patch must be '*** End Patch'", line=3),
         id="err_missing_end_patch",
     ),
-    pytest.param({}, P("*** Add File: a", "+x") + "thanks!\n", Fails("The last line of the patch must be", line=5), id="err_text_after_end_patch"),
+    pytest.param(
+        {}, P("*** Add File: a", "+x") + "thanks!\n", Fails("The last line of the patch must be", line=5), id="err_text_after_end_patch"
+    ),
     pytest.param({}, P(), Fails("No files were modified."), id="005_rejects_empty_patch"),
     pytest.param(
         {},
@@ -365,7 +369,10 @@ CASES = [
     pytest.param(
         {"foo.txt": "x\n"},
         P("*** Frobnicate File: foo.txt"),
-        Fails("Invalid patch hunk on line 2: '*** Frobnicate File: foo.txt' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'", line=2),
+        Fails(
+            "Invalid patch hunk on line 2: '*** Frobnicate File: foo.txt' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'",
+            line=2,
+        ),
         id="013_unknown_marker",
     ),
     pytest.param(
@@ -379,7 +386,10 @@ CASES = [
     pytest.param(
         {"a.py": "x = 1\n"},
         P("*** Update File: a.py", "@@", "-x = 1", "y = 2"),
-        Fails("Invalid patch hunk on line 5: Unexpected line found in update hunk: 'y = 2'. Every line should start with ' ' (context line), '+' (added line), or '-' (removed line)", line=5),
+        Fails(
+            "Invalid patch hunk on line 5: Unexpected line found in update hunk: 'y = 2'. Every line should start with ' ' (context line), '+' (added line), or '-' (removed line)",
+            line=5,
+        ),
         id="err_bad_hunk_line_prefix",
     ),
     pytest.param(
@@ -389,11 +399,22 @@ CASES = [
         id="err_bad_first_hunk_line",
     ),
     pytest.param(
-        {"foo.txt": "x\n"}, P("*** Update File: foo.txt"), Fails("Invalid patch hunk on line 2: Update file hunk for path 'foo.txt' is empty", line=2), id="008_rejects_empty_update"
+        {"foo.txt": "x\n"},
+        P("*** Update File: foo.txt"),
+        Fails("Invalid patch hunk on line 2: Update file hunk for path 'foo.txt' is empty", line=2),
+        id="008_rejects_empty_update",
     ),
-    pytest.param({"foo.txt": "x\n"}, P("*** Update File: foo.txt", "@@ x"), Fails("Invalid patch hunk on line 3: Update hunk does not contain any lines", line=3), id="err_header_without_lines"),
     pytest.param(
-        {"f.txt": "x\n"}, P("*** Update File: f.txt", "@@", "*** End of File"), Fails("Update hunk does not contain any lines", line=4), id="err_eof_without_lines"
+        {"foo.txt": "x\n"},
+        P("*** Update File: foo.txt", "@@ x"),
+        Fails("Invalid patch hunk on line 3: Update hunk does not contain any lines", line=3),
+        id="err_header_without_lines",
+    ),
+    pytest.param(
+        {"f.txt": "x\n"},
+        P("*** Update File: f.txt", "@@", "*** End of File"),
+        Fails("Update hunk does not contain any lines", line=4),
+        id="err_eof_without_lines",
     ),
     pytest.param(
         {"f.txt": "x\n"},
@@ -512,7 +533,15 @@ SCENARIOS = [
     (
         "002_multiple_operations",
         {"delete.txt": "obsolete\n", "modify.txt": "line1\nline2\n"},
-        P("*** Add File: nested/new.txt", "+created", "*** Delete File: delete.txt", "*** Update File: modify.txt", "@@", "-line2", "+changed"),
+        P(
+            "*** Add File: nested/new.txt",
+            "+created",
+            "*** Delete File: delete.txt",
+            "*** Update File: modify.txt",
+            "@@",
+            "-line2",
+            "+changed",
+        ),
         {"modify.txt": "line1\nchanged\n", "nested/new.txt": "created\n"},
         "A nested/new.txt\nM modify.txt\nD delete.txt",
     ),
@@ -566,14 +595,28 @@ SCENARIOS = [
         {"old/other.txt": "unrelated file\n", "renamed/dir/name.txt": "new\n"},
         "M renamed/dir/name.txt",
     ),
-    ("011_add_overwrites_existing_file", {"duplicate.txt": "old content\n"}, P("*** Add File: duplicate.txt", "+new content"), {"duplicate.txt": "new content\n"}, "A duplicate.txt"),
-    ("012_delete_directory_fails", {"dir/foo.txt": "stable\n"}, P("*** Delete File: dir"), {"dir/foo.txt": "stable\n"}, Fails("Failed to delete file dir")),
+    (
+        "011_add_overwrites_existing_file",
+        {"duplicate.txt": "old content\n"},
+        P("*** Add File: duplicate.txt", "+new content"),
+        {"duplicate.txt": "new content\n"},
+        "A duplicate.txt",
+    ),
+    (
+        "012_delete_directory_fails",
+        {"dir/foo.txt": "stable\n"},
+        P("*** Delete File: dir"),
+        {"dir/foo.txt": "stable\n"},
+        Fails("Failed to delete file dir"),
+    ),
     (
         "013_rejects_invalid_hunk_header",
         {"foo.txt": "stable\n"},
         P("*** Frobnicate File: foo"),
         {"foo.txt": "stable\n"},
-        Fails("Invalid patch hunk on line 2: '*** Frobnicate File: foo' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'"),
+        Fails(
+            "Invalid patch hunk on line 2: '*** Frobnicate File: foo' is not a valid hunk header. Valid hunk headers: '*** Add File: {path}', '*** Delete File: {path}', '*** Update File: {path}'"
+        ),
     ),
     (
         "014_update_file_appends_trailing_newline",
@@ -589,14 +632,62 @@ SCENARIOS = [
         {"created.txt": "hello\n"},
         Fails("Failed to read file to update missing.txt: No such file or directory (os error 2)", "kept: A created.txt"),
     ),
-    ("016_pure_addition_update_chunk", {"input.txt": "line1\nline2\n"}, P("*** Update File: input.txt", "@@", "+added line 1", "+added line 2"), {"input.txt": "line1\nline2\nadded line 1\nadded line 2\n"}, "M input.txt"),
-    ("017_whitespace_padded_hunk_header", {"foo.txt": "old\n"}, P("  *** Update File: foo.txt", "@@", "-old", "+new"), {"foo.txt": "new\n"}, "M foo.txt"),
-    ("018_whitespace_padded_patch_markers", {"file.txt": "one\n"}, " *** Begin Patch\n*** Update File: file.txt\n@@\n-one\n+two\n*** End Patch \n", {"file.txt": "two\n"}, "M file.txt"),
-    ("019_unicode_simple", {"foo.txt": "line1\nnaïve café\nline3\n"}, P("*** Update File: foo.txt", "@@", " line1", "-naïve café", "+naïve café ✅"), {"foo.txt": "line1\nnaïve café ✅\nline3\n"}, "M foo.txt"),
-    ("020_delete_file_success", {"keep.txt": "keep\n", "obsolete.txt": "obsolete\n"}, P("*** Delete File: obsolete.txt"), {"keep.txt": "keep\n"}, "D obsolete.txt"),
-    ("020_whitespace_padded_patch_marker_lines", {"file.txt": "one\n"}, "*** Begin Patch \n*** Update File: file.txt\n@@\n-one\n+two\n *** End Patch\n", {"file.txt": "two\n"}, "M file.txt"),
-    ("021_update_file_deletion_only", {"lines.txt": "line1\nline2\nline3\n"}, P("*** Update File: lines.txt", "@@", " line1", "-line2", " line3"), {"lines.txt": "line1\nline3\n"}, "M lines.txt"),
-    ("022_update_file_end_of_file_marker", {"tail.txt": "first\nsecond\n"}, P("*** Update File: tail.txt", "@@", " first", "-second", "+second updated", "*** End of File"), {"tail.txt": "first\nsecond updated\n"}, "M tail.txt"),
+    (
+        "016_pure_addition_update_chunk",
+        {"input.txt": "line1\nline2\n"},
+        P("*** Update File: input.txt", "@@", "+added line 1", "+added line 2"),
+        {"input.txt": "line1\nline2\nadded line 1\nadded line 2\n"},
+        "M input.txt",
+    ),
+    (
+        "017_whitespace_padded_hunk_header",
+        {"foo.txt": "old\n"},
+        P("  *** Update File: foo.txt", "@@", "-old", "+new"),
+        {"foo.txt": "new\n"},
+        "M foo.txt",
+    ),
+    (
+        "018_whitespace_padded_patch_markers",
+        {"file.txt": "one\n"},
+        " *** Begin Patch\n*** Update File: file.txt\n@@\n-one\n+two\n*** End Patch \n",
+        {"file.txt": "two\n"},
+        "M file.txt",
+    ),
+    (
+        "019_unicode_simple",
+        {"foo.txt": "line1\nnaïve café\nline3\n"},
+        P("*** Update File: foo.txt", "@@", " line1", "-naïve café", "+naïve café ✅"),
+        {"foo.txt": "line1\nnaïve café ✅\nline3\n"},
+        "M foo.txt",
+    ),
+    (
+        "020_delete_file_success",
+        {"keep.txt": "keep\n", "obsolete.txt": "obsolete\n"},
+        P("*** Delete File: obsolete.txt"),
+        {"keep.txt": "keep\n"},
+        "D obsolete.txt",
+    ),
+    (
+        "020_whitespace_padded_patch_marker_lines",
+        {"file.txt": "one\n"},
+        "*** Begin Patch \n*** Update File: file.txt\n@@\n-one\n+two\n *** End Patch\n",
+        {"file.txt": "two\n"},
+        "M file.txt",
+    ),
+    (
+        "021_update_file_deletion_only",
+        {"lines.txt": "line1\nline2\nline3\n"},
+        P("*** Update File: lines.txt", "@@", " line1", "-line2", " line3"),
+        {"lines.txt": "line1\nline3\n"},
+        "M lines.txt",
+    ),
+    (
+        "022_update_file_end_of_file_marker",
+        {"tail.txt": "first\nsecond\n"},
+        P("*** Update File: tail.txt", "@@", " first", "-second", "+second updated", "*** End of File"),
+        {"tail.txt": "first\nsecond updated\n"},
+        "M tail.txt",
+    ),
 ]
 
 
@@ -630,7 +721,10 @@ def test_the_scenario_set_is_codexs() -> None:
     assert len(SCENARIOS) == 23 and len({s[0] for s in SCENARIOS}) == 23
 
 
-@pytest.mark.parametrize("name", ["010_move_overwrites_existing_destination", "011_add_overwrites_existing_file", "015_failure_after_partial_success_leaves_changes"])
+@pytest.mark.parametrize(
+    "name",
+    ["010_move_overwrites_existing_destination", "011_add_overwrites_existing_file", "015_failure_after_partial_success_leaves_changes"],
+)
 def test_strict_semantics_keeps_its_three_refusals(name: str) -> None:
     _name, files, patch, _expected, _output = next(s for s in SCENARIOS if s[0] == name)
     with pytest.raises(PatchError) as info:
@@ -703,10 +797,15 @@ def test_read_called_with_normalised_paths_and_errors_wrapped() -> None:
 
 def test_error_line_numbers_count_from_the_begin_patch_line() -> None:
     """As Codex counts them: inside a heredoc or after blank lines, '*** Begin Patch' is line 1."""
-    for text in ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.txt\nbogus\n*** End Patch\nEOF", "\n\n*** Begin Patch\n*** Update File: a.txt\nbogus\n*** End Patch\n"):
+    for text in (
+        "apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.txt\nbogus\n*** End Patch\nEOF",
+        "\n\n*** Begin Patch\n*** Update File: a.txt\nbogus\n*** End Patch\n",
+    ):
         with pytest.raises(PatchError) as info:
             parse_patch(text)
-        assert info.value.line == 3 and str(info.value).startswith("Invalid patch hunk on line 3: Unexpected line found in update hunk: 'bogus'")
+        assert info.value.line == 3 and str(info.value).startswith(
+            "Invalid patch hunk on line 3: Unexpected line found in update hunk: 'bogus'"
+        )
 
 
 # ---------------------------------------------------------------------------- heredoc form

@@ -38,7 +38,12 @@ def _atif_document() -> dict:
                 "reasoning_content": "Look first.",
                 "tool_calls": [{"tool_call_id": "c1", "function_name": "shell", "arguments": {"command": ["cat", "calc.py"]}}],
                 "observation": {"results": [{"source_call_id": "c1", "content": "def add(a, b): return a - b"}]},
-                "metrics": {"prompt_tokens": 120, "completion_tokens": 3, "completion_token_ids": [11, 12, 13], "logprobs": [-0.1, -0.2, -0.3]},
+                "metrics": {
+                    "prompt_tokens": 120,
+                    "completion_tokens": 3,
+                    "completion_token_ids": [11, 12, 13],
+                    "logprobs": [-0.1, -0.2, -0.3],
+                },
             },
             {"step_id": 4, "source": "agent", "message": "Copied from a previous episode.", "is_copied_context": True},
             {"step_id": 5, "source": "agent", "message": "Done.", "metrics": {"prompt_tokens": 200, "completion_tokens": 2}},
@@ -93,7 +98,10 @@ def test_atif_round_trip_is_lossless(tmp_path: Path) -> None:
     [
         (lambda d: d.update(schema_version="ATIF-v2.0"), "schema_version: 'ATIF-v2.0' is not ATIF v1.x"),
         (lambda d: d.update(steps=[]), "steps: empty"),
-        (lambda d: d["steps"][2]["observation"]["results"][0].update(source_call_id="zz"), "steps[2].observation.results[0].source_call_id"),
+        (
+            lambda d: d["steps"][2]["observation"]["results"][0].update(source_call_id="zz"),
+            "steps[2].observation.results[0].source_call_id",
+        ),
         (lambda d: d["steps"][1].update(tool_calls=[]), "steps[1].tool_calls: only agent steps"),
         (lambda d: d["steps"][2].update(message={"role": "assistant"}), "steps[2].message: expected string or array, got object"),
     ],
@@ -132,7 +140,16 @@ def test_chat_messages_render_with_the_real_qwen36_template(tmp_path: Path, samp
     write_rollout(path, session(steps=1))
     (result,) = list(codex.read(path))
     chat = to_chat_messages(result.trajectory)
-    tools = [{"type": "function", "function": {"name": "shell", "description": "run", "parameters": {"type": "object", "properties": {"command": {"type": "array"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "shell",
+                "description": "run",
+                "parameters": {"type": "object", "properties": {"command": {"type": "array"}}},
+            },
+        }
+    ]
     rendered = render_jinja_template(conversations=[chat], tools=tools, chat_template=template)[0][0]
     assert rendered.startswith("<|im_start|>system\n")
     assert rendered.count("<|im_start|>system") == 1  # developer text did not become a second system turn
@@ -149,7 +166,9 @@ def _compacted_document(summary: str | None) -> dict:
     """A terminus-2-shaped ATIF v1.7 episode: work, a compaction step (a system step whose
     extra.context_management says how the context was rebuilt, with sub-agent references),
     and the work after it."""
-    results: list[dict] = [{"subagent_trajectory_ref": [{"trajectory_path": "trajectory.summarization-1-summary.json", "session_id": "s-sum"}]}]
+    results: list[dict] = [
+        {"subagent_trajectory_ref": [{"trajectory_path": "trajectory.summarization-1-summary.json", "session_id": "s-sum"}]}
+    ]
     if summary is not None:
         results.insert(0, {"content": summary})
     return {
@@ -196,12 +215,19 @@ def test_atif_compaction_is_a_context_reset_and_sub_agents_are_linked(tmp_path: 
     parent, child = parent_result.trajectory, child_result.trajectory
     contents = [m.content for m in parent.messages]
     assert "Performed context summarization and handoff to continue task." not in contents  # an annotation, never seen by the model
-    assert "" not in [c for c, m in zip(contents, parent.messages, strict=True) if m.role == "user"]  # no message made up for the references
+    assert "" not in [
+        c for c, m in zip(contents, parent.messages, strict=True) if m.role == "user"
+    ]  # no message made up for the references
     reset = parent.messages.index(next(m for m in parent.messages if m.content == "Summary: add() subtracts; make it add."))
     assert parent.context_resets[0].message_index == reset and parent.context_resets[0].replacement_known
     assert not parent.messages[reset].generated and parent.messages[reset].role == "user"
     (link,) = parent.links
-    assert (link.relation, link.trajectory_id, link.resolved, link.ref["trajectory_path"]) == ("subagent", child.id, True, "trajectory.summarization-1-summary.json")
+    assert (link.relation, link.trajectory_id, link.resolved, link.ref["trajectory_path"]) == (
+        "subagent",
+        child.id,
+        True,
+        "trajectory.summarization-1-summary.json",
+    )
     assert child.id == "atif-summary-1" and child.links[0].relation == "parent" and child.links[0].trajectory_id == parent.id
     assert [m.generated for m in child.messages] == [False, False, True]
     # The compaction step survives an export: the same steps, its observation the new context.
@@ -229,7 +255,9 @@ def test_atif_compaction_without_its_new_context_is_never_trained_on(tmp_path: P
     assert not t.context_resets[0].replacement_known and not t.links[0].resolved
     assert any("no replacement content" in w for w in result.diagnostics.warnings)
     with pytest.raises(Rejected, match="context reset without a known replacement"):
-        compile_trajectory(t.model_copy(update={"outcome": Outcome(resolved=True)}), None, load_tokenizer("qwen3.6"), MaskOptions(mode="positive"))
+        compile_trajectory(
+            t.model_copy(update={"outcome": Outcome(resolved=True)}), None, load_tokenizer("qwen3.6"), MaskOptions(mode="positive")
+        )
 
 
 def test_embedded_sub_agents_resolve_by_trajectory_id(tmp_path: Path) -> None:

@@ -81,7 +81,19 @@ def test_build_swebench_refuses_what_it_cannot_build_and_says_why(relearn_bin: s
     refused = run(relearn_bin, "envs", "build-swebench", "-t", str(VERIFIED), "-i", "astropy__astropy-12907", "--repo", "/nowhere")
     text = " ".join(refused.stderr.split())
     assert refused.returncode == 1 and "astropy/astropy is not supported by the offline builder" in text and "compiles C extensions" in text
-    mixed = run(relearn_bin, "envs", "build-swebench", "-t", str(VERIFIED), "-i", "sympy__sympy-24562", "-i", "django__django-11099", "--repo", "/nowhere")
+    mixed = run(
+        relearn_bin,
+        "envs",
+        "build-swebench",
+        "-t",
+        str(VERIFIED),
+        "-i",
+        "sympy__sympy-24562",
+        "-i",
+        "django__django-11099",
+        "--repo",
+        "/nowhere",
+    )
     assert mixed.returncode == 2 and "--repo is one repository" in mixed.stderr
     missing = run(relearn_bin, "envs", "build-swebench", "-t", str(VERIFIED), "-i", "sympy__sympy-24562", "--repo", "/nowhere")
     assert missing.returncode == 2 and "no such directory, and not a clone URL" in missing.stderr

@@ -84,7 +84,9 @@ def pool_of(path: Path) -> dict[str, tuple]:
 
 
 @pytest.fixture(scope="module")
-def local_run(docker_client: docker.DockerClient, base_image: str, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Path:
+def local_run(
+    docker_client: docker.DockerClient, base_image: str, images: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
     """The mini suite × 2 attempts on the local backend: what the cluster must reproduce."""
     out = tmp_path_factory.mktemp("local")
     with ModelServer("chat", solver(TASKS, SOLVES)) as server:
@@ -94,13 +96,24 @@ def local_run(docker_client: docker.DockerClient, base_image: str, images: dict[
     return out
 
 
-def test_collect_and_verify_on_ray_equal_the_local_run(cluster, docker_client: docker.DockerClient, base_image: str, local_run: Path, tmp_path: Path) -> None:  # noqa: ANN001
+def test_collect_and_verify_on_ray_equal_the_local_run(
+    cluster, docker_client: docker.DockerClient, base_image: str, local_run: Path, tmp_path: Path
+) -> None:  # noqa: ANN001
     made, workers = cluster
     backend = RayBackend(made.address, Needs(docker=1))
     assert backend.slots() == 2  # one container per worker node; the head offers none
     with ModelServer("chat", solver(TASKS, SOLVES)) as server:
         spec = spec_of(server)
-        summary = collect(docker_client, list(TASKS.values()), make_policy(spec), spec, tmp_path / "ray", attempts=2, base_image=base_image, backend=backend)
+        summary = collect(
+            docker_client,
+            list(TASKS.values()),
+            make_policy(spec),
+            spec,
+            tmp_path / "ray",
+            attempts=2,
+            base_image=base_image,
+            backend=backend,
+        )
     assert not summary.errors
     assert pool_of(tmp_path / "ray") == pool_of(local_run)
     # Both worker nodes ran episodes, and the head (no docker resource) none.
@@ -143,7 +156,9 @@ def ours(client: docker.DockerClient) -> list[str]:
     return [name for name, pid in owned(client).items() if _runs_under(pid, os.getpid())]
 
 
-def test_a_node_lost_mid_episode_is_retried_elsewhere(cluster, docker_client: docker.DockerClient, base_image: str, local_run: Path, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_node_lost_mid_episode_is_retried_elsewhere(
+    cluster, docker_client: docker.DockerClient, base_image: str, local_run: Path, tmp_path: Path
+) -> None:  # noqa: ANN001
     made, _workers = cluster
     victim = made.add_node(num_cpus=1, resources={DOCKER_RESOURCE: 2})
     raylet = victim.all_processes["raylet"][0].process.pid
@@ -172,7 +187,17 @@ def test_a_node_lost_mid_episode_is_retried_elsewhere(cluster, docker_client: do
     with ModelServer("chat", answer) as server:
         spec = spec_of(server)
         killer.start()
-        summary = collect(docker_client, FEW, make_policy(spec), spec, tmp_path / "ray", attempts=2, base_image=base_image, backend=backend, infra_retries=2)
+        summary = collect(
+            docker_client,
+            FEW,
+            make_policy(spec),
+            spec,
+            tmp_path / "ray",
+            attempts=2,
+            base_image=base_image,
+            backend=backend,
+            infra_retries=2,
+        )
         killer.join()
     assert killed, "the victim node never ran an episode"
     assert summary.retried >= 1 and not summary.infra_errors and not summary.errors
@@ -192,13 +217,25 @@ def test_a_spend_cap_holds_across_nodes(cluster, docker_client: docker.DockerCli
         spec = spec_of(server)
         one = 2 * (100 * 10.0 + 20 * 30.0) / 1e6  # a solving episode: two calls of the script's usage
         cap = 3.5 * one
-        summary = collect(docker_client, list(TASKS.values()), make_policy(spec), spec, tmp_path / "cap", attempts=2, base_image=base_image, backend=backend, spend_cap_usd=cap)
+        summary = collect(
+            docker_client,
+            list(TASKS.values()),
+            make_policy(spec),
+            spec,
+            tmp_path / "cap",
+            attempts=2,
+            base_image=base_image,
+            backend=backend,
+            spend_cap_usd=cap,
+        )
     costs = [t.usage.cost_usd or 0.0 for t in summary.finished if t.usage]
     spent, biggest = sum(costs), max(costs)
     # The cap stopped the run, and the overshoot is at most one in-flight episode per slot.
     assert summary.capped > 0 and spent >= cap
     assert spent <= cap + slots * biggest, f"spent {spent:.6f} > cap {cap:.6f} + {slots} x {biggest:.6f}"
-    print(f"spend cap {cap:.6f}: spent {spent:.6f} over {len(costs)} episodes, bound cap + {slots} x {biggest:.6f} = {cap + slots * biggest:.6f}")
+    print(
+        f"spend cap {cap:.6f}: spent {spent:.6f} over {len(costs)} episodes, bound cap + {slots} x {biggest:.6f} = {cap + slots * biggest:.6f}"
+    )
 
 
 def _square(value: int) -> int:
@@ -234,14 +271,21 @@ def test_run_units_returns_records_and_unit_errors(cluster, where: str) -> None:
         assert all(f"node {node[:8]}: {count}" in column.render(None).plain for node, count in run.per_node.items())  # type: ignore[arg-type]
 
 
-
 def stateless_judges(request: dict) -> ScriptedTurn:
     """Both judges for the collected pool, answering from the request alone (several nodes
     call at once): judge 1 accepts with one confirmed error at step 1, judge 2 quotes it."""
     text = json.dumps(request)
     if "localize confirmed errors" in text:
-        return ScriptedTurn(content=json.dumps({"spans": [{"error": 0, "field": "content", "quote": "Applying the fix."}]}), input_tokens=500, output_tokens=50)
-    answer = {"decision": "accept", "reason": "solved", "errors": [{"step": 1, "category": "other", "description": "announces before checking", "evidence": "no test run first"}]}
+        return ScriptedTurn(
+            content=json.dumps({"spans": [{"error": 0, "field": "content", "quote": "Applying the fix."}]}),
+            input_tokens=500,
+            output_tokens=50,
+        )
+    answer = {
+        "decision": "accept",
+        "reason": "solved",
+        "errors": [{"step": 1, "category": "other", "description": "announces before checking", "evidence": "no test run first"}],
+    }
     return ScriptedTurn(content=json.dumps(answer), input_tokens=2000, output_tokens=100)
 
 
@@ -250,14 +294,21 @@ def test_review_on_ray_equals_the_local_review(cluster, local_run: Path, tmp_pat
     backend = RayBackend(cluster[0].address, Needs(cpus=0.5))
     outputs = {}
     with ModelServer("chat", stateless_judges) as server:
-        spec = PolicySpec(kind="chat", model="judge-model", base_url=server.base_url, backoff_base_s=0.001, price_in_per_mtok=3.0, price_out_per_mtok=15.0)
+        spec = PolicySpec(
+            kind="chat", model="judge-model", base_url=server.base_url, backoff_base_s=0.001, price_in_per_mtok=3.0, price_out_per_mtok=15.0
+        )
         for where in ("here", "ray"):
             output = tmp_path / f"{where}.reviews.jsonl"
-            summary, ledger = review_pool(pool, output, judges=(Judge(spec, "judge1"), Judge(spec, "judge2")), workers=2, backend=backend if where == "ray" else None)
+            summary, ledger = review_pool(
+                pool, output, judges=(Judge(spec, "judge1"), Judge(spec, "judge2")), workers=2, backend=backend if where == "ray" else None
+            )
             assert not summary.errors
             outputs[where] = (output, summary, ledger)
     (here, _here_summary, here_ledger), (there, there_summary, there_ledger) = outputs["here"], outputs["ray"]
-    rows = {where: {r["trajectory_id"]: r for r in map(json.loads, path.read_text().splitlines())} for where, (path, _s, _l) in outputs.items()}
+    rows = {
+        where: {r["trajectory_id"]: r for r in map(json.loads, path.read_text().splitlines())} for where, (path, _s, _l) in outputs.items()
+    }
+
     # The two attempts of a task are the same text, so they ask the judges the same requests:
     # which review pays and which reads the cache depends on timing (here too, with two
     # threads), so costs are compared as totals, everything else as is.
@@ -271,6 +322,7 @@ def test_review_on_ray_equals_the_local_review(cluster, local_run: Path, tmp_pat
     for where, ledger in (("here", here_ledger), ("ray", there_ledger)):
         assert abs(ledger.spent_usd - sum(r["cost_usd"] for r in rows[where].values())) < 1e-9
     assert here_ledger.calls > 0 and there_ledger.calls >= here_ledger.calls
+
     # The driver wrote the nodes' judge answers to the call cache: the same entries.
     def cache_keys(path: Path) -> set[str]:
         return {json.loads(line)["key"] for line in path.with_name(path.name + ".calls.jsonl").read_text().splitlines()}
@@ -290,7 +342,9 @@ def test_masks_on_ray_write_the_local_shard_bytes(cluster, tok, tmp_path: Path, 
     reviews = load_reviews(reviews_path, [])
     options = MaskOptions(mode="ross")
     here, _ = build_dataset(pool, reviews, tok, "qwen3.6", options, Path("here"), shard_size=2)
-    there, _ = build_dataset(pool, reviews, tok, "qwen3.6", options, Path("there"), shard_size=2, backend=RayBackend(cluster[0].address, Needs(cpus=0.5)))
+    there, _ = build_dataset(
+        pool, reviews, tok, "qwen3.6", options, Path("there"), shard_size=2, backend=RayBackend(cluster[0].address, Needs(cpus=0.5))
+    )
     assert there == here and len(files(Path("here"))) > 3 and files(Path("there")) == files(Path("here"))
 
 
@@ -316,7 +370,27 @@ def test_nll_on_ray_and_on_worker_processes_equals_the_run_here(cluster, tmp_pat
 
     def nll(where: str, *extra: str) -> tuple[dict, list[str], str]:
         out = tmp_path / where
-        args = ["analyze", "nll", "-p", f"a={pool}", "-p", f"b={other}", "-r", str(reviews), "--tiny", "qwen3", "--ctx", "2000", "--bootstrap", "200", "--batch", "3", "-o", str(out), "--no-progress"]
+        args = [
+            "analyze",
+            "nll",
+            "-p",
+            f"a={pool}",
+            "-p",
+            f"b={other}",
+            "-r",
+            str(reviews),
+            "--tiny",
+            "qwen3",
+            "--ctx",
+            "2000",
+            "--bootstrap",
+            "200",
+            "--batch",
+            "3",
+            "-o",
+            str(out),
+            "--no-progress",
+        ]
         result = CliRunner().invoke(app, [*args, *extra])
         assert result.exit_code == 1, result.output  # done; other.jsonl holds a torn line and repeats
         return json.loads((out / "nll.json").read_text()), sorted((out / "nll-scores.jsonl").read_text().splitlines()), result.stderr
@@ -338,8 +412,13 @@ def test_nll_on_ray_and_on_worker_processes_equals_the_run_here(cluster, tmp_pat
     # Every batch of three came back once, counted by the node that scored it.
     assert sum(by_node(stderr, "NLL batches").values()) == len(here_cache) // 3 == 2
     # GPU units ask the cluster for GPUs (this machine needs none); worker processes are CPU's.
-    for extra, message in ((["--ray", cluster[0].address, "--device", "cuda"], "no node of the cluster offers GPU=1"), (["--workers", "2", "--device", "cuda"], "--workers runs CPU processes")):
-        refused = CliRunner().invoke(app, ["analyze", "nll", "-p", f"a={pool}", "--tiny", "qwen3", "-o", str(tmp_path / "refused"), "--no-progress", *extra])
+    for extra, message in (
+        (["--ray", cluster[0].address, "--device", "cuda"], "no node of the cluster offers GPU=1"),
+        (["--workers", "2", "--device", "cuda"], "--workers runs CPU processes"),
+    ):
+        refused = CliRunner().invoke(
+            app, ["analyze", "nll", "-p", f"a={pool}", "--tiny", "qwen3", "-o", str(tmp_path / "refused"), "--no-progress", *extra]
+        )
         assert refused.exit_code == 2 and message in " ".join((refused.stdout + refused.stderr).split()), refused.stderr
     print(f"nll: here {t_here:.1f} s, --workers 2 {t_processes:.1f} s, --ray {t_ray:.1f} s ({len(here_cache)} trajectories scored)")
 
@@ -404,7 +483,9 @@ class CountingLosses:
             raise
 
 
-def test_a_node_lost_mid_review_or_mid_masks_loses_and_duplicates_nothing(cluster, local_run: Path, tok, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+def test_a_node_lost_mid_review_or_mid_masks_loses_and_duplicates_nothing(
+    cluster, local_run: Path, tok, tmp_path: Path, monkeypatch
+) -> None:  # noqa: ANN001
     from relearn.masks.compile import MaskOptions
     from relearn.masks.shards import build_dataset, load_reviews
     from tests.test_masks_workers import files
@@ -420,7 +501,9 @@ def test_a_node_lost_mid_review_or_mid_masks_loses_and_duplicates_nothing(cluste
     pool = local_run / "trajectories.jsonl"
     rows = {}
     with ModelServer("chat", slow) as server:
-        spec = PolicySpec(kind="chat", model="judge-model", base_url=server.base_url, backoff_base_s=0.001, price_in_per_mtok=3.0, price_out_per_mtok=15.0)
+        spec = PolicySpec(
+            kind="chat", model="judge-model", base_url=server.base_url, backoff_base_s=0.001, price_in_per_mtok=3.0, price_out_per_mtok=15.0
+        )
         judges = (Judge(spec, "judge1"), Judge(spec, "judge2"))
         here, _ = review_pool(pool, tmp_path / "here.reviews.jsonl", judges=judges, workers=2)
         # The units ask for the docker resource here only so that the victim, with half of
@@ -476,13 +559,20 @@ def _raise(_unit: object, exc: BaseException, _tries: int) -> bool:
     raise exc
 
 
-def test_a_node_lacking_an_image_pulls_it_from_the_registry_or_builds_it(cluster, docker_client: docker.DockerClient, tmp_path: Path) -> None:  # noqa: ANN001
+def test_a_node_lacking_an_image_pulls_it_from_the_registry_or_builds_it(
+    cluster, docker_client: docker.DockerClient, tmp_path: Path
+) -> None:  # noqa: ANN001
     from typer.testing import CliRunner
 
     from relearn.cli.main import app
 
     # HOST/NS/NAME:TAG, NAME without a registry host of its own.
-    for image, there in (("swebench/x:v1", "swebench/x:v1"), ("docker.io/swebench/x:v1", "swebench/x:v1"), ("ghcr.io/a/b:2", "a/b:2"), ("ubuntu:22.04", "ubuntu:22.04")):
+    for image, there in (
+        ("swebench/x:v1", "swebench/x:v1"),
+        ("docker.io/swebench/x:v1", "swebench/x:v1"),
+        ("ghcr.io/a/b:2", "a/b:2"),
+        ("ubuntu:22.04", "ubuntu:22.04"),
+    ):
         assert registry_name(image, "reg.example:5000/team/") == f"reg.example:5000/team/{there}"
     backend = RayBackend(cluster[0].address, Needs(docker=1))
     mine = f"relearn-test/cluster-{os.getpid()}"
@@ -500,7 +590,10 @@ def test_a_node_lacking_an_image_pulls_it_from_the_registry_or_builds_it(cluster
             registry.add_image(docker_client, f"{mine}:source", f"team/{mine}", "pushed")
             docker_client.images.remove(f"{mine}:source", force=True)  # no node has it now
             got: dict[str, str] = {}
-            jobs = [(Task(instance_id="pushed", problem_statement="", image=pushed, image_source="test"), pushed, where), (built, harbor_tag(built), None)]
+            jobs = [
+                (Task(instance_id="pushed", problem_statement="", image=pushed, image_source="test"), pushed, where),
+                (built, harbor_tag(built), None),
+            ]
             run_units(backend, jobs, _image_on_node, on_result=lambda job, image_id: got.__setitem__(job[1], image_id), on_error=_raise)
             # Pulled as HOST/NS/NAME:TAG and tagged NAME:TAG; the other built from its Dockerfile there.
             assert got[pushed] == source == docker_client.images.get(pushed).id
@@ -508,25 +601,52 @@ def test_a_node_lacking_an_image_pulls_it_from_the_registry_or_builds_it(cluster
 
             # An image the registry lacks: the stage records which node, which image, and the answer.
             task = Task(instance_id="mini__absent", problem_statement="", image=absent, image_source="test")
-            summary = verify_batch(docker_client, {task.instance_id: task}, [Prediction(task.instance_id, "", "m")], tmp_path / "v.jsonl", backend=backend, registry=where)
+            summary = verify_batch(
+                docker_client,
+                {task.instance_id: task},
+                [Prediction(task.instance_id, "", "m")],
+                tmp_path / "v.jsonl",
+                backend=backend,
+                registry=where,
+            )
             (error,) = summary.errors
-            assert "(node " in error and f"could not get image {absent} for mini__absent: pulling {where}/{absent} from {registry.host} failed: the registry answered:" in error
+            assert (
+                "(node " in error
+                and f"could not get image {absent} for mini__absent: pulling {where}/{absent} from {registry.host} failed: the registry answered:"
+                in error
+            )
             assert "manifest unknown" in error and not summary.verdicts
 
             # relearn collect --registry: this machine builds and pulls nothing; the episode's
             # node fails to get the image, and the run records why, apart from model failures.
             (tmp_path / "map.txt").write_text(f"mini__calc-1 {absent}\n")
-            args = ["--out", str(tmp_path / "run"), "--model", "m", "--base-url", "http://127.0.0.1:9/v1", "--id", "mini__calc-1", "--image-map", str(tmp_path / "map.txt")]
+            args = [
+                "--out",
+                str(tmp_path / "run"),
+                "--model",
+                "m",
+                "--base-url",
+                "http://127.0.0.1:9/v1",
+                "--id",
+                "mini__calc-1",
+                "--image-map",
+                str(tmp_path / "map.txt"),
+            ]
             # In this process (Ray's workers are warm for it); the verb sets a SIGTERM handler.
             sigterm = signal.getsignal(signal.SIGTERM)
             try:
-                run = CliRunner(env={"OPENAI_API_KEY": "test"}).invoke(app, ["collect", *args, "--registry", where, "--ray", cluster[0].address])
+                run = CliRunner(env={"OPENAI_API_KEY": "test"}).invoke(
+                    app, ["collect", *args, "--registry", where, "--ray", cluster[0].address]
+                )
             finally:
                 signal.signal(signal.SIGTERM, sigterm)
             assert run.exit_code == 1, run.stderr
             (failure,) = [json.loads(line) for line in (tmp_path / "run" / "infra_errors.jsonl").read_text().splitlines()]
             assert failure["task_id"] == "mini__calc-1" and failure["tries"] == 2
-            assert f"could not get image {absent} for mini__calc-1: pulling {where}/{absent} from {registry.host} failed" in failure["error"] and "(node " in failure["error"]
+            assert (
+                f"could not get image {absent} for mini__calc-1: pulling {where}/{absent} from {registry.host} failed" in failure["error"]
+                and "(node " in failure["error"]
+            )
         finally:
             for tag in leftovers:
                 try:
@@ -535,7 +655,9 @@ def test_a_node_lacking_an_image_pulls_it_from_the_registry_or_builds_it(cluster
                     pass
 
 
-def test_sigterm_of_the_driver_cancels_remote_episodes_and_a_rerun_resumes(cluster, docker_client: docker.DockerClient, images: dict[str, str], relearn_bin: str, tmp_path: Path) -> None:  # noqa: ANN001
+def test_sigterm_of_the_driver_cancels_remote_episodes_and_a_rerun_resumes(
+    cluster, docker_client: docker.DockerClient, images: dict[str, str], relearn_bin: str, tmp_path: Path
+) -> None:  # noqa: ANN001
     made, _workers = cluster
     few = ["mini__calc-1", "mini__pager-1", "mini__textkit-1"]
     slow = solver(TASKS, SOLVES)
@@ -547,7 +669,19 @@ def test_sigterm_of_the_driver_cancels_remote_episodes_and_a_rerun_resumes(clust
 
     def command(server: ModelServer) -> list[str]:
         ids = [arg for i in few for arg in ("--id", i)]
-        return [relearn_bin, "collect", "--out", str(tmp_path / "run"), "--model", "scripted", "--base-url", server.base_url, *ids, "--ray", made.address]
+        return [
+            relearn_bin,
+            "collect",
+            "--out",
+            str(tmp_path / "run"),
+            "--model",
+            "scripted",
+            "--base-url",
+            server.base_url,
+            *ids,
+            "--ray",
+            made.address,
+        ]
 
     env = {**os.environ, "OPENAI_API_KEY": "test"}
     with ModelServer("chat", answer) as server:
@@ -601,12 +735,16 @@ def test_gc_sweeps_every_node_and_the_pipeline_file_names_the_cluster(cluster, r
     swept = subprocess.run([relearn_bin, "envs", "gc", "--ray", made.address], capture_output=True, text=True, timeout=120)
     assert swept.returncode == 0, swept.stderr
     alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
-    assert sorted(line.split(":")[0].split()[1] for line in swept.stdout.splitlines() if line.startswith("node ")) == sorted(n[:12] for n in alive)
+    assert sorted(line.split(":")[0].split()[1] for line in swept.stdout.splitlines() if line.startswith("node ")) == sorted(
+        n[:12] for n in alive
+    )
 
     from relearn.pipeline.config import load_pipeline
     from relearn.pipeline.stages import Context
 
-    (tmp_path / "p.toml").write_text(f'workdir = "w"\n[pool.import]\nformat = "codex"\npaths = ["x"]\n[cluster]\naddress = "{made.address}"\nregistry = "reg.example:5000/team"\n')
+    (tmp_path / "p.toml").write_text(
+        f'workdir = "w"\n[pool.import]\nformat = "codex"\npaths = ["x"]\n[cluster]\naddress = "{made.address}"\nregistry = "reg.example:5000/team"\n'
+    )
     config = load_pipeline(tmp_path / "p.toml")
     assert config.cluster is not None and config.cluster.address == made.address
     context = Context(config, console=None)  # type: ignore[arg-type]

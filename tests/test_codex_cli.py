@@ -92,8 +92,19 @@ def codex_solver(request: dict[str, Any]) -> ScriptedTurn:
     task = task_of(request)
     tests = "python3 -m pytest -q -p no:cacheprovider " + " ".join(task.test_files)
     script = [
-        ScriptedTurn(reasoning="Look at the code first.", content="Reading the repository.", tool_calls=[("exec_command", {"cmd": "ls -R . | head -40; env"})], token_ids=[11, 12, 13]),
-        ScriptedTurn(reasoning="The power rule is wrong.", custom_tool_calls=[("apply_patch", to_apply_patch(task.patch))], input_tokens=200, output_tokens=40, token_ids=[21, 22]),
+        ScriptedTurn(
+            reasoning="Look at the code first.",
+            content="Reading the repository.",
+            tool_calls=[("exec_command", {"cmd": "ls -R . | head -40; env"})],
+            token_ids=[11, 12, 13],
+        ),
+        ScriptedTurn(
+            reasoning="The power rule is wrong.",
+            custom_tool_calls=[("apply_patch", to_apply_patch(task.patch))],
+            input_tokens=200,
+            output_tokens=40,
+            token_ids=[21, 22],
+        ),
         ScriptedTurn(tool_calls=[("exec_command", {"cmd": tests})], input_tokens=300, output_tokens=30),
         ScriptedTurn(content="The fix is in place and the tests pass.", input_tokens=400, output_tokens=10),
     ]
@@ -102,13 +113,17 @@ def codex_solver(request: dict[str, Any]) -> ScriptedTurn:
 
 def flailer(command: str) -> Callable[[dict[str, Any]], ScriptedTurn]:
     def answer(_request: dict[str, Any]) -> ScriptedTurn:
-        return ScriptedTurn(content="Let me look around more.", tool_calls=[("exec_command", {"cmd": command})], input_tokens=1000, output_tokens=100)
+        return ScriptedTurn(
+            content="Let me look around more.", tool_calls=[("exec_command", {"cmd": command})], input_tokens=1000, output_tokens=100
+        )
 
     return answer
 
 
 def header(task: Task, model: str = "scripted") -> Trajectory:
-    return Trajectory(id=f"{task.instance_id}:codex-cli:{model}:-:0", task_id=task.instance_id, attempt=0, messages=[], source=Source(format="codex"))
+    return Trajectory(
+        id=f"{task.instance_id}:codex-cli:{model}:-:0", task_id=task.instance_id, attempt=0, messages=[], source=Source(format="codex")
+    )
 
 
 # ---- install ---------------------------------------------------------------------------------
@@ -167,7 +182,13 @@ class _Registry:
                 registry.hits.append(self.path)
                 host = f"http://127.0.0.1:{self.server.server_address[1]}"
                 if self.path == "/@openai%2Fcodex/9.9.9-linux-x64" or self.path == "/@openai/codex/9.9.9-linux-x64":
-                    body = json.dumps({"name": "@openai/codex", "version": "9.9.9-linux-x64", "dist": {"tarball": f"{host}/codex.tgz", "integrity": integrity}}).encode()
+                    body = json.dumps(
+                        {
+                            "name": "@openai/codex",
+                            "version": "9.9.9-linux-x64",
+                            "dist": {"tarball": f"{host}/codex.tgz", "integrity": integrity},
+                        }
+                    ).encode()
                 elif self.path == "/codex.tgz":
                     body = tarball
                 else:
@@ -220,7 +241,9 @@ def test_install_fetches_verifies_against_the_pin_and_never_refetches(tmp_path: 
 def _post(gateway: Gateway, body: dict[str, Any], token: str | None = None) -> tuple[int, str]:
     host, port = gateway.base_url.removeprefix("http://").split("/")[0].split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=30)
-    connection.request("POST", "/v1/responses", json.dumps(body), {"Authorization": f"Bearer {token or gateway.token}", "Content-Type": "application/json"})
+    connection.request(
+        "POST", "/v1/responses", json.dumps(body), {"Authorization": f"Bearer {token or gateway.token}", "Content-Type": "application/json"}
+    )
     response = connection.getresponse()
     text = response.read().decode()
     connection.close()
@@ -235,29 +258,60 @@ def _request(turn: int) -> dict[str, Any]:
     """What Codex sends on call ``turn``: the whole history so far, streamed."""
     items = [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go"}]}]
     for n in range(turn):
-        items += [{"type": "function_call", "call_id": f"c{n}", "name": "exec_command", "arguments": "{}"}, {"type": "function_call_output", "call_id": f"c{n}", "output": "ok"}]
-    return {"model": "scripted", "stream": True, "store": False, "input": items, "tools": [{"type": "function", "name": "exec_command", "parameters": {}}]}
+        items += [
+            {"type": "function_call", "call_id": f"c{n}", "name": "exec_command", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": f"c{n}", "output": "ok"},
+        ]
+    return {
+        "model": "scripted",
+        "stream": True,
+        "store": False,
+        "input": items,
+        "tools": [{"type": "function", "name": "exec_command", "parameters": {}}],
+    }
 
 
 def test_gateway_forwards_with_the_real_key_and_streams_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RELEARN_TEST_KEY", SECRET)
-    script = [ScriptedTurn(reasoning="thinking", content="hi", tool_calls=[("exec_command", {"cmd": "ls"})], token_ids=[5, 6, 7]), ScriptedTurn(content="done")]
+    script = [
+        ScriptedTurn(reasoning="thinking", content="hi", tool_calls=[("exec_command", {"cmd": "ls"})], token_ids=[5, 6, 7]),
+        ScriptedTurn(content="done"),
+    ]
     with ModelServer("responses", script) as server:
-        spec = PolicySpec(kind="responses", model="scripted", base_url=server.base_url, api_key_env="RELEARN_TEST_KEY", sampling={"temperature": 0.3, "max_tokens": 512, "top_k": 20})
+        spec = PolicySpec(
+            kind="responses",
+            model="scripted",
+            base_url=server.base_url,
+            api_key_env="RELEARN_TEST_KEY",
+            sampling={"temperature": 0.3, "max_tokens": 512, "top_k": 20},
+        )
         with Gateway(spec, Budget(max_turns=5), record_path=tmp_path / "gateway.jsonl", request_token_ids=True) as gateway:
             status, _ = _post(gateway, _request(0), token="wrong")
             assert status == 401 and server.requests == []  # an unknown key never reaches the policy server
             status, text = _post(gateway, _request(0))
             assert status == 200
             stream = _events(text)
-            assert [e["type"] for e in stream] == ["response.created", *["response.output_item.added", "response.output_item.done"] * 3, "response.completed"]
+            assert [e["type"] for e in stream] == [
+                "response.created",
+                *["response.output_item.added", "response.output_item.done"] * 3,
+                "response.completed",
+            ]
             assert [e["sequence_number"] for e in stream] == list(range(len(stream)))
             completed = stream[-1]["response"]
             assert completed["id"] == "resp_0" and completed["usage"]["input_tokens"] == 100
-            assert [e["item"]["type"] for e in stream if e["type"] == "response.output_item.done"] == ["reasoning", "message", "function_call"]
+            assert [e["item"]["type"] for e in stream if e["type"] == "response.output_item.done"] == [
+                "reasoning",
+                "message",
+                "function_call",
+            ]
             assert _post(gateway, _request(1))[0] == 200
             upstream = server.requests[0]
-            assert upstream["stream"] is False and upstream["temperature"] == 0.3 and upstream["max_output_tokens"] == 512 and upstream["top_k"] == 20
+            assert (
+                upstream["stream"] is False
+                and upstream["temperature"] == 0.3
+                and upstream["max_output_tokens"] == 512
+                and upstream["top_k"] == 20
+            )
             assert upstream["enable_response_messages"] is True and upstream["input"] == _request(0)["input"]
             assert server.headers[0]["authorization"] == f"Bearer {SECRET}" and SECRET not in gateway.token
             assert gateway.token_ids == {"resp_0": [5, 6, 7]}
@@ -277,7 +331,12 @@ def test_gateway_forwards_with_the_real_key_and_streams_events(tmp_path: Path, m
     [
         (Budget(max_turns=3), {}, ExitStatus.turns_exhausted, 3),
         (Budget(max_turns=100, max_tokens=3000), {}, ExitStatus.tokens_exhausted, 3),  # 1,100 a call
-        (Budget(max_turns=100, max_cost_usd=0.01), {"price_in_per_mtok": 3.0, "price_out_per_mtok": 15.0}, ExitStatus.cost_exhausted, 3),  # $0.0045 a call
+        (
+            Budget(max_turns=100, max_cost_usd=0.01),
+            {"price_in_per_mtok": 3.0, "price_out_per_mtok": 15.0},
+            ExitStatus.cost_exhausted,
+            3,
+        ),  # $0.0045 a call
         (Budget(max_turns=100, max_seconds=0.45), {}, ExitStatus.time_exhausted, 2),  # 0.3 s between calls
     ],
 )
@@ -297,7 +356,12 @@ def test_gateway_refuses_calls_past_each_budget(budget: Budget, prices: dict[str
     assert len(server.requests) == forwarded  # the refused call never reached the policy server
     error = json.loads(text)["error"]
     assert error["type"] == "budget_exhausted" and error["code"] == expected.value
-    field = {"turns_exhausted": "max_turns", "tokens_exhausted": "max_tokens", "cost_exhausted": "max_cost_usd", "time_exhausted": "max_seconds"}[expected.value]
+    field = {
+        "turns_exhausted": "max_turns",
+        "tokens_exhausted": "max_tokens",
+        "cost_exhausted": "max_cost_usd",
+        "time_exhausted": "max_seconds",
+    }[expected.value]
     assert field in error["message"] and "no further model calls" in error["message"]
     assert gateway.refused is expected and gateway.summary()["forwarded"] == forwarded
 
@@ -309,7 +373,12 @@ def test_gateway_retries_the_policy_server_then_passes_its_error_on() -> None:
         with Gateway(spec, Budget(max_turns=5)) as gateway:
             assert _post(gateway, _request(0))[0] == 200 and len(server.requests) == 3
             assert gateway.ledger.turns == 1 and gateway.upstream_error is None
-    overflow = [ScriptedTurn(error=400, error_body={"error": {"message": "Your input exceeds the context window of this model.", "code": "context_length_exceeded"}})]
+    overflow = [
+        ScriptedTurn(
+            error=400,
+            error_body={"error": {"message": "Your input exceeds the context window of this model.", "code": "context_length_exceeded"}},
+        )
+    ]
     with ModelServer("responses", overflow) as server:
         spec = PolicySpec(kind="responses", model="scripted", base_url=server.base_url)
         with Gateway(spec, Budget(max_turns=5)) as gateway:
@@ -337,9 +406,23 @@ def test_new_rollout_records_give_each_call_its_usage_and_exit_codes(tmp_path: P
         line("response_item", {"type": "reasoning", "id": "rs_0", "summary": [{"type": "summary_text", "text": "plan"}], "content": None}),
         line("response_item", {"type": "function_call", "name": "exec_command", "arguments": '{"cmd": "ls"}', "call_id": "c0"}),
         line("token_usage_record", {"response_id": "resp_0", "usage": usage}),
-        line("event_msg", {"type": "item_completed", "item": {"type": "CommandExecution", "id": "c0", "exit_code": 2, "status": "failed", "duration": {"secs": 1, "nanos": 500000000}}}),
+        line(
+            "event_msg",
+            {
+                "type": "item_completed",
+                "item": {
+                    "type": "CommandExecution",
+                    "id": "c0",
+                    "exit_code": 2,
+                    "status": "failed",
+                    "duration": {"secs": 1, "nanos": 500000000},
+                },
+            },
+        ),
         line("response_item", {"type": "function_call_output", "call_id": "c0", "output": "Process exited with code 2"}),
-        line("event_msg", {"type": "token_count", "info": {"last_token_usage": {**usage, "input_tokens": 999}, "total_token_usage": usage}}),
+        line(
+            "event_msg", {"type": "token_count", "info": {"last_token_usage": {**usage, "input_tokens": 999}, "total_token_usage": usage}}
+        ),
         line("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "done"}]}),
         line("token_usage_record", {"response_id": "resp_1", "usage": {**usage, "input_tokens": 200}}),
         line("event_msg", {"type": "task_complete", "last_agent_message": "done"}),
@@ -354,7 +437,15 @@ def test_new_rollout_records_give_each_call_its_usage_and_exit_codes(tmp_path: P
     assert output.metadata == {"exit_code": 2, "status": "failed", "duration_seconds": 1.5}
     assert final.usage.input_tokens == 200 and final.extra["response_id"] == "resp_1"
     kept = sorted({r["record"]["type"] + "/" + str(r["record"]["payload"].get("type", "")) for r in t.source.records})
-    assert kept == ["event_msg/item_completed", "event_msg/task_complete", "event_msg/thread_settings_applied", "event_msg/token_count", "session_meta/", "token_usage_record/", "world_state/"]
+    assert kept == [
+        "event_msg/item_completed",
+        "event_msg/task_complete",
+        "event_msg/thread_settings_applied",
+        "event_msg/token_count",
+        "session_meta/",
+        "token_usage_record/",
+        "world_state/",
+    ]
     assert t.exit_status is ExitStatus.submitted and not result.diagnostics.warnings
 
 
@@ -408,10 +499,15 @@ def test_the_container_reaches_the_gateway_and_nothing_else(docker_client, base_
     folder = tmp_path / "gw"
     folder.mkdir()
     try:
-        with Gateway(spec, Budget(), socket_path=folder / "gateway.sock") as gateway, open_route(docker_client, base_image, folder / "gateway.sock") as route:
+        with (
+            Gateway(spec, Budget(), socket_path=folder / "gateway.sock") as gateway,
+            open_route(docker_client, base_image, folder / "gateway.sock") as route,
+        ):
             internal_gateway = _gateway_of(route.network)
             assert route.network.attrs["Internal"] is True
-            targets = [(route.address, RELAY_PORT), ("1.1.1.1", 443), ("8.8.8.8", 53)] + [(address, port) for address in _host_addresses(docker_client, internal_gateway)]
+            targets = [(route.address, RELAY_PORT), ("1.1.1.1", 443), ("8.8.8.8", 53)] + [
+                (address, port) for address in _host_addresses(docker_client, internal_gateway)
+            ]
             with Container.start(docker_client, calc_image, workdir=TASK.workdir, network=route.network_name) as container:
                 result = container.exec(["python3", "-c", PROBE % {"relay_port": RELAY_PORT}, json.dumps(targets)], timeout_s=60)
             assert gateway.calls and gateway.calls[0]["status"] == 404  # the probe's GET came through the relay
@@ -430,12 +526,23 @@ def test_the_container_reaches_the_gateway_and_nothing_else(docker_client, base_
 # ---- whole episodes with the real binary -----------------------------------------------------
 
 
-def test_codex_solves_a_mini_task(docker_client, calc_image: str, codex_config: CodexCliConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: ANN001
+def test_codex_solves_a_mini_task(
+    docker_client, calc_image: str, codex_config: CodexCliConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:  # noqa: ANN001
     monkeypatch.setenv("RELEARN_TEST_KEY", SECRET)
     config = CodexCliConfig(install=codex_config.install, relay_image=codex_config.relay_image, request_token_ids=True)
     with ModelServer("responses", codex_solver) as server:
-        spec = PolicySpec(kind="responses", model="scripted", base_url=server.base_url, api_key_env="RELEARN_TEST_KEY", price_in_per_mtok=1.0, price_out_per_mtok=2.0)
-        trajectory = run_codex_episode(docker_client, TASK, calc_image, spec, Budget(max_turns=10), config, header(TASK), artifacts=tmp_path / "codex")
+        spec = PolicySpec(
+            kind="responses",
+            model="scripted",
+            base_url=server.base_url,
+            api_key_env="RELEARN_TEST_KEY",
+            price_in_per_mtok=1.0,
+            price_out_per_mtok=2.0,
+        )
+        trajectory = run_codex_episode(
+            docker_client, TASK, calc_image, spec, Budget(max_turns=10), config, header(TASK), artifacts=tmp_path / "codex"
+        )
         sent, headers = server.requests, server.headers
     assert trajectory.exit_status is ExitStatus.submitted, trajectory.source.meta
     roles = [m.role for m in trajectory.messages]
@@ -446,20 +553,38 @@ def test_codex_solves_a_mini_task(docker_client, calc_image: str, codex_config: 
     assert set(calls) == set(results) and len(calls) == 3
     listing, patching, testing = (trajectory.messages[i].tool_calls[0] for i in (4, 6, 8))
     assert listing.function.name == "exec_command" and listing.function.arguments == {"cmd": "ls -R . | head -40; env"}
-    assert patching.type == "custom" and patching.function.name == "apply_patch" and patching.function.arguments["input"].startswith("*** Begin Patch")
+    assert (
+        patching.type == "custom"
+        and patching.function.name == "apply_patch"
+        and patching.function.arguments["input"].startswith("*** Begin Patch")
+    )
     assert trajectory.messages[7].content.endswith("Success. Updated the following files:\nM calc/evaluator.py\n")
     assert "Process exited with code 0" in trajectory.messages[9].content and "passed" in trajectory.messages[9].content
     assert trajectory.messages[9].metadata["exit_code"] == 0
     # Reasoning summaries, usage per call, token ids and cost from the gateway.
-    assert trajectory.messages[4].reasoning_content == "Look at the code first." and trajectory.messages[6].reasoning_content == "The power rule is wrong."
+    assert (
+        trajectory.messages[4].reasoning_content == "Look at the code first."
+        and trajectory.messages[6].reasoning_content == "The power rule is wrong."
+    )
     assert [m.usage.input_tokens for m in trajectory.messages if m.role == "assistant"] == [100, 200, 300, 400]
-    assert trajectory.messages[4].token_ids == [11, 12, 13] and trajectory.messages[6].token_ids == [21, 22] and trajectory.messages[8].token_ids is None
+    assert (
+        trajectory.messages[4].token_ids == [11, 12, 13]
+        and trajectory.messages[6].token_ids == [21, 22]
+        and trajectory.messages[8].token_ids is None
+    )
     assert trajectory.usage.api_calls == 4 and trajectory.usage.input_tokens == 1000
     assert trajectory.usage.cost_usd == pytest.approx((1000 * 1.0 + 100 * 2.0) / 1e6)
     # Unknown record kinds of this Codex version are kept under source.
     kept = [r["record"] for r in trajectory.source.records if "record" in r]
     kinds = {r["type"] + ("/" + r["payload"]["type"] if r["type"] == "event_msg" else "") for r in kept}
-    assert {"world_state", "token_usage_record", "event_msg/item_completed", "event_msg/thread_settings_applied", "turn_context", "session_meta"} <= kinds
+    assert {
+        "world_state",
+        "token_usage_record",
+        "event_msg/item_completed",
+        "event_msg/thread_settings_applied",
+        "turn_context",
+        "session_meta",
+    } <= kinds
     # This version numbers its lines (``ordinal``): every number is kept, on lines kept whole or
     # beside the messages the other lines became.
     fields = [r["line_fields"] for r in trajectory.source.records if "line_fields" in r]
@@ -481,7 +606,10 @@ def test_codex_solves_a_mini_task(docker_client, calc_image: str, codex_config: 
     assert "calc/evaluator.py" in trajectory.final_patch
     assert verify(docker_client, TASK, trajectory.final_patch, calc_image).resolved
     timings = trajectory.source.meta["timings"]
-    assert set(timings) == {"route", "container", "copy", "codex", "startup", "exit", "rollout", "teardown"} and 0 < timings["startup"] < timings["codex"]
+    assert (
+        set(timings) == {"route", "container", "copy", "codex", "startup", "exit", "rollout", "teardown"}
+        and 0 < timings["startup"] < timings["codex"]
+    )
 
     # One format: the pool round-trips byte for byte, and exports keep what they define.
     pool = tmp_path / "pool.jsonl"
@@ -495,13 +623,19 @@ def test_codex_solves_a_mini_task(docker_client, calc_image: str, codex_config: 
     assert back.error is None
     generated = [m for m in trajectory.messages if m.role == "assistant"]
     returned = [m for m in back.trajectory.messages if m.role == "assistant"]
-    assert [(m.content or "", m.reasoning_content, [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []]) for m in returned] == [
-        (m.content or "", m.reasoning_content, [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []]) for m in generated
+    assert [
+        (m.content or "", m.reasoning_content, [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []])
+        for m in returned
+    ] == [
+        (m.content or "", m.reasoning_content, [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []])
+        for m in generated
     ]
     assert [(m.usage.input_tokens, m.usage.output_tokens, m.usage.cached_input_tokens, m.token_ids) for m in returned] == [
         (m.usage.input_tokens, m.usage.output_tokens, m.usage.cached_input_tokens, m.token_ids) for m in generated
     ]
-    assert [(m.tool_call_id, m.content) for m in back.trajectory.messages if m.role == "tool"] == [(m.tool_call_id, m.content) for m in trajectory.messages if m.role == "tool"]
+    assert [(m.tool_call_id, m.content) for m in back.trajectory.messages if m.role == "tool"] == [
+        (m.tool_call_id, m.content) for m in trajectory.messages if m.role == "tool"
+    ]
     record = to_chat_record(again)
     assert record["tools"] == trajectory.tools and sum(len(m.get("tool_calls") or []) for m in record["messages"]) == 3
 
@@ -515,7 +649,15 @@ def test_codex_solves_a_mini_task(docker_client, calc_image: str, codex_config: 
         (Budget(max_turns=100, max_seconds=4.0), {}, "sleep 1.5", ExitStatus.time_exhausted),
     ],
 )
-def test_codex_is_cut_off_by_each_budget(docker_client, calc_image: str, codex_config: CodexCliConfig, budget: Budget, prices: dict[str, float], command: str, expected: ExitStatus) -> None:  # noqa: ANN001
+def test_codex_is_cut_off_by_each_budget(
+    docker_client,
+    calc_image: str,
+    codex_config: CodexCliConfig,
+    budget: Budget,
+    prices: dict[str, float],
+    command: str,
+    expected: ExitStatus,
+) -> None:  # noqa: ANN001
     with ModelServer("responses", flailer(command)) as server:
         spec = PolicySpec(kind="responses", model="scripted", base_url=server.base_url, **prices)
         started = time.monotonic()
@@ -537,7 +679,9 @@ def test_codex_is_cut_off_by_each_budget(docker_client, calc_image: str, codex_c
     assert trajectory.final_patch == ""
 
 
-def test_collect_and_eval_with_either_agent_into_one_format(docker_client, base_image: str, relearn_bin: str, calc_image: str, codex: codex_install.CodexInstall, tmp_path: Path) -> None:  # noqa: ANN001
+def test_collect_and_eval_with_either_agent_into_one_format(
+    docker_client, base_image: str, relearn_bin: str, calc_image: str, codex: codex_install.CodexInstall, tmp_path: Path
+) -> None:  # noqa: ANN001
     """Our loop and `relearn collect --agent codex-cli` fill one pool in one format;
     `relearn eval run --agent codex-cli` records the Codex version and the tool schemas
     offered. (Each `relearn` start costs seconds of imports, so the builtin side runs
@@ -548,11 +692,42 @@ def test_collect_and_eval_with_either_agent_into_one_format(docker_client, base_
         spec = PolicySpec(kind="chat", model="scripted", base_url=chat.base_url)
         collect(docker_client, [TASK], make_policy(spec), spec, out, base_image=base_image)
     with ModelServer("responses", codex_solver) as responses:
-        command = [relearn_bin, "collect", "--out", str(out), "--model", "scripted", "--id", TASK.instance_id, "--max-turns", "8", "--agent", "codex-cli", "--base-url", responses.base_url]
+        command = [
+            relearn_bin,
+            "collect",
+            "--out",
+            str(out),
+            "--model",
+            "scripted",
+            "--id",
+            TASK.instance_id,
+            "--max-turns",
+            "8",
+            "--agent",
+            "codex-cli",
+            "--base-url",
+            responses.base_url,
+        ]
         collected = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
         assert collected.returncode == 0, collected.stderr[-3000:]
         run = tmp_path / "eval"
-        command = [relearn_bin, "eval", "run", "--out", str(run), "--model", "scripted", "--agent", "codex-cli", "--reasoning-effort", "high", "--id", TASK.instance_id, "--base-url", responses.base_url]
+        command = [
+            relearn_bin,
+            "eval",
+            "run",
+            "--out",
+            str(run),
+            "--model",
+            "scripted",
+            "--agent",
+            "codex-cli",
+            "--reasoning-effort",
+            "high",
+            "--id",
+            TASK.instance_id,
+            "--base-url",
+            responses.base_url,
+        ]
         evaluated = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
         assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     pool = list(read_trajectories(out / "trajectories.jsonl"))
@@ -565,7 +740,9 @@ def test_collect_and_eval_with_either_agent_into_one_format(docker_client, base_
     assert (out / "episodes" / f"{pool[1].id}.codex" / "gateway.jsonl").is_file()
     manifest = json.loads((run / "manifest.json").read_text())
     scaffold = manifest["scaffold"]
-    assert scaffold["agent"] == "codex-cli" and scaffold["version"] == f"codex-cli {codex.version}" and scaffold["reasoning_effort"] == "high"
+    assert (
+        scaffold["agent"] == "codex-cli" and scaffold["version"] == f"codex-cli {codex.version}" and scaffold["reasoning_effort"] == "high"
+    )
     assert scaffold["tools"] == ["exec_command", "write_stdin", "update_plan", "apply_patch"]
     assert [t["name"] for t in manifest["codex"]["tool_schemas"]] == scaffold["tools"]
     assert 'model_reasoning_effort = "high"' in manifest["codex"]["config_toml"]

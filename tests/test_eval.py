@@ -29,7 +29,14 @@ SOLVES = {"mini__calc-1", "mini__pager-1"}
 def eval_run(relearn_bin: str, out: Path, server: ModelServer, *extra: str) -> subprocess.Popen[str]:
     command = [relearn_bin, "eval", "run", "--out", str(out), "--model", "scripted", "--base-url", server.base_url, "--workers", "2"]
     command += [arg for iid in IDS for arg in ("--id", iid)] + list(extra)
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OPENAI_API_KEY": "local"}, start_new_session=True)
+    return subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OPENAI_API_KEY": "local"},
+        start_new_session=True,
+    )
 
 
 def finish(process: subprocess.Popen[str]) -> tuple[int, str, str]:
@@ -79,8 +86,22 @@ def test_reports_give_exactly_the_expected_resolved_sets(relearn_bin: str, runs:
 
 def test_compare_pairs_runs_and_refuses_different_budgets(relearn_bin: str, runs: dict[str, Path], tmp_path: Path) -> None:
     result = subprocess.run(
-        [relearn_bin, "eval", "compare", str(runs["never"]), str(runs["solver"]), "--name", "Upstream", "--name", "ROSS", "-o", str(tmp_path / "cmp")],
-        capture_output=True, text=True, timeout=300,
+        [
+            relearn_bin,
+            "eval",
+            "compare",
+            str(runs["never"]),
+            str(runs["solver"]),
+            "--name",
+            "Upstream",
+            "--name",
+            "ROSS",
+            "-o",
+            str(tmp_path / "cmp"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr
     data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
@@ -89,7 +110,9 @@ def test_compare_pairs_runs_and_refuses_different_budgets(relearn_bin: str, runs
     assert ross["mcnemar_p"] == pytest.approx(0.5)
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 1000
     assert "| ROSS | scripted | 2 | 50.0%" in (tmp_path / "cmp" / "compare.md").read_text()
-    refused = subprocess.run([relearn_bin, "eval", "compare", str(runs["flailer"]), str(runs["flailer_big_budget"])], capture_output=True, text=True, timeout=300)
+    refused = subprocess.run(
+        [relearn_bin, "eval", "compare", str(runs["flailer"]), str(runs["flailer_big_budget"])], capture_output=True, text=True, timeout=300
+    )
     assert refused.returncode == 2 and "budget.max_turns: 3 vs 4" in " ".join(refused.stderr.split())
 
 
@@ -108,7 +131,16 @@ def test_a_killed_run_resumes_to_the_same_report(relearn_bin: str, runs: dict[st
     assert code == 0, stderr
     assert "already done" in stdout
     resumed, uninterrupted = report_of(relearn_bin, out), report_of(relearn_bin, runs["solver"])
-    for key in ("resolved_ids", "unresolved_ids", "by_exit_status", "by_repo", "by_difficulty", "tokens_per_instance", "resolved_rate_ci95", "infra_errors"):
+    for key in (
+        "resolved_ids",
+        "unresolved_ids",
+        "by_exit_status",
+        "by_repo",
+        "by_difficulty",
+        "tokens_per_instance",
+        "resolved_rate_ci95",
+        "infra_errors",
+    ):
         assert resumed[key] == uninterrupted[key], key
     # A different run in the same folder is refused, naming what differs.
     with ModelServer("chat", flailer) as server:

@@ -34,8 +34,16 @@ def _pool() -> tuple[list, list[Review]]:
     second = trajectory(second_messages, task_id="calc-ls")
     clean = trajectory(BASE[:2] + [{"role": "assistant", "generated": True, "content": "add() now returns a + b."}], task_id="clean")
     reviews = [
-        Review(trajectory_id=first.id, decision="accept", defects=[defect(first, 2, "reasoning_content", "probably in parse()", category="wrong_hypothesis")]),
-        Review(trajectory_id=second.id, decision="accept", defects=[defect(second, 2, "tool_calls[0].arguments.command", "ls -R", category="redundant_exploration")]),
+        Review(
+            trajectory_id=first.id,
+            decision="accept",
+            defects=[defect(first, 2, "reasoning_content", "probably in parse()", category="wrong_hypothesis")],
+        ),
+        Review(
+            trajectory_id=second.id,
+            decision="accept",
+            defects=[defect(second, 2, "tool_calls[0].arguments.command", "ls -R", category="redundant_exploration")],
+        ),
         Review(trajectory_id=clean.id, decision="accept"),
     ]
     return [first, second, clean], reviews
@@ -68,11 +76,16 @@ def read_back(fmt: str, out: Path) -> list[tuple[np.ndarray, np.ndarray]]:
     """(input_ids, supervised positions) of every exported row, read as the trainer reads them."""
     if fmt == "trl":
         table = pq.read_table(out / "train-00000.parquet")
-        return [(np.array(i), np.array(m)) for i, m in zip(table["input_ids"].to_pylist(), table["assistant_masks"].to_pylist(), strict=True)]
+        return [
+            (np.array(i), np.array(m)) for i, m in zip(table["input_ids"].to_pylist(), table["assistant_masks"].to_pylist(), strict=True)
+        ]
     if fmt == "axolotl":
         table = pq.read_table(out / "train-00000.parquet")
         assert set(table.column_names) == {"input_ids", "attention_mask", "labels"}
-        return [(np.array(i), (np.array(lab) != -100).astype(np.uint8)) for i, lab in zip(table["input_ids"].to_pylist(), table["labels"].to_pylist(), strict=True)]
+        return [
+            (np.array(i), (np.array(lab) != -100).astype(np.uint8))
+            for i, lab in zip(table["input_ids"].to_pylist(), table["labels"].to_pylist(), strict=True)
+        ]
     if fmt == "llamafactory":
         import datasets
 
@@ -102,7 +115,10 @@ def read_back(fmt: str, out: Path) -> list[tuple[np.ndarray, np.ndarray]]:
     saved = datasets.load_from_disk(str(out / "dataset"))
     assert parquet.to_list() == saved.to_list()
     for row in saved:
-        assert row["weight"] == pytest.approx(1 / sum(row["loss_mask"])) and [t if m else -100 for t, m in zip(row["input_ids"], row["loss_mask"], strict=True)] == row["labels"]
+        assert (
+            row["weight"] == pytest.approx(1 / sum(row["loss_mask"]))
+            and [t if m else -100 for t, m in zip(row["input_ids"], row["loss_mask"], strict=True)] == row["labels"]
+        )
     return [(np.array(r["input_ids"]), np.array(r["loss_mask"])) for r in saved]
 
 
@@ -119,7 +135,11 @@ def test_every_format_supervises_exactly_the_shards_loss_mask(tmp_path: Path, da
         rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
         assert [r["sample_id"] for r in rows] == [e[0] for e in expected]
         manifest = json.loads((out / "relearn-export.json").read_text())
-        assert manifest["mode"] == mode and manifest["tokenizer"] == "qwen3.6" and manifest["supervised_tokens"] == sum(int(m.sum()) for _s, _i, m in expected)
+        assert (
+            manifest["mode"] == mode
+            and manifest["tokenizer"] == "qwen3.6"
+            and manifest["supervised_tokens"] == sum(int(m.sum()) for _s, _i, m in expected)
+        )
     # Excluded tokens are never supervised: where ross-nomask trains and ross does not.
     excluded = [(n[2] == 1) & (r[2] == 0) for n, r in zip(shard_masks(datasets["ross-nomask"]), shard_masks(datasets["ross"]), strict=True)]
     assert sum(int(e.sum()) for e in excluded) > 20
@@ -135,9 +155,13 @@ def test_a_tokenizer_that_is_not_the_datasets_is_refused(tmp_path: Path, dataset
     config.pop("chat_template", None)
     (other / "tokenizer_config.json").write_text(json.dumps(config))
     runner = CliRunner()
-    result = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "out"), "--tokenizer", str(other)])
+    result = runner.invoke(
+        app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "out"), "--tokenizer", str(other)]
+    )
     assert result.exit_code == 2 and "chat template" in result.output and not (tmp_path / "out").exists()
-    same = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok"), "--tokenizer", "qwen3.6"])
+    same = runner.invoke(
+        app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok"), "--tokenizer", "qwen3.6"]
+    )
     assert same.exit_code == 0, same.output
     again = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok")])
     assert again.exit_code == 2 and "--overwrite" in again.output
@@ -168,7 +192,9 @@ def test_spans_select_the_same_tokens_by_token_runs_and_by_characters(tmp_path: 
     assert sample_spans(first, tok)["supervised"] == first.supervised
 
 
-def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn_train(tmp_path: Path, datasets: dict[str, Path], tok) -> None:  # noqa: ANN001
+def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn_train(
+    tmp_path: Path, datasets: dict[str, Path], tok
+) -> None:  # noqa: ANN001
     import datasets as hf_datasets
     import torch
     from transformers import AutoModelForCausalLM

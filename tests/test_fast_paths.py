@@ -104,7 +104,14 @@ def _char_by_char(value: object, json_pos: int, shown_at: int) -> tuple[dict[int
 
 
 @settings(max_examples=300, deadline=None)
-@given(value=st.one_of(st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('"\\\n\t\x00\x1f\x7f')), st.integers(), st.lists(st.text(max_size=5), max_size=3)), at=st.integers(0, 50))
+@given(
+    value=st.one_of(
+        st.text(alphabet=st.characters(codec="utf-8") | st.sampled_from('"\\\n\t\x00\x1f\x7f')),
+        st.integers(),
+        st.lists(st.text(max_size=5), max_size=3),
+    ),
+    at=st.integers(0, 50),
+)
 def test_the_json_map_is_the_character_wise_one(value: object, at: int) -> None:
     mine: dict[int, int] = {}
     end = map_json_value(value, 3, at, mine)
@@ -116,7 +123,13 @@ def _trajectory(seed: int, **extra: object) -> Trajectory:
     messages = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": f"Task {seed}: fix it."},
-        {"role": "assistant", "generated": True, "reasoning_content": f"Look first {seed}.", "content": "Reading.", "tool_calls": [{"id": "c1", "function": {"name": "shell", "arguments": {"command": ["cat", "a.py"]}}}]},
+        {
+            "role": "assistant",
+            "generated": True,
+            "reasoning_content": f"Look first {seed}.",
+            "content": "Reading.",
+            "tool_calls": [{"id": "c1", "function": {"name": "shell", "arguments": {"command": ["cat", "a.py"]}}}],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "x = 1"},
         {"role": "user", "content": "Summary so far: read a.py."},
         {"role": "assistant", "generated": True, "content": f"Done {seed}."},
@@ -165,9 +178,41 @@ def _awkward_session() -> list[dict]:
     lines = session(steps=2, filler="\u2028 \x7f \x1f caf\u00e9 \U0001f980")
     del lines[0]["payload"]["id"]
     lines[1]["payload"].update({"big": 2**70, "tiny": 1.5e-7, "huge": 1e22, "neg": -0.0, "none": None})
-    lines.insert(9, envelope("response_item", {"type": "local_shell_call", "call_id": "sh1", "status": None, "action": {"type": "exec", "command": ["ls"], "timeout_ms": 1.0e3}}))
-    lines.insert(10, envelope("response_item", {"type": "function_call_output", "call_id": "sh1", "output": '{"output": "a\\n", "metadata": {"exit_code": 0, "duration_seconds": 0.1}}'}))
-    lines.insert(11, envelope("compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "summary"}], "extra": None}]}))
+    lines.insert(
+        9,
+        envelope(
+            "response_item",
+            {
+                "type": "local_shell_call",
+                "call_id": "sh1",
+                "status": None,
+                "action": {"type": "exec", "command": ["ls"], "timeout_ms": 1.0e3},
+            },
+        ),
+    )
+    lines.insert(
+        10,
+        envelope(
+            "response_item",
+            {
+                "type": "function_call_output",
+                "call_id": "sh1",
+                "output": '{"output": "a\\n", "metadata": {"exit_code": 0, "duration_seconds": 0.1}}',
+            },
+        ),
+    )
+    lines.insert(
+        11,
+        envelope(
+            "compacted",
+            {
+                "message": "",
+                "replacement_history": [
+                    {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "summary"}], "extra": None}
+                ],
+            },
+        ),
+    )
     return lines
 
 

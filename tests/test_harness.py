@@ -36,7 +36,13 @@ TASK = TASKS["mini__calc-1"]
 
 
 def header(task: Task, spec: PolicySpec, attempt: int = 0) -> Trajectory:
-    return Trajectory(id=trajectory_id(task.instance_id, spec, attempt), task_id=task.instance_id, attempt=attempt, messages=[], source=Source(format="relearn"))
+    return Trajectory(
+        id=trajectory_id(task.instance_id, spec, attempt),
+        task_id=task.instance_id,
+        attempt=attempt,
+        messages=[],
+        source=Source(format="relearn"),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -62,7 +68,17 @@ def test_a_scripted_policy_solves_a_mini_task(docker_client, calc_image: str, tm
         trajectory = episode(docker_client, calc_image, server, Budget(max_turns=10), tmp_path, kind=kind)
         sent = server.requests
     assert trajectory.exit_status is ExitStatus.submitted
-    assert [m.role for m in trajectory.messages] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in trajectory.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert trajectory.messages[5].content.startswith("Success. Updated the following files:")
     assert "passed" in trajectory.messages[7].content and trajectory.messages[7].metadata["exit_code"] == 0
     assert "calc/evaluator.py" in trajectory.final_patch
@@ -75,7 +91,9 @@ def test_a_scripted_policy_solves_a_mini_task(docker_client, calc_image: str, tm
 
 
 def _flail(_request: dict) -> ScriptedTurn:
-    return ScriptedTurn(content="Let me look around more.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls"]})], input_tokens=1000, output_tokens=100)
+    return ScriptedTurn(
+        content="Let me look around more.", tool_calls=[("shell", {"command": ["bash", "-lc", "ls"]})], input_tokens=1000, output_tokens=100
+    )
 
 
 @pytest.mark.parametrize(
@@ -87,7 +105,9 @@ def _flail(_request: dict) -> ScriptedTurn:
         (Budget(max_turns=100, max_seconds=1.0), {}, ExitStatus.time_exhausted),
     ],
 )
-def test_a_flailing_policy_exhausts_each_budget(docker_client, calc_image: str, tmp_path: Path, budget: Budget, spec_args: dict, expected: ExitStatus) -> None:  # noqa: ANN001
+def test_a_flailing_policy_exhausts_each_budget(
+    docker_client, calc_image: str, tmp_path: Path, budget: Budget, spec_args: dict, expected: ExitStatus
+) -> None:  # noqa: ANN001
     with ModelServer("chat", _flail) as server:
         trajectory = episode(docker_client, calc_image, server, budget, tmp_path, **spec_args)
     assert trajectory.exit_status is expected
@@ -125,7 +145,12 @@ def test_server_errors_are_retried_then_reported(docker_client, calc_image: str,
     with ModelServer("chat", broken) as server:
         trajectory = episode(docker_client, calc_image, server, Budget(max_turns=5), tmp_path, max_retries=2)
     assert trajectory.exit_status is ExitStatus.policy_error and "500" in trajectory.source.meta["policy_error"]
-    too_long = [ScriptedTurn(error=400, error_body={"error": {"message": "This model's maximum context length is 32768 tokens.", "code": "context_length_exceeded"}})]
+    too_long = [
+        ScriptedTurn(
+            error=400,
+            error_body={"error": {"message": "This model's maximum context length is 32768 tokens.", "code": "context_length_exceeded"}},
+        )
+    ]
     with ModelServer("chat", too_long) as server:
         trajectory = episode(docker_client, calc_image, server, Budget(max_turns=5), tmp_path)
     assert trajectory.exit_status is ExitStatus.context_overflow and len(server.requests) == 1
@@ -144,17 +169,26 @@ def test_tools_in_a_container(docker_client, calc_image: str) -> None:  # noqa: 
         patch = "*** Begin Patch\n*** Add File: notes/todo.txt\n+fix add\n*** End Patch\n"
         assert run(toolbox, "shell", command=["bash", "-lc", f"apply_patch <<'EOF'\n{patch}EOF"]).startswith("Success.")
         assert container.get_file("/testbed/notes/todo.txt") == b"fix add\n"
-        failed = run(toolbox, "apply_patch", input="*** Begin Patch\n*** Update File: notes/todo.txt\n@@\n-no such line\n+x\n*** End Patch\n")
+        failed = run(
+            toolbox, "apply_patch", input="*** Begin Patch\n*** Update File: notes/todo.txt\n@@\n-no such line\n+x\n*** End Patch\n"
+        )
         assert failed == "Failed to find expected lines in notes/todo.txt:\nno such line"  # Codex's text
         # Codex's semantics: what the operations before the failing one did stays written.
         partial = "*** Begin Patch\n*** Add File: created.txt\n+hello\n*** Update File: missing.txt\n@@\n-old\n+new\n*** End Patch\n"
-        assert run(toolbox, "apply_patch", input=partial).startswith("Failed to read file to update missing.txt: No such file or directory (os error 2)\n(applied before this error, and kept: A created.txt")
+        assert run(toolbox, "apply_patch", input=partial).startswith(
+            "Failed to read file to update missing.txt: No such file or directory (os error 2)\n(applied before this error, and kept: A created.txt"
+        )
         assert container.get_file("/testbed/created.txt") == b"hello\n"
         strict = Toolbox(container, TASK.workdir, output_tokens=200, apply_patch_semantics="strict")
         again = partial.replace("created.txt", "second.txt")
-        assert run(strict, "apply_patch", input=again).startswith("Failed to read file to update missing.txt") and not container.exec("test -e second.txt").ok
+        assert (
+            run(strict, "apply_patch", input=again).startswith("Failed to read file to update missing.txt")
+            and not container.exec("test -e second.txt").ok
+        )
         assert run(toolbox, "update_plan", plan=[{"step": "a", "status": "in_progress"}]) == "Plan updated"
-        assert "at most one" in run(toolbox, "update_plan", plan=[{"step": "a", "status": "in_progress"}, {"step": "b", "status": "in_progress"}])
+        assert "at most one" in run(
+            toolbox, "update_plan", plan=[{"step": "a", "status": "in_progress"}, {"step": "b", "status": "in_progress"}]
+        )
 
 
 def test_collection_survives_sigkill_and_resumes(docker_client, base_image: str, calc_image: str, tmp_path: Path, relearn_bin: str) -> None:  # noqa: ANN001
@@ -173,7 +207,9 @@ def test_collection_survives_sigkill_and_resumes(docker_client, base_image: str,
     command += [arg for task_id in ids for arg in ("--id", task_id)]
     with ModelServer("chat", answer) as server:
         env = {**os.environ, "OPENAI_API_KEY": "local"}
-        process = subprocess.Popen([*command, "--base-url", server.base_url], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        process = subprocess.Popen(
+            [*command, "--base-url", server.base_url], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        )
         pool = out / "trajectories.jsonl"
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and (not pool.exists() or len(pool.read_text().splitlines()) < 2):
@@ -186,7 +222,9 @@ def test_collection_survives_sigkill_and_resumes(docker_client, base_image: str,
         rerun = subprocess.run([*command, "--base-url", server.base_url], env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     after = list(read_trajectories(pool))
-    assert sorted(t.id for t in after) == sorted(trajectory_id(i, PolicySpec(kind="chat", model="scripted"), a) for i in ids for a in range(2))
+    assert sorted(t.id for t in after) == sorted(
+        trajectory_id(i, PolicySpec(kind="chat", model="scripted"), a) for i in ids for a in range(2)
+    )
     assert [t.id for t in after[: len(before)]] == [t["id"] for t in before]  # the finished ones were not redone
     assert f"{len(before)} already done" in " ".join(rerun.stdout.split())
     assert all(t.exit_status is ExitStatus.submitted for t in after)
@@ -196,7 +234,11 @@ def test_collection_survives_sigkill_and_resumes(docker_client, base_image: str,
     for partial in partials:
         assert read_episode(partial).source.meta["incomplete"] is True
     # Leftover containers: none of this run's.
-    assert not [c for c in docker_client.containers.list(all=True, filters={"label": "relearn.owner=relearn"}) if c.labels.get("relearn.pid") == str(process.pid)]
+    assert not [
+        c
+        for c in docker_client.containers.list(all=True, filters={"label": "relearn.owner=relearn"})
+        if c.labels.get("relearn.pid") == str(process.pid)
+    ]
 
 
 def test_collect_and_replay(docker_client, base_image: str, calc_image: str, tmp_path: Path) -> None:  # noqa: ANN001

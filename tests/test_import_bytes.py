@@ -77,7 +77,9 @@ def test_wide_floats_are_the_ones_msgspec_writes_otherwise() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(extra=VALUES, arguments=VALUES, kept=VALUES, output=VALUES, session_id=st.booleans())
-def test_a_codex_record_with_awkward_values_is_what_the_model_writes(tmp_path_factory: Any, extra: Any, arguments: Any, kept: Any, output: Any, session_id: bool) -> None:
+def test_a_codex_record_with_awkward_values_is_what_the_model_writes(
+    tmp_path_factory: Any, extra: Any, arguments: Any, kept: Any, output: Any, session_id: bool
+) -> None:
     """Values in every place a rollout carries them: an item's unknown fields (message extra),
     call arguments (JSON in a string), a line kept whole, a legacy JSON-encoded output."""
     lines = session(steps=1)
@@ -104,7 +106,10 @@ def test_the_content_id_basis_keeps_what_the_model_keeps() -> None:
         {"task_id": "t1", "attempt": 3, "policy": {"name": "p", "step": 7}},
         {"policy": {}},
     ):
-        messages = [{"role": "user", "content": "x"}, {"role": "assistant", "generated": True, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"n": 1e30}}}]}]
+        messages = [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "generated": True, "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": {"n": 1e30}}}]},
+        ]
         for listed in (messages, []):
             trajectory = Trajectory.model_validate({**fields, "messages": listed})
             record = json.loads(trajectory.model_dump_json(exclude_none=True))
@@ -147,7 +152,9 @@ def test_lines_msgspec_refuses_are_read_as_json_reads_them(tmp_path: Path) -> No
         record = result.record
         assert record is not None
         assert any(m.get("content", "").startswith("Fix \U0001f980 add()") for m in record["messages"])
-        kept = [r["record"]["payload"] for r in record["source"]["records"] if r["record"]["payload"].get("model_context_window") is not None]
+        kept = [
+            r["record"]["payload"] for r in record["source"]["records"] if r["record"]["payload"].get("model_context_window") is not None
+        ]
         assert math.isnan(kept[0]["model_context_window"])
         assert dump_record(record) + b"\n" == dump_line(Trajectory.model_validate(record))
 
@@ -188,13 +195,23 @@ def test_a_late_exit_code_keeps_the_tool_message_in_field_order(tmp_path: Path) 
     ends = [line for line in lines if line["payload"].get("type") == "exec_command_end"]
     lines = [line for line in lines if line not in ends]
     lines += [*ends, envelope("event_msg", {"type": "exec_command_end", "call_id": "call_patch"})]
-    lines.append(envelope("event_msg", {"type": "item_completed", "item": {"type": "CommandExecution", "id": "call_0", "duration": {"secs": 2, "nanos": 5}}}))
+    lines.append(
+        envelope(
+            "event_msg",
+            {"type": "item_completed", "item": {"type": "CommandExecution", "id": "call_0", "duration": {"secs": 2, "nanos": 5}}},
+        )
+    )
     path = tmp_path / "r.jsonl"
     write_rollout(path, lines)
     (result,) = codex.read(path)
     record = result.record
     assert record is not None
     tools = [m for m in record["messages"] if m["role"] == "tool"]
-    assert tools[0]["metadata"] == {"exit_code": 0, "duration": {"secs": 0, "nanos": 5000000}, "status": "completed", "duration_seconds": 2.000000005}
+    assert tools[0]["metadata"] == {
+        "exit_code": 0,
+        "duration": {"secs": 0, "nanos": 5000000},
+        "status": "completed",
+        "duration_seconds": 2.000000005,
+    }
     assert tools[-1]["metadata"] == {}  # an end event with nothing in it, as the model keeps it
     assert dump_record(record) + b"\n" == dump_line(Trajectory.model_validate(record))

@@ -27,7 +27,11 @@ TOOLS = [
         "function": {
             "name": "execute_bash",
             "description": "Run a command.",
-            "parameters": {"type": "object", "properties": {"command": {"type": "string", "description": "The command."}, "timeout": {"type": "integer"}}, "required": ["command"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"command": {"type": "string", "description": "The command."}, "timeout": {"type": "integer"}},
+                "required": ["command"],
+            },
         },
     }
 ]
@@ -109,7 +113,11 @@ def rebench_row(n: int, parts: bool = True) -> dict[str, Any]:
         "trajectory": [
             {"role": "system", "content": "You are OpenHands agent."},
             {"role": "user", "content": [{"type": "text", "text": "Fix the bug."}] if parts else "Fix the bug."},
-            {"role": "assistant", "content": "I will run the tests.", "tool_calls": [_call(f"call_{n}", "execute_bash", command="pytest -q")]},
+            {
+                "role": "assistant",
+                "content": "I will run the tests.",
+                "tool_calls": [_call(f"call_{n}", "execute_bash", command="pytest -q")],
+            },
             {"role": "tool", "content": "1 failed", "tool_call_id": f"call_{n}", "name": "execute_bash"},
             {"role": "assistant", "content": "Done."},
         ],
@@ -162,7 +170,9 @@ def test_presets_in_every_file_form(tmp_path: Path, preset: str, suffix: str) ->
         assert [m.content for m in t.messages] == [_text(m) for m in messages]
         calls = [c for m in messages for c in m.get("tool_calls") or []]
         made = [c for m in t.messages for c in m.tool_calls or []]
-        assert [(c.id, c.function.name, c.function.arguments) for c in made] == [(c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls]
+        assert [(c.id, c.function.name, c.function.arguments) for c in made] == [
+            (c["id"], c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls
+        ]
         answers = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
         assert [m.tool_call_id for m in t.messages if m.role == "tool"] == answers
         pairs, answered = tool_call_pairs(t.messages)
@@ -209,7 +219,12 @@ def test_generic_rows_with_column_flags(tmp_path: Path) -> None:
     several columns into one id, and unmapped columns kept and counted."""
     data = [
         {
-            "conv": {"turns": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello", "token_ids": [9, 8], "logprobs": [-0.1, -0.2]}]},
+            "conv": {
+                "turns": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "hello", "token_ids": [9, 8], "logprobs": [-0.1, -0.2]},
+                ]
+            },
             "spec": json.dumps(TOOLS),
             "uid": "u1",
             "shard": 3,
@@ -256,7 +271,9 @@ def test_damaged_rows_are_located_and_the_batch_goes_on(tmp_path: Path) -> None:
         kept = results[5].trajectory.messages[2].tool_calls[0]
         assert kept.raw_arguments == "ls -la" and kept.function.arguments == {}
     generic = _import(write(tmp_path / "plain.jsonl", [no_messages]))
-    assert str(generic[0].error).endswith("messages: missing (name the column with --messages, or choose a --preset: swe-gym, swe-smith, nebius-swe-agent, swe-rebench-openhands)")
+    assert str(generic[0].error).endswith(
+        "messages: missing (name the column with --messages, or choose a --preset: swe-gym, swe-smith, nebius-swe-agent, swe-rebench-openhands)"
+    )
     broken = tmp_path / "broken.parquet"
     broken.write_bytes(b"PAR1 not really")
     (result,) = _import(broken)
@@ -298,10 +315,22 @@ def test_export_round_trips_through_every_preset(tmp_path: Path) -> None:
             again = _ok(_import(out, preset))
 
             def shape(t: Trajectory) -> list[Any]:
-                return [(m.role, m.content or "", m.reasoning_content, [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []], m.tool_call_id, m.generated) for m in t.messages]
+                return [
+                    (
+                        m.role,
+                        m.content or "",
+                        m.reasoning_content,
+                        [(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or []],
+                        m.tool_call_id,
+                        m.generated,
+                    )
+                    for m in t.messages
+                ]
 
             assert [shape(t) for t in again] == [shape(t) for t in source], (preset, suffix)
-            assert [(t.task_id, t.final_patch, t.outcome.resolved) for t in again] == [(t.task_id, t.final_patch, t.outcome.resolved) for t in source], (preset, suffix)
+            assert [(t.task_id, t.final_patch, t.outcome.resolved) for t in again] == [
+                (t.task_id, t.final_patch, t.outcome.resolved) for t in source
+            ], (preset, suffix)
             if suffix == ".jsonl":
                 # The columns the first import kept come back too.
                 written = [json.loads(line) for line in out.read_text().splitlines()]
@@ -320,7 +349,12 @@ def test_export_refuses_what_a_preset_cannot_hold_and_keeps_training_fields() ->
         {
             "messages": [
                 {"role": "user", "content": "go"},
-                {"role": "assistant", "generated": True, "token_ids": [1, 2], "tool_calls": [{"id": "c1", "function": {"name": "ls", "arguments": {}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "token_ids": [1, 2],
+                    "tool_calls": [{"id": "c1", "function": {"name": "ls", "arguments": {}}}],
+                },
                 {"role": "tool", "tool_call_id": "c1", "content": "a"},
                 {"role": "assistant", "generated": False, "content": "not trained"},
             ]
@@ -342,25 +376,59 @@ def chat_export_refused() -> type[Exception]:
 def test_cli_import_and_export_chat(relearn_bin: str, tmp_path: Path) -> None:
     data = write(tmp_path / "gym.parquet", [swe_gym_row(n) for n in range(3)])
     pool = tmp_path / "pool.jsonl"
-    imported = subprocess.run([relearn_bin, "import", "chat", str(data), "--preset", "swe-gym", "-o", str(pool)], capture_output=True, text=True, timeout=120)
+    imported = subprocess.run(
+        [relearn_bin, "import", "chat", str(data), "--preset", "swe-gym", "-o", str(pool)], capture_output=True, text=True, timeout=120
+    )
     assert imported.returncode == 0, imported.stdout + imported.stderr
     assert "trajectories imported" in imported.stdout and len(list(read_trajectories(pool))) == 3
     assert subprocess.run([relearn_bin, "validate", str(pool)], capture_output=True, text=True, timeout=120).returncode == 0
-    again = subprocess.run([relearn_bin, "import", "chat", str(data), "--preset", "swe-gym", "-o", str(pool)], capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [relearn_bin, "import", "chat", str(data), "--preset", "swe-gym", "-o", str(pool)], capture_output=True, text=True, timeout=120
+    )
     assert "already in the pool (skipped) │       3" in again.stdout
     flags = tmp_path / "flags.jsonl"
     write(flags, [{"turns": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}], "key": "k1", "ok": True}])
-    by_flags = subprocess.run([relearn_bin, "import", "chat", str(flags), "--messages", "turns", "--id", "key", "--resolved", "ok", "-o", str(tmp_path / "f.jsonl")], capture_output=True, text=True, timeout=120)
+    by_flags = subprocess.run(
+        [
+            relearn_bin,
+            "import",
+            "chat",
+            str(flags),
+            "--messages",
+            "turns",
+            "--id",
+            "key",
+            "--resolved",
+            "ok",
+            "-o",
+            str(tmp_path / "f.jsonl"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert by_flags.returncode == 0, by_flags.stdout + by_flags.stderr
     (t,) = read_trajectories(tmp_path / "f.jsonl")
     assert t.id == "chat-k1" and t.outcome.resolved is True
-    wrong = subprocess.run([relearn_bin, "import", "codex", str(flags), "--messages", "turns", "-o", str(tmp_path / "x.jsonl")], capture_output=True, text=True, timeout=120)
+    wrong = subprocess.run(
+        [relearn_bin, "import", "codex", str(flags), "--messages", "turns", "-o", str(tmp_path / "x.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert wrong.returncode == 2 and "--messages only apply to the chat format" in wrong.stderr
     out = tmp_path / "smith.parquet"
-    exported = subprocess.run([relearn_bin, "export", "chat", str(pool), "--preset", "swe-smith", "-o", str(out)], capture_output=True, text=True, timeout=120)
+    exported = subprocess.run(
+        [relearn_bin, "export", "chat", str(pool), "--preset", "swe-smith", "-o", str(out)], capture_output=True, text=True, timeout=120
+    )
     assert exported.returncode == 0, exported.stdout + exported.stderr
     assert pq.read_table(out).column_names == ["instance_id", "traj_id", "model", "messages", "resolved", "patch"]
-    refused = subprocess.run([relearn_bin, "export", "chat", str(pool), "--preset", "nebius-swe-agent", "-o", str(tmp_path / "n.jsonl")], capture_output=True, text=True, timeout=120)
+    refused = subprocess.run(
+        [relearn_bin, "export", "chat", str(pool), "--preset", "nebius-swe-agent", "-o", str(tmp_path / "n.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert refused.returncode == 1 and "refused" in refused.stdout + refused.stderr
 
 

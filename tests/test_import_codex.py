@@ -84,7 +84,11 @@ def test_tool_calls_reasoning_and_usage(tmp_path: Path) -> None:
     # HF chat messages: one system message, developer text as user, tool results paired.
     chat = to_chat_messages(t)
     assert chat[0] == {"role": "system", "content": "You are Codex, a coding agent.\n\n" + t.messages[1].content}
-    assert chat[3]["tool_calls"][0]["function"]["arguments"] == {"command": ["bash", "-lc", "cat calc.py"], "workdir": "/repo", "timeout_ms": 10000}
+    assert chat[3]["tool_calls"][0]["function"]["arguments"] == {
+        "command": ["bash", "-lc", "cat calc.py"],
+        "workdir": "/repo",
+        "timeout_ms": 10000,
+    }
 
 
 def test_legacy_layout(tmp_path: Path) -> None:
@@ -93,7 +97,18 @@ def test_legacy_layout(tmp_path: Path) -> None:
     t = _one(path)
     assert t.source.meta["layout"] == "legacy"
     assert t.id == "codex-5973b6c0-94b8-487b-a530-2aeb6098ae0e"
-    assert [m.role for m in t.messages] == ["system", "user", "user", "assistant", "tool", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in t.messages] == [
+        "system",
+        "user",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     read_output = t.messages[4]
     assert read_output.content == "def add(a, b):\n    return a - b\n"  # decoded from the legacy JSON string
     assert read_output.metadata == {"exit_code": 0, "duration_seconds": 0.1}
@@ -170,7 +185,14 @@ def test_a_resumed_session_is_imported_again_under_a_new_id(tmp_path: Path) -> N
     lines = session()
     write_rollout(path, lines)
     assert import_files("codex", [path], pool).imported == 1
-    write_rollout(path, lines + [envelope("response_item", text_message("user", "And add tests.")), envelope("response_item", text_message("assistant", "Added."))])
+    write_rollout(
+        path,
+        lines
+        + [
+            envelope("response_item", text_message("user", "And add tests.")),
+            envelope("response_item", text_message("assistant", "Added.")),
+        ],
+    )
     grown = import_files("codex", [path], pool)
     assert grown.imported == 1 and any("other content under this id" in w for w in grown.warnings)
     ids = [t.id for t in read_trajectories(pool)]
@@ -207,10 +229,16 @@ def test_line_fields_beside_the_payload_are_kept_and_counted(tmp_path: Path) -> 
     t = result.trajectory
     assert t is not None and t.source is not None and t.source.records is not None
     assert result.diagnostics.unknown == {"line field 'ordinal'": len(lines), "line field 'metadata'": 1}
-    ordinals = {r["record"]["ordinal"] for r in t.source.records if "record" in r} | {r["line_fields"]["ordinal"] for r in t.source.records if "line_fields" in r}
+    ordinals = {r["record"]["ordinal"] for r in t.source.records if "record" in r} | {
+        r["line_fields"]["ordinal"] for r in t.source.records if "line_fields" in r
+    }
     assert ordinals == set(range(len(lines)))
     (fields,) = [r for r in t.source.records if r.get("line") == 6]
-    assert fields == {"line": 6, "at_message": 3, "line_fields": {"ordinal": 5, "metadata": {"history_sequence": 4, "retained_source": "rollout"}}}
+    assert fields == {
+        "line": 6,
+        "at_message": 3,
+        "line_fields": {"ordinal": 5, "metadata": {"history_sequence": 4, "retained_source": "rollout"}},
+    }
     # The messages are what they are without the fields.
     write_rollout(path, session())
     (plain,) = list(codex.read(path))
@@ -227,7 +255,9 @@ def test_line_fields_beside_the_payload_are_kept_and_counted(tmp_path: Path) -> 
         # Arguments must be a string in the rollout format.
         (
             lambda lines: [
-                {**line, "payload": {**line["payload"], "arguments": {"command": "ls"}}} if line["payload"].get("type") == "function_call" else line
+                {**line, "payload": {**line["payload"], "arguments": {"command": "ls"}}}
+                if line["payload"].get("type") == "function_call"
+                else line
                 for line in lines
             ],
             ":9: payload.arguments: expected string, got object",

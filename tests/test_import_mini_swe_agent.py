@@ -60,14 +60,22 @@ def _v2_document() -> dict:
                 "role": "assistant",
                 "content": "",
                 "reasoning_content": "Look first.",
-                "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"cat calc.py\"}"}}],
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "cat calc.py"}'}}
+                ],
                 "extra": {"actions": [{"command": "cat calc.py"}], "cost": 0.01, "timestamp": 1760078127.5},
             },
             {"role": "tool", "tool_call_id": "call_1", "content": "def add(a, b): return a - b", "extra": {"returncode": 0}},
             {
                 "role": "assistant",
                 "content": "",
-                "tool_calls": [{"id": "call_2", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\"}"}}],
+                "tool_calls": [
+                    {
+                        "id": "call_2",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}'},
+                    }
+                ],
                 "extra": {"cost": 0.01},
             },
             {"role": "tool", "tool_call_id": "call_2", "content": "", "extra": {"returncode": 0}},

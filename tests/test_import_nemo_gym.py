@@ -67,7 +67,9 @@ def test_real_rollouts(samples: Path, tmp_path: Path, name: str) -> None:
         assert all(m.generated == (m.role == "assistant") for m in t.messages)
         # Every function_call is a tool call, answered by its output, in order.
         made = [c for m in t.messages for c in m.tool_calls or []]
-        assert [(c.id, c.function.name, c.function.arguments) for c in made] == [(i["call_id"], i["name"], json.loads(i["arguments"])) for i in function_calls]
+        assert [(c.id, c.function.name, c.function.arguments) for c in made] == [
+            (i["call_id"], i["name"], json.loads(i["arguments"])) for i in function_calls
+        ]
         pairs, answered = tool_call_pairs(t.messages)
         assert set(pairs) == set(answered) == {i["call_id"] for i in results_raw}
         assert [m.content for m in t.messages if m.role == "tool"] == [i["output"] for i in results_raw]
@@ -87,7 +89,11 @@ def test_real_rollouts(samples: Path, tmp_path: Path, name: str) -> None:
                 assert message.logprobs == carrier["generation_log_probs"]
                 assert message.extra["prompt_token_ids"] == carrier["prompt_token_ids"]
         usage = raw["response"]["usage"]
-        assert (t.usage.input_tokens, t.usage.output_tokens, t.usage.total_tokens) == (usage["input_tokens"], usage["output_tokens"], usage["total_tokens"])
+        assert (t.usage.input_tokens, t.usage.output_tokens, t.usage.total_tokens) == (
+            usage["input_tokens"],
+            usage["output_tokens"],
+            usage["total_tokens"],
+        )
         assert t.usage.cached_input_tokens == usage["input_tokens_details"]["cached_tokens"]
         # The grade is the source's, marked imported; the rollout index is the attempt.
         assert t.outcome.reward == raw["reward"] and t.outcome.verdict["imported_from"] == "nemo-gym"
@@ -130,12 +136,23 @@ def test_swe_rollout_keeps_the_verifier_fields(samples: Path) -> None:
 
 def _rollout(reasoning: str, text: str, generation: list[int] | None, reward: float = 1.0) -> dict[str, Any]:
     """A single-call rollout in NeMo Gym's layout."""
-    message: dict[str, Any] = {"id": "msg_1", "type": "message", "role": "assistant", "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]}
+    message: dict[str, Any] = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
     if generation is not None:
         message |= {"prompt_token_ids": [1, 2, 3], "generation_token_ids": generation, "generation_log_probs": [-0.5] * len(generation)}
     return {
         "responses_create_params": {"input": [{"role": "user", "content": "Print 3.", "type": "message"}], "tools": []},
-        "response": {"id": f"resp_{len(generation or [])}_{reward}", "model": "policy", "status": "completed", "output": [{"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}]}, message]},
+        "response": {
+            "id": f"resp_{len(generation or [])}_{reward}",
+            "model": "policy",
+            "status": "completed",
+            "output": [{"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": reasoning}]}, message],
+        },
         "reward": reward,
         "_ng_task_index": 0,
         "_ng_rollout_index": 0,
@@ -156,7 +173,11 @@ def _true_ids(tok, t: Trajectory) -> list[int]:  # noqa: ANN001
     rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
     turn = rendered.turns[-1]
     encoding = tok(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
-    return [i for i, (s, e) in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True) if s >= turn.start and e <= turn.end and e > s]
+    return [
+        i
+        for i, (s, e) in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True)
+        if s >= turn.start and e <= turn.end and e > s
+    ]
 
 
 def test_recorded_ids_are_checked_by_the_mask_compiler(tok, tmp_path: Path) -> None:  # noqa: ANN001
@@ -181,7 +202,10 @@ def test_the_samples_foreign_ids_are_rejected(tok, samples: Path) -> None:  # no
     recorded = t.messages[1].token_ids
     ours = _true_ids(tok, t)
     first = next(i for i, (a, b) in enumerate(zip(recorded, ours, strict=False)) if a != b)
-    with pytest.raises(Rejected, match=rf"recorded token ids disagree: message 1: {len(recorded)} recorded vs {len(ours)} re-tokenized, first difference at {first}$"):
+    with pytest.raises(
+        Rejected,
+        match=rf"recorded token ids disagree: message 1: {len(recorded)} recorded vs {len(ours)} re-tokenized, first difference at {first}$",
+    ):
         compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
 
 
@@ -198,7 +222,9 @@ def test_cli_masks_checks_recorded_ids(relearn_bin: str, tok, tokenizer_cache: P
     assert imported.returncode == 0, imported.stdout + imported.stderr
     assert subprocess.run([relearn_bin, "validate", str(pool)], capture_output=True, text=True, timeout=120).returncode == 0
     out = tmp_path / "dataset"
-    masks = subprocess.run([relearn_bin, "masks", str(pool), "-o", str(out), "--mode", "positive"], capture_output=True, text=True, env=env, timeout=600)
+    masks = subprocess.run(
+        [relearn_bin, "masks", str(pool), "-o", str(out), "--mode", "positive"], capture_output=True, text=True, env=env, timeout=600
+    )
     assert masks.returncode in (0, 1), masks.stdout + masks.stderr
     stats = json.loads((out / "stats.json").read_text())
     assert stats["trajectories_in"] == 2 and stats["trajectories_out"] == 1
@@ -215,7 +241,15 @@ def test_damaged_lines_are_located_and_the_batch_goes_on(samples: Path, tmp_path
     bad_ids = copy.deepcopy(_rollout("r", "t", [1, 2, 3]))
     bad_ids["response"]["output"][1]["generation_log_probs"] = [-1.0]
     no_response = {k: v for k, v in good.items() if k != "response"}
-    lines = [json.dumps(good), json.dumps(unanswered), "{not json", json.dumps(bad_reward), json.dumps(bad_ids), json.dumps(no_response), json.dumps(_rollout("r", "t", [5]))]
+    lines = [
+        json.dumps(good),
+        json.dumps(unanswered),
+        "{not json",
+        json.dumps(bad_reward),
+        json.dumps(bad_ids),
+        json.dumps(no_response),
+        json.dumps(_rollout("r", "t", [5])),
+    ]
     path = tmp_path / "rollouts.jsonl"
     path.write_text("\n".join(lines) + "\n")
     results = list(nemo_gym.read(path))

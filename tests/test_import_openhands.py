@@ -57,9 +57,20 @@ def _expected_from_events(events: list[dict[str, Any]]) -> dict[str, Any]:
         else:
             assistant += 1
     results = [call_of_action[e["cause"]] for e in events if "observation" in e and e.get("cause") in call_of_action]
-    usage = {"input": sum(r["usage"]["prompt_tokens"] for r in responses.values()), "output": sum(r["usage"]["completion_tokens"] for r in responses.values())}
+    usage = {
+        "input": sum(r["usage"]["prompt_tokens"] for r in responses.values()),
+        "output": sum(r["usage"]["completion_tokens"] for r in responses.values()),
+    }
     finish = [tcm["tool_call_id"] for e in events if e.get("action") == "finish" and (tcm := e.get("tool_call_metadata"))]
-    return {"users": users, "assistant": assistant, "calls": calls, "results": results, "usage": usage, "finish": finish, "responses": responses}
+    return {
+        "users": users,
+        "assistant": assistant,
+        "calls": calls,
+        "results": results,
+        "usage": usage,
+        "finish": finish,
+        "responses": responses,
+    }
 
 
 def _calls(t: Trajectory) -> list[str]:
@@ -89,7 +100,9 @@ def test_real_event_streams(samples: Path, tmp_path: Path, name: str) -> None:
     for message in (m for m in t.messages if m.role == "assistant" and m.extra.get("model_response")):
         body = message.extra["model_response"]["choices"][0]["message"]
         assert message.content == body["content"] and message.generated
-        assert [c.function.arguments for c in message.tool_calls or []] == [json.loads(c["function"]["arguments"]) for c in body.get("tool_calls") or []]
+        assert [c.function.arguments for c in message.tool_calls or []] == [
+            json.loads(c["function"]["arguments"]) for c in body.get("tool_calls") or []
+        ]
         assert message.usage.input_tokens == message.extra["model_response"]["usage"]["prompt_tokens"]
     assert t.exit_status is ExitStatus.submitted  # each of these ends on finish
     assert t.policy.name == next(iter(expected["responses"].values()))["model"]
@@ -157,17 +170,37 @@ def _evaluation_record(samples: Path) -> dict[str, Any]:
     """An evaluation output.jsonl record, built around the real basic stream: event 0 the
     system action with the prompt and tools, then the events, then the run's fields."""
     events = json.loads((samples / "openhands_trajs_basic.json").read_text())
-    tools = [{"type": "function", "function": {"name": "str_replace_editor", "description": "Edit files", "parameters": {"type": "object", "properties": {}}}}]
-    system = {"id": -1, "timestamp": "2025-01-27T22:44:56.0", "source": "agent", "message": "You are OpenHands.", "action": "system", "args": {"content": "You are OpenHands.", "tools": tools, "openhands_version": "0.39.0", "agent_class": "CodeActAgent"}}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "str_replace_editor", "description": "Edit files", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
+    system = {
+        "id": -1,
+        "timestamp": "2025-01-27T22:44:56.0",
+        "source": "agent",
+        "message": "You are OpenHands.",
+        "action": "system",
+        "args": {"content": "You are OpenHands.", "tools": tools, "openhands_version": "0.39.0", "agent_class": "CodeActAgent"},
+    }
     history = [system, *copy.deepcopy(events)]
     history[2]["llm_metrics"] = {"accumulated_cost": 0.01, "accumulated_token_usage": {"prompt_tokens": 3486, "completion_tokens": 1135}}
     return {
         "instance_id": "django__django-11099",
         "instruction": events[0]["args"]["content"],
-        "metadata": {"llm_config": {"model": "litellm_proxy/claude-3-5-sonnet-20241022"}, "agent_class": "CodeActAgent", "max_iterations": 100},
+        "metadata": {
+            "llm_config": {"model": "litellm_proxy/claude-3-5-sonnet-20241022"},
+            "agent_class": "CodeActAgent",
+            "max_iterations": 100,
+        },
         "history": history,
         "test_result": {"git_patch": "diff --git a/game.py b/game.py\n", "report": {"resolved": True, "failed_apply_patch": False}},
-        "metrics": {"accumulated_cost": 0.0321, "accumulated_token_usage": {"prompt_tokens": 8132, "completion_tokens": 1312, "cache_read_tokens": 3482}, "costs": [0.01, 0.0221]},
+        "metrics": {
+            "accumulated_cost": 0.0321,
+            "accumulated_token_usage": {"prompt_tokens": 8132, "completion_tokens": 1312, "cache_read_tokens": 3482},
+            "costs": [0.01, 0.0221],
+        },
         "error": None,
         "instance": {"repo": "django/django", "base_commit": "abc"},
         "run_host": "node-7",
@@ -237,12 +270,40 @@ def test_one_response_with_two_calls_and_gui_bookkeeping(tmp_path: Path) -> None
         {"id": 1, "source": "user", "action": "recall", "args": {"query": "Where am I?", "recall_type": "workspace_context"}},
         {"id": 2, "source": "environment", "observation": "recall", "content": "Added workspace context", "cause": 1, "extras": {}},
         {"id": 3, "source": "environment", "observation": "agent_state_changed", "content": "", "extras": {"agent_state": "running"}},
-        {"id": 4, "source": "agent", "action": "run", "args": {"command": "ls", "thought": "Look at both."}, "tool_call_metadata": tcm("c1")},
+        {
+            "id": 4,
+            "source": "agent",
+            "action": "run",
+            "args": {"command": "ls", "thought": "Look at both."},
+            "tool_call_metadata": tcm("c1"),
+        },
         {"id": 5, "source": "agent", "action": "run", "args": {"command": "pwd", "thought": ""}, "tool_call_metadata": tcm("c2")},
-        {"id": 6, "source": "agent", "observation": "run", "content": "a.py", "cause": 4, "extras": {"metadata": {"exit_code": 0}}, "tool_call_metadata": tcm("c1")},
-        {"id": 7, "source": "agent", "observation": "run", "content": "/ws", "cause": 5, "extras": {"metadata": {"exit_code": 0}}, "tool_call_metadata": tcm("c2")},
+        {
+            "id": 6,
+            "source": "agent",
+            "observation": "run",
+            "content": "a.py",
+            "cause": 4,
+            "extras": {"metadata": {"exit_code": 0}},
+            "tool_call_metadata": tcm("c1"),
+        },
+        {
+            "id": 7,
+            "source": "agent",
+            "observation": "run",
+            "content": "/ws",
+            "cause": 5,
+            "extras": {"metadata": {"exit_code": 0}},
+            "tool_call_metadata": tcm("c2"),
+        },
         {"id": 8, "source": "environment", "observation": "null", "content": "", "cause": None, "extras": {}},
-        {"id": 9, "source": "environment", "observation": "agent_state_changed", "content": "", "extras": {"agent_state": "awaiting_user_input"}},
+        {
+            "id": 9,
+            "source": "environment",
+            "observation": "agent_state_changed",
+            "content": "",
+            "extras": {"agent_state": "awaiting_user_input"},
+        },
     ]
     path = tmp_path / "gui.json"
     path.write_text(json.dumps(events))
@@ -261,9 +322,18 @@ def test_damaged_records_are_located_and_the_batch_goes_on(samples: Path, tmp_pa
     bad_event = copy.deepcopy(good)
     bad_event["history"][2]["args"] = "not an object"
     bad_call = copy.deepcopy(good)
-    bad_call["history"][4]["tool_call_metadata"]["model_response"]["choices"][0]["message"]["tool_calls"][0]["function"] = {"arguments": "{}"}
+    bad_call["history"][4]["tool_call_metadata"]["model_response"]["choices"][0]["message"]["tool_calls"][0]["function"] = {
+        "arguments": "{}"
+    }
     path = tmp_path / "output.jsonl"
-    lines = [json.dumps(good), '{"instance_id": "cut', json.dumps(no_history), json.dumps(bad_event), json.dumps(bad_call), json.dumps(good | {"instance_id": "x__y-2"})]
+    lines = [
+        json.dumps(good),
+        '{"instance_id": "cut',
+        json.dumps(no_history),
+        json.dumps(bad_event),
+        json.dumps(bad_call),
+        json.dumps(good | {"instance_id": "x__y-2"}),
+    ]
     path.write_text("\n".join(lines) + "\n")
     results = _read(path)
     errors = [str(r.error) for r in results if r.error is not None]

@@ -21,19 +21,33 @@ def _document() -> dict:
                 "state": {"open_file": "n/a", "working_dir": "/repo"},
                 "query": [{"role": "system", "content": "SETTING: ..."}],
             },
-            {"action": "submit", "observation": "diff --git ...", "response": "Submit.", "thought": "Submit.", "execution_time": 0.1, "state": {}},
+            {
+                "action": "submit",
+                "observation": "diff --git ...",
+                "response": "Submit.",
+                "thought": "Submit.",
+                "execution_time": 0.1,
+                "state": {},
+            },
         ],
         "history": [
             {"role": "system", "content": "SETTING: ...", "agent": "main", "message_type": "system_prompt"},
             {"role": "user", "content": "Demonstration ...", "agent": "main", "is_demo": "True", "message_type": "demonstration"},
-            {"role": "user", "content": [{"type": "text", "text": "Fix the missing colon."}], "agent": "main", "message_type": "observation"},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "Fix the missing colon."}],
+                "agent": "main",
+                "message_type": "observation",
+            },
             {
                 "role": "assistant",
                 "content": "Search first.",
                 "thought": "Search first.",
                 "action": "find_file missing_colon.py",
                 "agent": "main",
-                "tool_calls": [{"function": {"arguments": "{\"file_name\":\"missing_colon.py\"}", "name": "find_file"}, "id": "call_1", "type": "function"}],
+                "tool_calls": [
+                    {"function": {"arguments": '{"file_name":"missing_colon.py"}', "name": "find_file"}, "id": "call_1", "type": "function"}
+                ],
                 "message_type": "action",
             },
             {"role": "tool", "content": "Found 1 matches", "agent": "main", "tool_call_ids": ["call_1"], "message_type": "observation"},

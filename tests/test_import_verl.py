@@ -20,9 +20,25 @@ PROMPT = "system\nPlease reason step by step.\nuser\nWhat is 2 + 3?\nassistant\n
 
 def _rows(step: int) -> list[dict[str, Any]]:
     return [
-        {"input": PROMPT, "output": "<think>\n2 + 3 = 5\n</think>\n\nThe answer is 5.", "gts": "5", "score": 1.0, "step": step, "acc": True, "pred": "5"},
+        {
+            "input": PROMPT,
+            "output": "<think>\n2 + 3 = 5\n</think>\n\nThe answer is 5.",
+            "gts": "5",
+            "score": 1.0,
+            "step": step,
+            "acc": True,
+            "pred": "5",
+        },
         {"input": PROMPT, "output": "The answer is 6.", "gts": "5", "score": 0.0, "step": step, "acc": False, "pred": "6"},
-        {"input": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n", "output": "7", "gts": "7", "score": 1.0, "step": step, "acc": True, "pred": "7"},
+        {
+            "input": "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nName a prime.<|im_end|>\n<|im_start|>assistant\n",
+            "output": "7",
+            "gts": "7",
+            "score": 1.0,
+            "step": step,
+            "acc": True,
+            "pred": "7",
+        },
     ]
 
 
@@ -75,12 +91,22 @@ def test_a_dump_folder_in_step_order_and_resumable(tmp_path: Path) -> None:
 
 def test_damaged_lines_are_located(tmp_path: Path) -> None:
     rows = _rows(3)
-    lines = [json.dumps(rows[0]), json.dumps({"input": PROMPT, "score": 1.0, "step": 3}), json.dumps(rows[1] | {"score": "high"}), "[1, 2]", json.dumps(rows[2] | {"step": 4})]
+    lines = [
+        json.dumps(rows[0]),
+        json.dumps({"input": PROMPT, "score": 1.0, "step": 3}),
+        json.dumps(rows[1] | {"score": "high"}),
+        "[1, 2]",
+        json.dumps(rows[2] | {"step": 4}),
+    ]
     path = tmp_path / "3.jsonl"
     path.write_text("\n".join(lines) + "\n")
     results = list(verl.read(path))
     errors = [str(r.error) for r in results if r.error is not None]
-    assert errors == [f"{path}:2: output: missing", f"{path}:3: score: expected a number, got str", f"{path}:4: expected an object, got array"]
+    assert errors == [
+        f"{path}:2: output: missing",
+        f"{path}:3: score: expected a number, got str",
+        f"{path}:4: expected an object, got array",
+    ]
     kept = [r.trajectory for r in results if r.trajectory is not None]
     assert [t.policy.step for t in kept] == [3, 4]
     assert any("step 4 in a file named for step 3" in w for w in results[0].diagnostics.warnings)

@@ -41,7 +41,13 @@ BASE = [
         "role": "assistant",
         "generated": True,
         "reasoning_content": "It subtracts.",
-        "tool_calls": [call("c2", "apply_patch", input="*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n")],
+        "tool_calls": [
+            call(
+                "c2",
+                "apply_patch",
+                input="*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n",
+            )
+        ],
     },
     {"role": "tool", "tool_call_id": "c2", "content": "Success."},
     {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
@@ -100,7 +106,18 @@ def test_action_scope_excludes_the_whole_call_and_nothing_around_it(tok) -> None
     as_key = defect(t, 4, "tool_calls[0].arguments.input", "+    return a + b")
     sample = compile_ross(t, [as_json, as_key], tok)
     text = supervised_text(tok, sample)
-    for wrapper in ("<tool_call>", "<function=", "<parameter=", "</parameter>", "</function>", "</tool_call>", "workdir", "/repo", '"bash"', "*** Begin Patch"):
+    for wrapper in (
+        "<tool_call>",
+        "<function=",
+        "<parameter=",
+        "</parameter>",
+        "</function>",
+        "</tool_call>",
+        "workdir",
+        "/repo",
+        '"bash"',
+        "*** Begin Patch",
+    ):
         assert wrapper not in text
     # The reasoning and text before each call and the final answer stay; the end of turn after
     # a call belongs to the decision to call, the final answer's does not.
@@ -119,7 +136,10 @@ def test_action_scope_excludes_the_whole_call_and_nothing_around_it(tok) -> None
 
 def test_action_scope_spares_a_neighbouring_call(tok) -> None:  # noqa: ANN001
     messages = [dict(m) for m in BASE]
-    messages[2] = {**messages[2], "tool_calls": [call("c1", "shell", command=["bash", "-lc", "ls -R"]), call("c1b", "shell", command=["bash", "-lc", "cat calc.py"])]}
+    messages[2] = {
+        **messages[2],
+        "tool_calls": [call("c1", "shell", command=["bash", "-lc", "ls -R"]), call("c1b", "shell", command=["bash", "-lc", "cat calc.py"])],
+    }
     messages.insert(3, {"role": "tool", "tool_call_id": "c1b", "content": "..."})
     messages[3], messages[4] = {"role": "tool", "tool_call_id": "c1", "content": "calc.py"}, messages[3]
     t = trajectory(messages)
@@ -127,7 +147,9 @@ def test_action_scope_spares_a_neighbouring_call(tok) -> None:  # noqa: ANN001
     text = supervised_text(tok, compile_ross(t, [first], tok))
     assert "ls -R" not in text and "cat calc.py" in text
     assert text.count("<tool_call>") == 2  # the second call of that turn, and the patch
-    assert '<function=shell>\n<parameter=command>\n["bash", "-lc", "cat calc.py"]\n</parameter>\n</function>\n</tool_call><|im_end|>' in text
+    assert (
+        '<function=shell>\n<parameter=command>\n["bash", "-lc", "cat calc.py"]\n</parameter>\n</function>\n</tool_call><|im_end|>' in text
+    )
 
 
 TEXT_PROTOCOL = [
@@ -160,7 +182,9 @@ def test_defects_at_the_edges_of_a_message(tok) -> None:  # noqa: ANN001
     t = trajectory(BASE)
     content = t.messages[2].content
     first = Defect(message_index=2, field="content", start=0, end=content.index("Let") + 3, quote=content[: content.index("Let") + 3])
-    last = Defect(message_index=6, field="content", start=len("Fixed: add() returns a + b") - 1, end=len("Fixed: add() returns a + b."), quote="b.")
+    last = Defect(
+        message_index=6, field="content", start=len("Fixed: add() returns a + b") - 1, end=len("Fixed: add() returns a + b."), quote="b."
+    )
     sample = compile_ross(t, [first, last], tok)
     text = supervised_text(tok, sample)
     assert " me look at the file." in text and "Let me" not in text
@@ -205,7 +229,11 @@ def test_recorded_token_ids_are_checked(tok) -> None:  # noqa: ANN001
     rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
     last = rendered.turns[-1]
     encoding = tok(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
-    actual = [i for i, (s, e) in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True) if s >= last.start and e <= last.end and e > s]
+    actual = [
+        i
+        for i, (s, e) in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True)
+        if s >= last.start and e <= last.end and e > s
+    ]
     messages = [dict(m) for m in BASE]
     messages[6] = dict(messages[6], token_ids=actual)
     compile_ross(trajectory(messages), [], tok)  # what the engine emitted: accepted
@@ -217,7 +245,11 @@ def test_recorded_token_ids_are_checked(tok) -> None:  # noqa: ANN001
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(tok) -> None:  # noqa: ANN001
-    messages = [*BASE, {"role": "user", "content": "Now add a test."}, {"role": "assistant", "generated": True, "reasoning_content": "Write it.", "content": "Added."}]
+    messages = [
+        *BASE,
+        {"role": "user", "content": "Now add a test."},
+        {"role": "assistant", "generated": True, "reasoning_content": "Write it.", "content": "Added."},
+    ]
     t = trajectory(messages)
     # Without preserve_thinking, Qwen3.6 drops reasoning from turns before the last query.
     with pytest.raises(Rejected, match="render: prefix.*message 2"):
@@ -272,8 +304,16 @@ WORDS = st.text(
     min_size=0,
     max_size=40,
 ).filter(lambda s: not any(marker in s for marker in SPECIAL))
-EDGY = st.builds(lambda pre, body, post: pre + body + post, st.sampled_from(["", " ", "\n", "  \n\t"]), WORDS, st.sampled_from(["", " ", "\n\n", "\t "]))
-ARG_VALUE = st.one_of(EDGY, st.integers(-5, 10**6), st.lists(WORDS, max_size=3), st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9), max_size=2), st.booleans())
+EDGY = st.builds(
+    lambda pre, body, post: pre + body + post, st.sampled_from(["", " ", "\n", "  \n\t"]), WORDS, st.sampled_from(["", " ", "\n\n", "\t "])
+)
+ARG_VALUE = st.one_of(
+    EDGY,
+    st.integers(-5, 10**6),
+    st.lists(WORDS, max_size=3),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(0, 9), max_size=2),
+    st.booleans(),
+)
 ARGUMENTS = st.dictionaries(st.sampled_from(["command", "path", "input", "flag", "n"]), ARG_VALUE, min_size=1, max_size=3)
 
 
@@ -285,7 +325,9 @@ def trajectories(draw: st.DrawFn) -> Trajectory:
         if draw(st.booleans()):
             message["reasoning_content"] = draw(EDGY)
         message["content"] = draw(EDGY)
-        calls = [call(f"c{round_}_{i}", draw(st.sampled_from(["shell", "edit"])), **draw(ARGUMENTS)) for i in range(draw(st.integers(0, 2)))]
+        calls = [
+            call(f"c{round_}_{i}", draw(st.sampled_from(["shell", "edit"])), **draw(ARGUMENTS)) for i in range(draw(st.integers(0, 2)))
+        ]
         if calls:
             message["tool_calls"] = calls
         messages.append(message)
@@ -395,11 +437,14 @@ def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Pa
     write_atomic(pool, [good, unverified, rejected_one])
     reviews = tmp_path / "reviews.jsonl"
     reviews.write_text(
-        json.dumps(Review(trajectory_id=good.id, decision="accept", defects=[defect(good, 2, "reasoning_content", "probably")]).model_dump())
+        json.dumps(
+            Review(trajectory_id=good.id, decision="accept", defects=[defect(good, 2, "reasoning_content", "probably")]).model_dump()
+        )
         + "\n"
         + json.dumps({"trajectory_id": rejected_one.id, "decision": "reject", "reason": "reward hacking"})
         + "\n"
     )
+
     def masks(out: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [relearn_bin, "masks", str(pool), "-r", str(reviews), "-o", str(out), "--shard-size", "2"],
@@ -444,7 +489,9 @@ def test_cli_masks_never_reuses_shards_of_other_inputs(relearn_bin: str, tmp_pat
 
     def write_reviews(*extra: str) -> None:
         lines = [
-            json.dumps(Review(trajectory_id=first.id, decision="accept", defects=[defect(first, 2, "reasoning_content", "probably")]).model_dump()),
+            json.dumps(
+                Review(trajectory_id=first.id, decision="accept", defects=[defect(first, 2, "reasoning_content", "probably")]).model_dump()
+            ),
             json.dumps(Review(trajectory_id=second.id, decision="accept").model_dump()),
             *extra,
         ]
@@ -452,7 +499,9 @@ def test_cli_masks_never_reuses_shards_of_other_inputs(relearn_bin: str, tmp_pat
 
     def masks(*flags: str) -> subprocess.CompletedProcess[str]:
         command = [relearn_bin, "masks", str(pool), "-r", str(reviews), "-o", str(tmp_path / "d"), "--shard-size", "1", *flags]
-        return subprocess.run(command, capture_output=True, text=True, env={**os.environ, "RELEARN_CACHE": str(tokenizer_cache)}, timeout=600)
+        return subprocess.run(
+            command, capture_output=True, text=True, env={**os.environ, "RELEARN_CACHE": str(tokenizer_cache)}, timeout=600
+        )
 
     def shard(k: int) -> bytes:
         return (tmp_path / "d" / f"shard-0000{k}.parquet").read_bytes()
@@ -463,7 +512,9 @@ def test_cli_masks_never_reuses_shards_of_other_inputs(relearn_bin: str, tmp_pat
     # The first trajectory's review now excludes nothing: its shard is rebuilt, the other kept.
     write_reviews(json.dumps(Review(trajectory_id=first.id, decision="accept").model_dump()))
     changed = masks()
-    assert changed.returncode == 0 and _rows(changed.stdout)["shards (reused)"] == "2 (1)" and _rows(changed.stdout)["excluded (A ∩ E)"] == "0"
+    assert (
+        changed.returncode == 0 and _rows(changed.stdout)["shards (reused)"] == "2 (1)" and _rows(changed.stdout)["excluded (A ∩ E)"] == "0"
+    )
     assert shard(0) != before[0] and shard(1) == before[1]
     # A later line for the first trajectory that cannot be read: rejected, with its location.
     write_reviews('{"trajectory_id": "' + first.id + '", "decision": "acc')
@@ -492,7 +543,11 @@ def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> N
         {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
     ]  # fmt: skip
     t = trajectory(messages, context_resets=[{"message_index": 4, "reason": "compacted"}])
-    review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 2, "reasoning_content", "probably"), defect(t, 5, "reasoning_content", "surely")])
+    review = Review(
+        trajectory_id=t.id,
+        decision="accept",
+        defects=[defect(t, 2, "reasoning_content", "probably"), defect(t, 5, "reasoning_content", "surely")],
+    )
     before, after = compile_trajectory(t, review, tok, MaskOptions())
     assert (before.sample_id, after.sample_id) == (t.id + "#r0", t.id + "#r1")
     first, second = tok.decode(before.input_ids.tolist()), tok.decode(after.input_ids.tolist())
@@ -504,5 +559,7 @@ def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> N
     assert before.excluded > 0 and after.excluded > 0  # each defect excluded in its own context
     assert "probably" not in supervised_text(tok, before) and "surely" not in supervised_text(tok, after)
     # Without the reset the same messages are one sequence, as before.
-    (whole,) = compile_trajectory(trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions())
+    (whole,) = compile_trajectory(
+        trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions()
+    )
     assert whole.sample_id == trajectory(messages).id and whole.eligible == before.eligible + after.eligible

@@ -28,7 +28,9 @@ def test_worker_processes_write_the_same_shard_bytes(tok, tmp_path: Path, monkey
     seen: list[tuple[int, int]] = []
     backend = LocalBackend(2, processes=True)
     try:
-        there, reused = build_dataset(pool, reviews, tok, "qwen3.6", options, Path("there"), shard_size=2, backend=backend, on_record=lambda s, t: seen.append((s, t)))
+        there, reused = build_dataset(
+            pool, reviews, tok, "qwen3.6", options, Path("there"), shard_size=2, backend=backend, on_record=lambda s, t: seen.append((s, t))
+        )
     finally:
         backend.close()
     assert reused == 0 and here == there

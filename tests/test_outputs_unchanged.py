@@ -50,7 +50,15 @@ def _codex_inputs(root: Path) -> None:
     write_rollout(root / "codex" / "plain.jsonl", session(steps=3, filler=AWKWARD))
     write_rollout(root / "codex" / "legacy.jsonl", legacy_session())
     grown = session(session_id="019e0000-0000-7000-8000-0000000000aa", steps=2)
-    compacted = envelope("compacted", {"message": "", "replacement_history": [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Summary: " + AWKWARD}]}]})
+    compacted = envelope(
+        "compacted",
+        {
+            "message": "",
+            "replacement_history": [
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Summary: " + AWKWARD}]}
+            ],
+        },
+    )
     write_rollout(root / "codex" / "compacted.jsonl", grown[:9] + [compacted] + grown[9:])
     (root / "codex" / "sample.jsonl").write_bytes((SAMPLES / "codex_rollout_v0.135.0_exec.jsonl").read_bytes())
     build_corpus(root / "codex" / "bench", 1.0, 40)  # the import benchmark's corpus, 1 MB of it
@@ -77,22 +85,42 @@ def import_digests(root: Path) -> dict[str, str]:
 
 def _awkward_trajectories() -> list[tuple[Trajectory, list[dict[str, Any]]]]:
     """Small trajectories with defects in every field kind; (trajectory, defect specs)."""
-    patch = "*** Begin Patch\n*** Update File: a.py\n-    x = \"\\t\"\n+    x = '" + AWKWARD + "'\n*** End Patch\n"
+    patch = '*** Begin Patch\n*** Update File: a.py\n-    x = "\\t"\n+    x = \'' + AWKWARD + "'\n*** End Patch\n"
     tools = [
-        {"id": "c1", "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", 'grep -n "é" a.py'], "timeout_ms": 1000, "flags": {"deep": [1, 2.5, None, True]}}}},
+        {
+            "id": "c1",
+            "function": {
+                "name": "shell",
+                "arguments": {"command": ["bash", "-lc", 'grep -n "é" a.py'], "timeout_ms": 1000, "flags": {"deep": [1, 2.5, None, True]}},
+            },
+        },
         {"id": "c2", "type": "custom", "function": {"name": "apply_patch", "arguments": {"input": patch}}},
     ]
     messages = [
         {"role": "system", "content": "You are a coding agent."},
         {"role": "user", "content": "Fix " + AWKWARD},
-        {"role": "assistant", "generated": True, "reasoning_content": "  Think about " + AWKWARD + " first.  ", "content": "Looking.", "tool_calls": tools[:1]},
+        {
+            "role": "assistant",
+            "generated": True,
+            "reasoning_content": "  Think about " + AWKWARD + " first.  ",
+            "content": "Looking.",
+            "tool_calls": tools[:1],
+        },
         {"role": "tool", "tool_call_id": "c1", "content": "a.py:1: " + AWKWARD},
-        {"role": "assistant", "generated": True, "reasoning_content": "The bug is probably the tab.", "content": "Patching " + AWKWARD, "tool_calls": tools[1:]},
+        {
+            "role": "assistant",
+            "generated": True,
+            "reasoning_content": "The bug is probably the tab.",
+            "content": "Patching " + AWKWARD,
+            "tool_calls": tools[1:],
+        },
         {"role": "tool", "tool_call_id": "c2", "content": "Success."},
         {"role": "user", "content": "Summary so far: patched.", "generated": False},
         {"role": "assistant", "generated": True, "content": "Done: " + AWKWARD},
     ]
-    reset = Trajectory.model_validate({"id": "awkward-reset", "messages": messages, "outcome": {"resolved": True}, "context_resets": [{"message_index": 6}]})
+    reset = Trajectory.model_validate(
+        {"id": "awkward-reset", "messages": messages, "outcome": {"resolved": True}, "context_resets": [{"message_index": 6}]}
+    )
     whole = Trajectory.model_validate({"id": "awkward-whole", "messages": messages, "outcome": {"resolved": True}})
     defects = [
         {"message_index": 2, "field": "reasoning_content", "quote": "Think about cafe\u0301"},
@@ -109,9 +137,17 @@ def _awkward_trajectories() -> list[tuple[Trajectory, list[dict[str, Any]]]]:
             "messages": [
                 {"role": "system", "content": "You are a helpful assistant."},
                 {"role": "user", "content": "Fix it."},
-                {"role": "assistant", "generated": True, "content": "THOUGHT: look " + AWKWARD + "\n\n```bash\ncat a.py | grep -n 'x'\n```"},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "THOUGHT: look " + AWKWARD + "\n\n```bash\ncat a.py | grep -n 'x'\n```",
+                },
                 {"role": "user", "content": "<output>x = 1</output>"},
-                {"role": "assistant", "generated": True, "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```",
+                },
             ],
         }
     )
@@ -123,7 +159,14 @@ def _defect(trajectory: Trajectory, spec: dict[str, Any], category: str) -> Defe
 
     text = field_text(trajectory.messages[spec["message_index"]], spec["field"]) or ""
     start = text.index(spec["quote"])
-    return Defect(message_index=spec["message_index"], field=spec["field"], start=start, end=start + len(spec["quote"]), quote=spec["quote"], category=category)
+    return Defect(
+        message_index=spec["message_index"],
+        field=spec["field"],
+        start=start,
+        end=start + len(spec["quote"]),
+        quote=spec["quote"],
+        category=category,
+    )
 
 
 def masks_pool(root: Path) -> tuple[Path, Path]:
@@ -134,7 +177,13 @@ def masks_pool(root: Path) -> tuple[Path, Path]:
     categories = ("wrong_hypothesis", "failed_command", "redundant_exploration", "other")
     for trajectory, specs in _awkward_trajectories():
         pool.append(trajectory)
-        reviews.append(Review(trajectory_id=trajectory.id, decision="accept", defects=[_defect(trajectory, s, categories[i % 4]) for i, s in enumerate(specs)]))
+        reviews.append(
+            Review(
+                trajectory_id=trajectory.id,
+                decision="accept",
+                defects=[_defect(trajectory, s, categories[i % 4]) for i, s in enumerate(specs)],
+            )
+        )
     reviews.append(Review(trajectory_id=pool[1].id, decision="reject", reason="a later, rejecting review wins"))
     pool_path, reviews_path = root / "masks.pool.jsonl", root / "masks.reviews.jsonl"
     write_atomic(pool_path, pool)
@@ -153,7 +202,9 @@ def masks_digests(root: Path, tokenizer: Any) -> dict[str, str]:
     for mode in MODES:
         for scope in DEFECT_SCOPES:
             output = Path(f"shards-{mode}-{scope}")
-            stats, _reused = build_dataset(pool, reviews, tokenizer, "qwen3.6", MaskOptions(mode=mode, defect_scope=scope), output, shard_size=4)
+            stats, _reused = build_dataset(
+                pool, reviews, tokenizer, "qwen3.6", MaskOptions(mode=mode, defect_scope=scope), output, shard_size=4
+            )
             assert stats["trajectories_out"] >= 3, stats["rejected"]
             for shard in sorted(output.glob("shard-*.parquet")):
                 table = pq.read_table(shard)

@@ -202,7 +202,9 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
 
     with ModelServer("chat", historical(tasks)) as server:
         first = run(server.base_url)
-    assert first == dict.fromkeys(["pool", "verify", "review", "masks:ross", "upstream", "train:ross", "eval:upstream", "eval:ross", "report"], "ran")
+    assert first == dict.fromkeys(
+        ["pool", "verify", "review", "masks:ross", "upstream", "train:ross", "eval:upstream", "eval:ross", "report"], "ran"
+    )
     work = tmp_path / "work"
     report = json.loads((work / "report" / "report.json").read_text())
     stages = report["stages"]
@@ -246,12 +248,22 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     pool = [
         Trajectory(id="a", task_id="mini__calc-1", messages=messages, final_patch=gold),
         Trajectory(id="b", task_id="nowhere", messages=messages, final_patch=gold),
-        Trajectory.model_validate({"id": "c", "task_id": "mini__calc-1", "messages": [m.model_dump() for m in messages], "final_patch": gold, "outcome": imported}),
-        Trajectory.model_validate({"id": "d", "task_id": "nowhere", "messages": [m.model_dump() for m in messages], "final_patch": gold, "outcome": imported}),
+        Trajectory.model_validate(
+            {"id": "c", "task_id": "mini__calc-1", "messages": [m.model_dump() for m in messages], "final_patch": gold, "outcome": imported}
+        ),
+        Trajectory.model_validate(
+            {"id": "d", "task_id": "nowhere", "messages": [m.model_dump() for m in messages], "final_patch": gold, "outcome": imported}
+        ),
     ]
     pool_path(ctx).write_text("".join(t.model_dump_json() + "\n" for t in pool))
     counts = verify_stage(ctx)
-    assert counts == {"graded now": 2, "ungradable (no task or no final patch)": 1, "kept the imported grade (no task or no final patch)": 1, "resolved": 2, "unreadable": 0}
+    assert counts == {
+        "graded now": 2,
+        "ungradable (no task or no final patch)": 1,
+        "kept the imported grade (no task or no final patch)": 1,
+        "resolved": 2,
+        "unreadable": 0,
+    }
     graded = {t["id"]: t.get("outcome") for t in map(json.loads, verified_path(ctx).read_text().splitlines())}
     assert graded["a"]["resolved"] is True and graded["a"]["verdict"]["patch_applied"] and graded["b"] is None
     assert graded["c"]["resolved"] is True and "imported_from" not in graded["c"]["verdict"]
@@ -298,7 +310,12 @@ def test_plan_sets_the_heldout_tasks_apart_checks_contrasts_before_training_and_
     assert "contrasts" not in stages["train:ross"].needs  # retraining one variant does not follow the others' masks
     assert set(stages["analyze"].needs) == {"holdout", "review", "upstream", "train:positive", "train:ross-nomask", "train:ross"}
     # Held-out tasks and analysis are opt-in: a file without them plans what it planned before.
-    bare = {s.name: s for s in plan(full_context(tmp_path, FULL.replace('heldout_tasks = ["sub"]\n', "").replace("[analyze]\nbootstrap = 200\n", "")), dict)}
+    bare = {
+        s.name: s
+        for s in plan(
+            full_context(tmp_path, FULL.replace('heldout_tasks = ["sub"]\n', "").replace("[analyze]\nbootstrap = 200\n", "")), dict
+        )
+    }
     assert "holdout" not in bare and "analyze" not in bare and bare["masks:ross"].needs == ("verify", "review")
     with pytest.raises(PipelineError, match=r"\[analyze\] .* needs \[train\]"):
         full_context(tmp_path, PIPELINE.replace('[train]\ntiny = "qwen3"\n', "[analyze]\n"))
@@ -311,7 +328,12 @@ def verified_pool(ctx: Any) -> list[Trajectory]:
         messages = [
             Message(role="system", content="You are a coding agent."),
             Message(role="user", content=f"Fix {task}() in calc.py."),
-            Message(role="assistant", generated=True, reasoning_content=f"Probably in {task}(), attempt {n}.", content="Let me look at the file."),
+            Message(
+                role="assistant",
+                generated=True,
+                reasoning_content=f"Probably in {task}(), attempt {n}.",
+                content="Let me look at the file.",
+            ),
             Message(role="user", content="Go on."),
             Message(role="assistant", generated=True, content=f"Fixed {task}(): it is correct now."),
         ]
@@ -348,7 +370,10 @@ def write_dataset(folder: Path, ids: list[str], rejections: dict[str, str] | Non
 
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table({"sample_id": ids, "trajectory_id": ids}), folder / "shard-00000.parquet")
-    stats = {"trajectories_out": len(ids), "rejections": [{"trajectory_id": i, "reason": r, "detail": "message 2"} for i, r in (rejections or {}).items()]}
+    stats = {
+        "trajectories_out": len(ids),
+        "rejections": [{"trajectory_id": i, "reason": r, "detail": "message 2"} for i, r in (rejections or {}).items()],
+    }
     (folder / "stats.json").write_text(json.dumps(stats))
 
 
@@ -360,7 +385,9 @@ def test_training_does_not_start_when_ross_and_ross_nomask_hold_different_trajec
     shared = [f"t{i}" for i in range(14)]
     write_dataset(dataset_dir(ctx, "positive"), [*shared, "only-positive", "odd", "dropped"])
     write_dataset(dataset_dir(ctx, "ross-nomask"), [*shared, "odd", "dropped"])
-    write_dataset(dataset_dir(ctx, "ross"), [*shared, "extra"], rejections={"odd": "defect outside its field", "dropped": "quote not in the render"})
+    write_dataset(
+        dataset_dir(ctx, "ross"), [*shared, "extra"], rejections={"odd": "defect outside its field", "dropped": "quote not in the render"}
+    )
     trained: list[str] = []
 
     def train_ross() -> dict[str, int]:
@@ -376,7 +403,10 @@ def test_training_does_not_start_when_ross_and_ross_nomask_hold_different_trajec
     error = first[0].error or ""
     assert "ross (15 trajectories) and ross-nomask (16)" in error
     assert "1 only in ross: extra;" in error
-    assert "2 only in ross-nomask: dropped (ross: quote not in the render: message 2), odd (ross: defect outside its field: message 2)" in error
+    assert (
+        "2 only in ross-nomask: dropped (ross: quote not in the render: message 2), odd (ross: defect outside its field: message 2)"
+        in error
+    )
     written = json.loads(contrasts_path(ctx).read_text())  # every id, also when it refuses
     assert written["only"]["ross-nomask not ross"] == ["dropped", "odd"] and written["only"]["ross not ross-nomask"] == ["extra"]
     assert len(written["ids"]["positive"]) == 17
@@ -384,18 +414,29 @@ def test_training_does_not_start_when_ross_and_ross_nomask_hold_different_trajec
     # Many differences: a few named, all counted.
     write_dataset(dataset_dir(ctx, "ross"), shared[:2])
     many = run_stages([contrasts, train], ctx.workdir, Console(file=io.StringIO()))
-    assert "14 only in ross-nomask: dropped, odd, t10, t11," in (many[0].error or "") and "and 4 more" in (many[0].error or "") and trained == []
+    assert (
+        "14 only in ross-nomask: dropped, odd, t10, t11," in (many[0].error or "")
+        and "and 4 more" in (many[0].error or "")
+        and trained == []
+    )
 
     write_dataset(dataset_dir(ctx, "ross"), [*shared, "odd", "dropped"])
     fixed = run_stages([contrasts, train], ctx.workdir, Console(file=io.StringIO()))
     assert [(r.name, r.status) for r in fixed] == [("contrasts", "ran"), ("train:ross", "ran")] and trained == ["ross"]
-    assert fixed[0].counts == {"positive": 17, "ross-nomask": 16, "ross": 16, "relation": "ross = ross-nomask ⊆ positive (positive holds 1 more)"}
+    assert fixed[0].counts == {
+        "positive": 17,
+        "ross-nomask": 16,
+        "ross": 16,
+        "relation": "ross = ross-nomask ⊆ positive (positive holds 1 more)",
+    }
     summary = json.loads(contrasts_path(ctx).read_text())
     lines = "\n".join(contrasts_lines({**summary, "only": {pair: len(ids) for pair, ids in summary["only"].items()}}))
     assert "| ROSS (`ross`) | 16 |" in lines and "one and not the other: positive not ross: 1; positive not ross-nomask: 1." in lines
 
 
-def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_pools_per_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_pools_per_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The start model and each trained one on the training pool and the held-out one; a model
     that equals the start changes nothing (a paired Δ of exactly 0), and a rerun loads no model."""
     import shutil
@@ -411,7 +452,9 @@ def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_p
     reviews = []
     for t in pool:
         text = field_text(t.messages[2], "reasoning_content") or ""
-        defect = Defect(message_index=2, field="reasoning_content", start=0, end=len("Probably"), quote="Probably", category="wrong_hypothesis")
+        defect = Defect(
+            message_index=2, field="reasoning_content", start=0, end=len("Probably"), quote="Probably", category="wrong_hypothesis"
+        )
         assert text.startswith("Probably")
         reviews.append(Review(trajectory_id=t.id, decision="reject" if t.id == "mul-0" else "accept", defects=[defect]))
     reviews_path(ctx).write_text("".join(r.model_dump_json() + "\n" for r in reviews))

@@ -23,7 +23,11 @@ SHELL = {
     "function": {
         "name": "shell",
         "description": "Run a command.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "array", "items": {"type": "string"}}}, "required": ["command"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "array", "items": {"type": "string"}}},
+            "required": ["command"],
+        },
     },
 }
 TASK = [Message(role="system", content="You are terse."), Message(role="user", content="List the files.")]
@@ -217,7 +221,10 @@ def test_anthropic_request_body() -> None:
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_generated_turn_round_trips(protocol: str) -> None:
     """A generated message sent back as history: reasoning in each protocol's own form."""
-    script = [ScriptedTurn(reasoning="Check first.", content="Checking.", tool_calls=[("shell", {"command": ["ls"]})]), ScriptedTurn(content="Done.")]
+    script = [
+        ScriptedTurn(reasoning="Check first.", content="Checking.", tool_calls=[("shell", {"command": ["ls"]})]),
+        ScriptedTurn(content="Done."),
+    ]
     with ModelServer(protocol, script) as server:
         policy = make_policy(spec_for(server))
         first = policy.complete(TASK, [SHELL])
@@ -231,7 +238,12 @@ def test_generated_turn_round_trips(protocol: str) -> None:
         assert sent["messages"][3] == {"role": "tool", "tool_call_id": call.id, "content": "a.py"}
     elif protocol == "responses":
         reasoning, text, function_call, output = sent["input"][1:]
-        assert reasoning == {"type": "reasoning", "id": "rs_0", "summary": [{"type": "summary_text", "text": "Check first."}], "encrypted_content": "enc_0"}
+        assert reasoning == {
+            "type": "reasoning",
+            "id": "rs_0",
+            "summary": [{"type": "summary_text", "text": "Check first."}],
+            "encrypted_content": "enc_0",
+        }
         assert text == {"type": "message", "role": "assistant", "content": "Checking."}
         assert function_call["call_id"] == call.id == output["call_id"]
     else:
@@ -381,7 +393,9 @@ def test_spec_rejects_reserved_sampling() -> None:
 
 def test_server_says_when_the_script_is_exhausted() -> None:
     with ModelServer("chat", []) as server:
-        request = urllib.request.Request(server.base_url + "/chat/completions", data=b'{"model": "m"}', headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            server.base_url + "/chat/completions", data=b'{"model": "m"}', headers={"Content-Type": "application/json"}
+        )
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(request, timeout=5)
     assert caught.value.code == 500

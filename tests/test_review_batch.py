@@ -48,9 +48,20 @@ def rollout(number: int, *, task: int | None = None) -> Trajectory:
                     "tool_calls": [{"id": "c1", "function": {"name": "shell", "arguments": {"command": "cat parser.py"}}}],
                 },
                 {"role": "tool", "tool_call_id": "c1", "content": "Exit code: 1\nOutput:\ncat: parser.py: No such file"},
-                {"role": "assistant", "generated": True, "content": "Fixed add().", "tool_calls": [{"id": "c2", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin Patch\n*** End Patch\n"}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "Fixed add().",
+                    "tool_calls": [
+                        {"id": "c2", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin Patch\n*** End Patch\n"}}}
+                    ],
+                },
                 {"role": "tool", "tool_call_id": "c2", "content": "Success."},
-                {"role": "assistant", "generated": True, "content": f"Done. TRAJ-{number:03d}."},  # the judges' script reads the number here
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": f"Done. TRAJ-{number:03d}.",
+                },  # the judges' script reads the number here
             ],
             "outcome": {"resolved": True, "reward": 1.0},
             "final_patch": "diff --git a/calc.py b/calc.py\n",
@@ -60,12 +71,22 @@ def rollout(number: int, *, task: int | None = None) -> Trajectory:
 
 def reading_of(trajectory: Trajectory) -> str:
     """Judge 1's user text for ``trajectory``, hints included, as review_trajectory renders it."""
-    hints = [f"step {step}: {s.kind}: {s.detail}" for s in prefilter(trajectory) for step, index in numbered_steps(trajectory).items() if index == s.message_index]
+    hints = [
+        f"step {step}: {s.kind}: {s.detail}"
+        for s in prefilter(trajectory)
+        for step, index in numbered_steps(trajectory).items()
+        if index == s.message_index
+    ]
     return render_for_reading(trajectory, hints, system=prompt("judge1")).text
 
 
 def _error(step: int, number: int, what: str) -> dict[str, Any]:
-    return {"step": step, "category": "wrong_hypothesis", "description": f"{what} (traj-{number:03d})", "evidence": "parser.py does not exist"}
+    return {
+        "step": step,
+        "category": "wrong_hypothesis",
+        "description": f"{what} (traj-{number:03d})",
+        "evidence": "parser.py does not exist",
+    }
 
 
 def answer(body: dict[str, Any]) -> ScriptedTurn:
@@ -87,11 +108,19 @@ def answer(body: dict[str, Any]) -> ScriptedTurn:
     elif kind == 1:
         verdict = {"decision": "accept", "reason": "fine", "errors": []}
     elif kind == 2:
-        verdict = {"decision": "reject", "reason": "edits the tests", "errors": [{"step": 2, "category": "reward_hacking", "description": "x", "evidence": "y"}]}
+        verdict = {
+            "decision": "reject",
+            "reason": "edits the tests",
+            "errors": [{"step": 2, "category": "reward_hacking", "description": "x", "evidence": "y"}],
+        }
     elif kind == 3:
         verdict = {"decision": "accept", "reason": "solved", "errors": [_error(1, number, "blames the parser (hallucinated")]}
     else:
-        verdict = {"decision": "accept", "reason": "solved", "errors": [_error(1, number, "blames the parser"), _error(2, number, "misreads the output")]}
+        verdict = {
+            "decision": "accept",
+            "reason": "solved",
+            "errors": [_error(1, number, "blames the parser"), _error(2, number, "misreads the output")],
+        }
     return ScriptedTurn(content=json.dumps(verdict), input_tokens=2000, output_tokens=100)
 
 
@@ -108,7 +137,10 @@ def judges(base_url: str, kind: str) -> tuple[Judge, Judge]:
 
 def outcomes(path: Path) -> dict[str, dict[str, Any]]:
     """Each trajectory's review as a dict, less what it cost."""
-    return {r.trajectory_id: r.model_dump(mode="json", exclude={"cost_usd"}) for r in map(Review.model_validate_json, path.read_text().splitlines())}
+    return {
+        r.trajectory_id: r.model_dump(mode="json", exclude={"cost_usd"})
+        for r in map(Review.model_validate_json, path.read_text().splitlines())
+    }
 
 
 def fate(custom_id: str, body: dict[str, Any]) -> str:
@@ -168,7 +200,6 @@ def test_a_batch_review_of_200_trajectories_equals_the_live_one(tmp_path: Path, 
     assert [(b["stage"], b["state"]) for b in state["batches"]] == [("judge1", "collected"), ("judge2", "collected")]
 
 
-
 def test_an_expired_openai_batch_keeps_what_ran_and_retries_the_rest(tmp_path: Path) -> None:
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [rollout(n) for n in range(10)])
@@ -191,7 +222,20 @@ def test_a_run_killed_while_polling_resumes_its_batches(relearn_bin: str, tmp_pa
     output = tmp_path / "reviews.jsonl"
     env = {**os.environ, "ANTHROPIC_API_KEY": "local"}
     with BatchServer("anthropic", answer) as server:
-        command = [relearn_bin, "review", str(pool), "-o", str(output), "--judge1", "judge-model", "--base-url", server.base_url, "--batch", "--poll-interval", "0.05"]
+        command = [
+            relearn_bin,
+            "review",
+            str(pool),
+            "-o",
+            str(output),
+            "--judge1",
+            "judge-model",
+            "--base-url",
+            server.base_url,
+            "--batch",
+            "--poll-interval",
+            "0.05",
+        ]
         server.hold.set()
         first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
@@ -214,7 +258,9 @@ def test_a_run_killed_while_polling_resumes_its_batches(relearn_bin: str, tmp_pa
 def test_requests_are_laid_out_for_prompt_caching_and_cached_tokens_are_priced(tmp_path: Path) -> None:
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [rollout(0), rollout(5), rollout(8)])  # two rollouts of task 0, one of task 1
-    with ModelServer("anthropic", lambda body: ScriptedTurn(content=answer(body).content, input_tokens=2000, output_tokens=100, cached_input_tokens=1500)) as server:
+    with ModelServer(
+        "anthropic", lambda body: ScriptedTurn(content=answer(body).content, input_tokens=2000, output_tokens=100, cached_input_tokens=1500)
+    ) as server:
         spec = PolicySpec(kind="anthropic", model="judge-model", base_url=server.base_url, price_cached_in_per_mtok=0.3, **PRICE)
         _summary, ledger = review_pool(pool, tmp_path / "a.jsonl", judges=(Judge(spec, "judge1"), Judge(spec, "judge2")), workers=1)
         first = server.requests[0]
@@ -247,9 +293,16 @@ def test_answers_cached_before_the_layout_are_still_used(tmp_path: Path) -> None
         spec = judge1.spec
         sampling = {**spec.sampling, **structured_output("chat", "judge1", Judge1Output.model_json_schema())}
         user = reading_of(rollout(1))
-        identity = json.dumps(["judge1", spec.kind, spec.model, spec.base_url, sampling, prompt("judge1"), user], sort_keys=True, default=str)
+        identity = json.dumps(
+            ["judge1", spec.kind, spec.model, spec.base_url, sampling, prompt("judge1"), user], sort_keys=True, default=str
+        )
         key = hashlib.sha256(identity.encode()).hexdigest()
-        old = {"key": key, "text": json.dumps({"decision": "accept", "reason": "from the old cache", "errors": []}), "cost_usd": 0.01, "model": "judge-model"}
+        old = {
+            "key": key,
+            "text": json.dumps({"decision": "accept", "reason": "from the old cache", "errors": []}),
+            "cost_usd": 0.01,
+            "model": "judge-model",
+        }
         output.with_name(output.name + ".calls.jsonl").write_text(json.dumps(old) + "\n")
         summary, ledger = review_pool(pool, output, judges=(judge1, judge2), workers=1)
         assert server.requests == []
@@ -260,6 +313,12 @@ def test_a_batch_over_the_spend_cap_is_not_submitted(tmp_path: Path) -> None:
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [rollout(n) for n in range(10)])
     with BatchServer("anthropic", answer) as server:
-        summary, ledger = review_pool(pool, tmp_path / "reviews.jsonl", judges=judges(server.base_url, "anthropic"), batch=BatchOptions(poll_s=0.01), spend_cap_usd=0.001)
+        summary, ledger = review_pool(
+            pool,
+            tmp_path / "reviews.jsonl",
+            judges=judges(server.base_url, "anthropic"),
+            batch=BatchOptions(poll_s=0.01),
+            spend_cap_usd=0.001,
+        )
         assert server.creates == [] and server.online == []
     assert summary.not_reviewed == 10 and "over what is left of the spend cap" in summary.errors[0] and ledger.spent_usd == 0.0

@@ -54,7 +54,15 @@ def test_the_shipped_set_covers_every_kind_with_verified_long_cases(shipped: lis
     # every episode was graded by the task's tests in a fresh container, and resolved
     assert all(c.trajectory.outcome and c.trajectory.outcome.resolved and c.trajectory.outcome.verdict["tests"] for c in shipped)
     categories = {e.category for c in shipped for e in c.gold.errors}
-    assert categories == {"wrong_hypothesis", "corrected_mistake", "redundant_exploration", "abandoned_attempt", "hallucination", "unsafe_action", "reward_hacking"}
+    assert categories == {
+        "wrong_hypothesis",
+        "corrected_mistake",
+        "redundant_exploration",
+        "abandoned_attempt",
+        "hallucination",
+        "unsafe_action",
+        "reward_hacking",
+    }
     for case in shipped:
         assert (case.gold.errors == []) == (case.kind in {"clean", "omission_only"})
         assert (case.gold.decision == "reject") == (case.kind == "reward_hacking")
@@ -99,8 +107,16 @@ def test_spans_in_an_argument_and_in_the_whole_arguments_cover_the_same_words(sh
     field, start, end = canonical(message, span.field, span.start, span.end)
     whole = field_text(message, field)
     assert field == "tool_calls[0].arguments" and whole[start:end] == span.quote  # the escaped script, found in place
-    as_value = Review(trajectory_id="x", decision="accept", defects=[Defect(message_index=span.message_index, field=span.field, start=span.start, end=span.end, quote=span.quote)])
-    as_whole = Review(trajectory_id="x", decision="accept", defects=[Defect(message_index=span.message_index, field=field, start=start, end=end, quote=whole[start:end])])
+    as_value = Review(
+        trajectory_id="x",
+        decision="accept",
+        defects=[Defect(message_index=span.message_index, field=span.field, start=span.start, end=span.end, quote=span.quote)],
+    )
+    as_whole = Review(
+        trajectory_id="x",
+        decision="accept",
+        defects=[Defect(message_index=span.message_index, field=field, start=start, end=end, quote=whole[start:end])],
+    )
     assert review_words(case, as_value) == review_words(case, as_whole) and review_words(case, as_value)
     patch = next(c for c in shipped if c.kind == "reward_hacking").gold.errors[0].spans[-1]  # a raw string value with newlines
     hacked = next(c for c in shipped if c.kind == "reward_hacking").trajectory.messages[patch.message_index]
@@ -113,7 +129,14 @@ def test_the_scorer_counts_what_a_review_gets_wrong(shipped: list[BenchCase]) ->
     first, second = case.gold.errors
     gold_span = first.spans[0]
     # one error found exactly (a single span of it), one missed; a false step elsewhere
-    found = Defect(message_index=gold_span.message_index, field=gold_span.field, start=gold_span.start, end=gold_span.end, quote=gold_span.quote, category=first.category)
+    found = Defect(
+        message_index=gold_span.message_index,
+        field=gold_span.field,
+        start=gold_span.start,
+        end=gold_span.end,
+        quote=gold_span.quote,
+        category=first.category,
+    )
     review = Review(
         trajectory_id=case.trajectory.id,
         decision="accept",
@@ -151,14 +174,34 @@ def test_cli_bench_runs_the_heuristic_on_the_shipped_set_and_resumes(relearn_bin
     assert other.returncode == 2 and "another reviewer" in other.stderr
     no_dir = subprocess.run([relearn_bin, "review", "bench"], capture_output=True, text=True, timeout=600)
     assert no_dir.returncode == 2 and "bench [BENCH] -o DIR" in no_dir.stderr
-    batch = subprocess.run([relearn_bin, "review", "bench", "-o", str(tmp_path / "b"), "--batch"], capture_output=True, text=True, timeout=600)
+    batch = subprocess.run(
+        [relearn_bin, "review", "bench", "-o", str(tmp_path / "b"), "--batch"], capture_output=True, text=True, timeout=600
+    )
     assert batch.returncode == 2 and "does not take --batch" in batch.stderr and not (tmp_path / "b").exists()
 
 
 def test_cli_bench_with_a_perfect_scripted_judge_pair_over_http(relearn_bin: str, tmp_path: Path, shipped: list[BenchCase]) -> None:
     out = tmp_path / "perfect"
     with ModelServer("chat", BenchJudges(shipped, "perfect")) as server:
-        command = [relearn_bin, "review", "bench", "-o", str(out), "--judge1", "perfect", "--backend", "chat", "--base-url", server.base_url, "--workers", "1", "--price-in", "3", "--price-out", "15"]
+        command = [
+            relearn_bin,
+            "review",
+            "bench",
+            "-o",
+            str(out),
+            "--judge1",
+            "perfect",
+            "--backend",
+            "chat",
+            "--base-url",
+            server.base_url,
+            "--workers",
+            "1",
+            "--price-in",
+            "3",
+            "--price-out",
+            "15",
+        ]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, env={**os.environ, "OPENAI_API_KEY": "local"})
         assert result.returncode == 0, result.stderr
     overall = json.loads((out / "bench.json").read_text())["overall"]
@@ -184,31 +227,66 @@ def test_over_quoting_and_invented_quotes_are_scored_as_such(tmp_path: Path, shi
     for style in ("perfect", "whole", "invent"):
         with ModelServer(kind, BenchJudges(cases, style)) as server:  # type: ignore[arg-type]
             spec = PolicySpec(kind=kind, model=f"judge-{style}", base_url=server.base_url, backoff_base_s=0.001, request_token_ids=False)  # type: ignore[arg-type]
-            assert run_bench(bench, tmp_path / style, (Judge(spec, "judge1"), Judge(spec, "judge2")), workers=2, spend_cap=None, include_suspicious=False) == 0
+            assert (
+                run_bench(
+                    bench,
+                    tmp_path / style,
+                    (Judge(spec, "judge1"), Judge(spec, "judge2")),
+                    workers=2,
+                    spend_cap=None,
+                    include_suspicious=False,
+                )
+                == 0
+            )
         figures[style] = json.loads((tmp_path / style / "bench.json").read_text())["overall"]
     perfect, whole, invent = figures["perfect"], figures["whole"], figures["invent"]
     assert perfect["span_f1"] == 1.0 and perfect["minimality"] == 1.0
-    assert whole["span_recall"] == 1.0 and whole["minimality"] < 0.7 and whole["collateral_words_per_trajectory"] >= 5 and whole["collateral_damage"] > 0
+    assert (
+        whole["span_recall"] == 1.0
+        and whole["minimality"] < 0.7
+        and whole["collateral_words_per_trajectory"] >= 5
+        and whole["collateral_damage"] > 0
+    )
     assert whole["grounding_failure_quote_rate"] == 0.0 and whole["decision_accuracy"] == 1.0
     errors = sum(1 for c in cases if c.gold.errors and c.gold.decision == "accept")
     assert invent["no_valid_target_rate"] == invent["grounding_failure_case_rate"] == errors / len(cases)
-    assert invent["grounding_failure_quote_rate"] == 1.0 and invent["span_recall"] == invent["span_f1"] == 0.0 and invent["decision_accuracy"] < 0.5
+    assert (
+        invent["grounding_failure_quote_rate"] == 1.0
+        and invent["span_recall"] == invent["span_f1"] == 0.0
+        and invent["decision_accuracy"] < 0.5
+    )
 
 
 def test_cli_label_turns_reviews_into_cases(relearn_bin: str, tmp_path: Path, shipped: list[BenchCase]) -> None:
-    chosen = [next(c for c in shipped if c.kind == kind and not c.long) for kind in ("abandoned_attempt", "reward_hacking", "clean", "unsafe_action")]
+    chosen = [
+        next(c for c in shipped if c.kind == kind and not c.long)
+        for kind in ("abandoned_attempt", "reward_hacking", "clean", "unsafe_action")
+    ]
 
     def as_review(case: BenchCase) -> Review:
-        defects = [Defect(message_index=s.message_index, field=s.field, start=s.start, end=s.end, quote=s.quote, category=e.category) for e in case.gold.errors for s in e.spans]
+        defects = [
+            Defect(message_index=s.message_index, field=s.field, start=s.start, end=s.end, quote=s.quote, category=e.category)
+            for e in case.gold.errors
+            for s in e.spans
+        ]
         errors = [{"step": e.step, "category": e.category, "description": e.description} for e in case.gold.errors]
-        return Review(trajectory_id=case.trajectory.id, decision=case.gold.decision, reason=case.gold.reason, errors=errors, defects=defects, omissions=[{"description": o} for o in case.gold.omissions])
+        return Review(
+            trajectory_id=case.trajectory.id,
+            decision=case.gold.decision,
+            reason=case.gold.reason,
+            errors=errors,
+            defects=defects,
+            omissions=[{"description": o} for o in case.gold.omissions],
+        )
 
     reviews = [as_review(c) for c in chosen]
     reviews[3].defects = []  # an error without a span cannot be a label
     pool, reviews_path, out = tmp_path / "pool.jsonl", tmp_path / "reviews.jsonl", tmp_path / "cases.jsonl"
     write_atomic(pool, [c.trajectory for c in chosen])
     write_atomic(reviews_path, [r.model_dump(mode="json") for r in reviews])
-    result = subprocess.run([relearn_bin, "review", "label", str(pool), str(reviews_path), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [relearn_bin, "review", "label", str(pool), str(reviews_path), "-o", str(out)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 1, result.stderr
     assert "has no defect of that" in result.stderr and chosen[3].trajectory.id in result.stderr
     errors: list[RecordError] = []

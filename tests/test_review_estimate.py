@@ -55,7 +55,12 @@ def test_the_estimate_counts_what_the_review_would_send_and_prices_caching_best_
     assert first.totals.cache_write_tokens == task[0] + (task[1] - shared)
     t, p = first.totals, first.price
     plain = (t.input_tokens * 3.0 + t.output_tokens * 15.0) / 1e6
-    cached = ((t.input_tokens - t.cache_read_tokens - t.cache_write_tokens) * 3.0 + t.cache_read_tokens * 0.3 + t.cache_write_tokens * 3.75 + t.output_tokens * 15.0) / 1e6
+    cached = (
+        (t.input_tokens - t.cache_read_tokens - t.cache_write_tokens) * 3.0
+        + t.cache_read_tokens * 0.3
+        + t.cache_write_tokens * 3.75
+        + t.output_tokens * 15.0
+    ) / 1e6
     assert t.dollars(p, batch=False, cached=False) == pytest.approx(plain)
     assert t.dollars(p, batch=True, cached=False) == pytest.approx(plain / 2)
     assert t.dollars(p, batch=True, cached=True) == pytest.approx(cached / 2) and cached < plain
@@ -76,7 +81,9 @@ def test_cli_estimate_prints_the_table_and_sends_nothing(relearn_bin: str, tmp_p
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [rollout(n) for n in range(8)] + [rollout(8).model_copy(update={"outcome": None})])
     command = [relearn_bin, "review", str(pool), "-o", str(tmp_path / "reviews.jsonl"), "--base-url", "http://127.0.0.1:9", "--estimate"]
-    result = subprocess.run([*command, "--judge1", "claude-sonnet-4-5-20250929", "--judge2", "claude-haiku-4-5"], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [*command, "--judge1", "claude-sonnet-4-5-20250929", "--judge2", "claude-haiku-4-5"], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["trajectories"] == 8  # the unverified one goes to no judge
@@ -106,7 +113,16 @@ def test_the_readme_pool_4048_tasks_by_8_rollouts_of_60k_tokens() -> None:
     table = load_prices()
     pool, task = 465 + 2_000, 465 + 2_000 + 1_500  # judge-1 prompt + agent system prompt (+ task statement)
     assert count_tokens(prompt("judge1")) == 465 and count_tokens(prompt("judge2")) == 445  # as the README says
-    first, second = synthetic(4048, 8, 60_000, shared_pool=pool, shared_task=task, judge2_tokens=445 + 1_500, models=("claude-sonnet-4-5", "claude-sonnet-4-5"), table=table)
+    first, second = synthetic(
+        4048,
+        8,
+        60_000,
+        shared_pool=pool,
+        shared_task=task,
+        judge2_tokens=445 + 1_500,
+        models=("claude-sonnet-4-5", "claude-sonnet-4-5"),
+        table=table,
+    )
     n = 4048 * 8
     assert first.totals.requests == n and first.totals.input_tokens == n * 60_000
     # Each task's first rollout reads the pool prefix (but the very first) and writes the rest of the task prefix.

@@ -31,7 +31,9 @@ def trajectory() -> Trajectory:
                     "generated": True,
                     "reasoning_content": REASONING,
                     "content": CONTENT,
-                    "tool_calls": [{"id": "c1", "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", SCRIPT], "workdir": "/repo"}}}],
+                    "tool_calls": [
+                        {"id": "c1", "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", SCRIPT], "workdir": "/repo"}}}
+                    ],
                 },
                 {"role": "tool", "tool_call_id": "c1", "content": "Exit code: 0\nWall time: 0.1 seconds\nOutput:\n3:def tokenize(text):\n"},
                 {
@@ -65,7 +67,11 @@ def test_exact() -> None:
     t = trajectory()
     result = ground(t, 2, "reasoning_content", "I think the bug is in tokenize()", category="wrong_hypothesis", description="d")
     assert result.method == "exact" and check(t, result) == "I think the bug is in tokenize()"
-    assert result.defect.start == REASONING.index("I think") and result.defect.category == "wrong_hypothesis" and result.defect.description == "d"
+    assert (
+        result.defect.start == REASONING.index("I think")
+        and result.defect.category == "wrong_hypothesis"
+        and result.defect.description == "d"
+    )
 
 
 def test_twice_is_ambiguous_unless_context_decides() -> None:
@@ -193,7 +199,7 @@ def test_tool_call_argument_fields_with_json_escaping() -> None:
     assert result.method == "exact" and check(t, result) == escaped
     assert as_json[result.defect.start : result.defect.end] == escaped
     # The judge quotes the raw text (real newlines and quotes): grounded to its escaped JSON form.
-    raw = 'tokenizer.py\nprintf \'%s\\n\' "done"'
+    raw = "tokenizer.py\nprintf '%s\\n' \"done\""
     result = ground(t, 2, "tool_calls[0].arguments", raw)
     assert check(t, result) == json.dumps(raw)[1:-1] and "\n" not in result.defect.quote
     # .KEY fields index the raw string value: newlines and quotes are themselves.
@@ -227,7 +233,9 @@ def test_quote_is_always_the_source_slice(index: int, field: str, quote: str) ->
 @given(data=st.data())
 def test_any_substring_grounds_to_its_own_slice(data: st.DataObject) -> None:
     t = trajectory()
-    index, field = data.draw(st.sampled_from([(2, "reasoning_content"), (2, "content"), (4, "tool_calls[0].arguments.input"), (2, "tool_calls[0].arguments")]))
+    index, field = data.draw(
+        st.sampled_from([(2, "reasoning_content"), (2, "content"), (4, "tool_calls[0].arguments.input"), (2, "tool_calls[0].arguments")])
+    )
     text = field_text(t.messages[index], field)
     start = data.draw(st.integers(0, len(text) - 1))
     end = data.draw(st.integers(start + 1, len(text)))

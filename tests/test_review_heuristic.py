@@ -28,35 +28,71 @@ INVERSE = "*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n-    
 _ids = itertools.count()
 
 
-def shell(script: str | list[str], exit_code: int = 0, output: str = "", *, reasoning: str | None = None, workdir: str | None = None) -> list[dict]:
+def shell(
+    script: str | list[str], exit_code: int = 0, output: str = "", *, reasoning: str | None = None, workdir: str | None = None
+) -> list[dict]:
     """One assistant step running a shell command and its recorded result (Codex format)."""
     call_id = f"call_{next(_ids)}"
     command = script if isinstance(script, list) else ["bash", "-lc", script]
     arguments: dict[str, Any] = {"command": command}
     if workdir:
         arguments["workdir"] = workdir
-    step = {"role": "assistant", "generated": True, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "shell", "arguments": arguments}}]}
+    step = {
+        "role": "assistant",
+        "generated": True,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "shell", "arguments": arguments}}],
+    }
     if reasoning:
         step["reasoning_content"] = reasoning
     body = f"Exit code: {exit_code}\nWall time: 0.{next(_ids) % 10} seconds\nOutput:\n{output}"
-    result = {"role": "tool", "tool_call_id": call_id, "name": "shell", "content": body, "metadata": {"exit_code": exit_code, "duration_seconds": 0.1, "timed_out": False}}
+    result = {
+        "role": "tool",
+        "tool_call_id": call_id,
+        "name": "shell",
+        "content": body,
+        "metadata": {"exit_code": exit_code, "duration_seconds": 0.1, "timed_out": False},
+    }
     return [step, result]
 
 
 def patch(text: str, ok: bool = True, *, content: str | None = None) -> list[dict]:
     call_id = f"call_{next(_ids)}"
-    step = {"role": "assistant", "generated": True, "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "apply_patch", "arguments": {"input": text}}}]}
+    step = {
+        "role": "assistant",
+        "generated": True,
+        "tool_calls": [{"id": call_id, "type": "function", "function": {"name": "apply_patch", "arguments": {"input": text}}}],
+    }
     if content:
         step["content"] = content
     if ok:
-        result = {"role": "tool", "tool_call_id": call_id, "name": "apply_patch", "content": "Success. Updated the following files:\nM calc.py\n", "metadata": {"exit_code": 0, "files": ["calc.py"]}}
+        result = {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "name": "apply_patch",
+            "content": "Success. Updated the following files:\nM calc.py\n",
+            "metadata": {"exit_code": 0, "files": ["calc.py"]},
+        }
     else:
-        result = {"role": "tool", "tool_call_id": call_id, "name": "apply_patch", "content": "Error: Failed to find expected lines in calc.py:\n    return a * b", "metadata": {"exit_code": 1}}
+        result = {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "name": "apply_patch",
+            "content": "Error: Failed to find expected lines in calc.py:\n    return a * b",
+            "metadata": {"exit_code": 1},
+        }
     return [step, result]
 
 
-def trajectory(*steps: list[dict], final: str | None = "The fix is in place and the tests pass.", resolved: bool | None = True, reward: float | None = None) -> Trajectory:
-    messages: list[dict] = [{"role": "system", "content": "You are a coding agent working in /testbed."}, {"role": "user", "content": "Fix add() in calc.py."}]
+def trajectory(
+    *steps: list[dict],
+    final: str | None = "The fix is in place and the tests pass.",
+    resolved: bool | None = True,
+    reward: float | None = None,
+) -> Trajectory:
+    messages: list[dict] = [
+        {"role": "system", "content": "You are a coding agent working in /testbed."},
+        {"role": "user", "content": "Fix add() in calc.py."},
+    ]
     for step in steps:
         messages += step
     if final is not None:
@@ -93,10 +129,18 @@ def test_clean_trajectory_has_no_signals() -> None:
 def test_failed_commands_tool_errors_and_tracebacks() -> None:
     t = trajectory(
         shell("python repro.py", exit_code=2, output="python: can't open file 'repro.py'"),  # 2
-        shell("python -c 'import calc; calc.add(1)'", exit_code=1, output="Traceback (most recent call last):\n  File ...\nTypeError: add() missing 1 required positional argument"),  # 4
+        shell(
+            "python -c 'import calc; calc.add(1)'",
+            exit_code=1,
+            output="Traceback (most recent call last):\n  File ...\nTypeError: add() missing 1 required positional argument",
+        ),  # 4
         patch(PATCH.replace("a + b", "a * b"), ok=False),  # 6
         patch(PATCH),  # 8
-        shell("python -c 'import calc; print(calc.add(1, 2))'", exit_code=1, output="Traceback (most recent call last):\nNameError: name 'b' is not defined"),  # 10
+        shell(
+            "python -c 'import calc; print(calc.add(1, 2))'",
+            exit_code=1,
+            output="Traceback (most recent call last):\nNameError: name 'b' is not defined",
+        ),  # 10
         shell("pip instal pytest", exit_code=1, output="ERROR: unknown command"),  # 12
         shell(TEST, output="3 passed\n"),  # 14
     )
@@ -158,7 +202,13 @@ def test_reverted_edits() -> None:
     assert found(inverse) == [(2, "reverted_edit"), (4, "failed_command")]
     (signal,) = [s for s in prefilter(inverse) if s.kind == "reverted_edit"]
     assert signal.category == "abandoned_attempt" and "message 6" in signal.detail
-    for command in ("git checkout -- calc.py", "git restore calc.py", "git stash", "cd /testbed && git checkout ./calc.py", "git reset --hard"):
+    for command in (
+        "git checkout -- calc.py",
+        "git restore calc.py",
+        "git stash",
+        "cd /testbed && git checkout ./calc.py",
+        "git reset --hard",
+    ):
         t = trajectory(patch(PATCH), shell(command), patch(PATCH))
         assert found(t) == [(2, "reverted_edit")], command
     shell_edit = trajectory(shell("sed -i 's/a - b/a + b/' calc.py"), shell("git checkout -- calc.py"))
@@ -171,7 +221,10 @@ def test_reverted_edits() -> None:
 
 
 def text_protocol(*steps: tuple[str, int, str], final: str = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT") -> Trajectory:
-    messages: list[dict] = [{"role": "system", "content": "Answer with one bash block."}, {"role": "user", "content": "Please solve this issue."}]
+    messages: list[dict] = [
+        {"role": "system", "content": "Answer with one bash block."},
+        {"role": "user", "content": "Please solve this issue."},
+    ]
     for command, code, output in steps:
         messages.append({"role": "assistant", "generated": True, "content": f"THOUGHT: I will run `{command}`.\n\n```bash\n{command}\n```"})
         messages.append({"role": "user", "content": f"<returncode>{code}</returncode>\n<output>\n{output}</output>"})
@@ -181,7 +234,9 @@ def text_protocol(*steps: tuple[str, int, str], final: str = "echo COMPLETE_TASK
 
 
 def test_text_protocol_trajectories() -> None:
-    t = text_protocol(("cat calc.py", 0, "def add"), ("python run.py", 1, "boom\n"), ("cat calc.py", 0, "def add"), ("grep -n sub calc.py", 1, ""))
+    t = text_protocol(
+        ("cat calc.py", 0, "def add"), ("python run.py", 1, "boom\n"), ("cat calc.py", 0, "def add"), ("grep -n sub calc.py", 1, "")
+    )
     assert found(t) == [(4, "expected_failure"), (6, "repeated_command")]  # run.py fails before any edit: a reproduction
     t = text_protocol(("cat calc.py", 0, "def add"), ("sed -i 's/a - b/a + b/' calc.py", 0, ""), ("python run.py", 1, "boom\n"))
     assert found(t) == [(6, "failed_command")]  # after the edit
@@ -234,7 +289,12 @@ def test_review_excludes_exactly_the_flagged_actions() -> None:
     assert by_message[4].category == "abandoned_attempt" and by_message[12].category == "redundant_exploration"
     # Reasoning and content next to a flagged action stay: nothing shows they are wrong.
     assert all(d.field.startswith("tool_calls[") for d in review.defects)
-    assert [(e["step"], e["kind"]) for e in review.errors] == [(1, "failed_command"), (2, "reverted_edit"), (6, "repeated_test_run"), (7, "failed_command")]
+    assert [(e["step"], e["kind"]) for e in review.errors] == [
+        (1, "failed_command"),
+        (2, "reverted_edit"),
+        (6, "repeated_test_run"),
+        (7, "failed_command"),
+    ]
 
 
 def test_script_text_is_grounded_even_where_it_repeats_in_the_arguments() -> None:
@@ -322,11 +382,20 @@ def test_reproduction_before_the_fix_is_no_defect() -> None:
 def test_setting_up_a_reproduction_is_not_the_start_of_the_fix() -> None:
     script = "cat > reproduce.py << 'EOF'\nfrom calc import add\nassert add(1, 2) == 3\nEOF"
     traceback = 'Traceback (most recent call last):\n  File "reproduce.py", line 2, in <module>\nAssertionError\n'
-    for setup in (shell(script), shell("pip install -e .", output="ok"), shell("mkdir -p /tmp/r && cp calc.py /tmp/r/"), patch(PATCH.replace("calc.py", "tests/test_new.py"))):
+    for setup in (
+        shell(script),
+        shell("pip install -e .", output="ok"),
+        shell("mkdir -p /tmp/r && cp calc.py /tmp/r/"),
+        patch(PATCH.replace("calc.py", "tests/test_new.py")),
+    ):
         t = trajectory(setup, shell("python reproduce.py", exit_code=1, output=traceback), patch(PATCH), shell("python reproduce.py"))
         assert found(t) == [(4, "expected_failure")], setup[0]
     # A write to a file the agent has seen is an edit of the code: what fails after it is a mistake.
-    rewrite = trajectory(shell("cat calc.py", output="def add"), shell("cat > calc.py << 'EOF'\nx\nEOF"), shell("python reproduce.py", exit_code=1, output=traceback))
+    rewrite = trajectory(
+        shell("cat calc.py", output="def add"),
+        shell("cat > calc.py << 'EOF'\nx\nEOF"),
+        shell("python reproduce.py", exit_code=1, output=traceback),
+    )
     assert found(rewrite) == [(6, "traceback")]
 
 
@@ -334,11 +403,16 @@ def test_failure_after_an_edit_is_still_a_mistake() -> None:
     t = trajectory(
         shell(TEST, exit_code=1, output=FAILING, reasoning="Reproduce the failure."),  # 2
         patch(PATCH.replace("a + b", "a * b")),  # 4: the wrong fix
-        shell(TEST, exit_code=1, output=FAILING, reasoning="Check the reproduction again."),  # 6: "reproduction" after an edit predicts nothing
+        shell(
+            TEST, exit_code=1, output=FAILING, reasoning="Check the reproduction again."
+        ),  # 6: "reproduction" after an edit predicts nothing
         patch(PATCH.replace("-    return a - b", "-    return a * b")),  # 8
         shell(TEST, output="3 passed\n"),  # 10
     )
-    assert [(s.message_index, s.kind, s.category) for s in prefilter(t)] == [(2, "expected_failure", "other"), (6, "failed_command", "corrected_mistake")]
+    assert [(s.message_index, s.kind, s.category) for s in prefilter(t)] == [
+        (2, "expected_failure", "other"),
+        (6, "failed_command", "corrected_mistake"),
+    ]
     review = heuristic_review(t)
     assert [(e["message_index"], e["kind"], e["category"]) for e in review.errors] == [(6, "failed_command", "corrected_mistake")]
     assert [d.message_index for d in review.defects] == [6]
@@ -346,8 +420,17 @@ def test_failure_after_an_edit_is_still_a_mistake() -> None:
 
 def test_a_failure_the_agent_announced_is_expected() -> None:
     stash = "git stash push -- calc.py && python3 -m pytest -q tests/test_regression.py"
-    for reasoning in ("The new test should fail on the original code.", "I expect it to fail without the fix.", "This is expected to fail."):
-        t = trajectory(patch(PATCH), shell(stash, exit_code=1, output="F\n1 failed\n", reasoning=reasoning), shell("git stash pop"), shell(TEST, output="3 passed\n"))
+    for reasoning in (
+        "The new test should fail on the original code.",
+        "I expect it to fail without the fix.",
+        "This is expected to fail.",
+    ):
+        t = trajectory(
+            patch(PATCH),
+            shell(stash, exit_code=1, output="F\n1 failed\n", reasoning=reasoning),
+            shell("git stash pop"),
+            shell(TEST, output="3 passed\n"),
+        )
         assert found(t) == [(4, "expected_failure")], reasoning
         assert heuristic_review(t).defects == []
     # Negated, or predicting a pass as well, or only in the code: no prediction of this failure.
@@ -369,28 +452,52 @@ def test_broken_invocations_are_mistakes_even_as_reproductions() -> None:
         ("python3 -m pytest -q -k addition", 5, "3 deselected in 0.01s", "no tests collected"),
         ("python3 -m pytest -q", 1, "/usr/bin/python3: No module named pytest", '"No module named"'),
         ("python reproduce.py --verbos", 2, "reproduce.py: error: unrecognized arguments: --verbos", '"unrecognized arguments"'),
-        ('python -c "print(calc.add(1, 2)"', 1, '  File "<string>", line 1\n    print(calc.add(1, 2)\nSyntaxError: \'(\' was never closed', "SyntaxError in the agent's own snippet"),
-        ('python -c "import calcc"', 1, 'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nModuleNotFoundError: No module named \'calcc\'', "ModuleNotFoundError in the agent's own snippet"),
+        (
+            'python -c "print(calc.add(1, 2)"',
+            1,
+            "  File \"<string>\", line 1\n    print(calc.add(1, 2)\nSyntaxError: '(' was never closed",
+            "SyntaxError in the agent's own snippet",
+        ),
+        (
+            'python -c "import calcc"',
+            1,
+            "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nModuleNotFoundError: No module named 'calcc'",
+            "ModuleNotFoundError in the agent's own snippet",
+        ),
     ]
     for script, code, output, why in cases:
         (signal,) = prefilter(trajectory(shell(script, exit_code=code, output=output, reasoning="Reproduce the bug first.")))
         assert signal.is_defect and signal.category == "corrected_mistake" and signal.detail.endswith(why), script
     # The code's own errors, even with such words in them, are the bug showing.
-    raised = 'Traceback (most recent call last):\n  File "calc.py", line 3, in load\nFileNotFoundError: [Errno 2] No such file or directory: \'rates.csv\''
+    raised = "Traceback (most recent call last):\n  File \"calc.py\", line 3, in load\nFileNotFoundError: [Errno 2] No such file or directory: 'rates.csv'"
     assert found(trajectory(shell("python -c 'import calc; calc.load()'", exit_code=1, output=raised))) == [(2, "expected_failure")]
     report = "FAILED tests/test_calc.py::test_load - FileNotFoundError: No such file or directory\n1 failed in 0.1s"
     assert found(trajectory(shell(TEST, exit_code=1, output=report))) == [(2, "expected_failure")]
 
 
 def test_a_command_retyped_at_once_was_a_mistake() -> None:
-    typo = 'Traceback (most recent call last):\n  File "<string>", line 1, in <module>\nAttributeError: module \'calc\' has no attribute \'ad\''
-    t = trajectory(shell('python -c "import calc; print(calc.ad(1, 2))"', exit_code=1, output=typo), shell('python -c "import calc; print(calc.add(1, 2))"', output="-1"))
+    typo = (
+        "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nAttributeError: module 'calc' has no attribute 'ad'"
+    )
+    t = trajectory(
+        shell('python -c "import calc; print(calc.ad(1, 2))"', exit_code=1, output=typo),
+        shell('python -c "import calc; print(calc.add(1, 2))"', output="-1"),
+    )
     (signal,) = prefilter(t)
     assert signal.kind == "traceback" and "retyped at message 4" in signal.detail
     # Not retyped: the same command with more arguments, a narrower test run, another program, a failing retry.
-    for later in (shell('python -c "import calc; print(calc.ad(1, 2))" -v'), shell("cat calc.py"), shell('python -c "import calc; print(calc.ad(1, 3))"', exit_code=1, output=typo)):
-        assert prefilter(trajectory(shell('python -c "import calc; print(calc.ad(1, 2))"', exit_code=1, output=typo), later))[0].kind == "expected_failure"
-    narrower = trajectory(shell(TEST, exit_code=1, output=FAILING), shell(TEST + "::test_sub", output="1 passed"), shell(TEST + " -k mul", output="1 passed"))
+    for later in (
+        shell('python -c "import calc; print(calc.ad(1, 2))" -v'),
+        shell("cat calc.py"),
+        shell('python -c "import calc; print(calc.ad(1, 3))"', exit_code=1, output=typo),
+    ):
+        assert (
+            prefilter(trajectory(shell('python -c "import calc; print(calc.ad(1, 2))"', exit_code=1, output=typo), later))[0].kind
+            == "expected_failure"
+        )
+    narrower = trajectory(
+        shell(TEST, exit_code=1, output=FAILING), shell(TEST + "::test_sub", output="1 passed"), shell(TEST + " -k mul", output="1 passed")
+    )
     assert found(narrower) == [(2, "expected_failure")]
 
 
@@ -399,7 +506,9 @@ def test_answers_that_are_not_failures() -> None:
         shell("which ruff", exit_code=1),  # not installed: an answer
         shell("python3 -m pytest --collect-only -q -k power", exit_code=5, output="no tests ran"),  # no such test: an answer
         shell("cat build.log", output="Traceback (most recent call last):\nValueError: old\n"),  # a traceback it shows, not raises
-        shell("python reproduce.py 2>&1 | tail -2", output="Traceback (most recent call last):\nAssertionError\n"),  # 8: a pipe hid the failure
+        shell(
+            "python reproduce.py 2>&1 | tail -2", output="Traceback (most recent call last):\nAssertionError\n"
+        ),  # 8: a pipe hid the failure
         patch(PATCH),
         shell("python reproduce.py 2>&1 | tail -2", output="Traceback (most recent call last):\nAssertionError\n"),  # 12: after the fix
     )
@@ -407,7 +516,12 @@ def test_answers_that_are_not_failures() -> None:
 
 
 def test_stash_and_pop_is_not_a_reverted_edit() -> None:
-    popped_later = trajectory(patch(PATCH), shell("git stash"), shell(TEST, exit_code=1, output=FAILING, reasoning="Should fail on the original code."), shell("git stash pop"))
+    popped_later = trajectory(
+        patch(PATCH),
+        shell("git stash"),
+        shell(TEST, exit_code=1, output=FAILING, reasoning="Should fail on the original code."),
+        shell("git stash pop"),
+    )
     assert found(popped_later) == [(6, "expected_failure")]
     same_command = trajectory(patch(PATCH), shell("git stash && python3 -m pytest -q; git stash pop"))
     assert found(same_command) == []
@@ -418,9 +532,18 @@ def test_stash_and_pop_is_not_a_reverted_edit() -> None:
 def test_bad_input_does_not_crash_the_reviewer() -> None:
     step, result = shell("x", exit_code=1)
     step["tool_calls"][0]["function"]["arguments"] = {"command": ["bash", "-lc", "python -c 'unbalanced"], "workdir": 3}
-    result["content"] = "Traceback (most recent call last):\n  File \"<string\nNameError"
-    empty = {"role": "assistant", "generated": True, "tool_calls": [{"id": "e", "type": "function", "function": {"name": "shell", "arguments": {"command": []}}}]}
-    t = trajectory([step, result], [empty, {"role": "tool", "tool_call_id": "e", "content": ""}], shell("timeout", exit_code=124), shell("FOO=1", exit_code=1))
+    result["content"] = 'Traceback (most recent call last):\n  File "<string\nNameError'
+    empty = {
+        "role": "assistant",
+        "generated": True,
+        "tool_calls": [{"id": "e", "type": "function", "function": {"name": "shell", "arguments": {"command": []}}}],
+    }
+    t = trajectory(
+        [step, result],
+        [empty, {"role": "tool", "tool_call_id": "e", "content": ""}],
+        shell("timeout", exit_code=124),
+        shell("FOO=1", exit_code=1),
+    )
     review = heuristic_review(t)
     assert_valid(t, review)
 
@@ -482,13 +605,20 @@ def tool_case(steps: list[dict[str, Any]], patches: dict[str, str]) -> tuple[Tra
 
 
 def text_case(steps: list[dict[str, Any]], patches: dict[str, str]) -> tuple[Trajectory, dict[int, str]]:
-    messages: list[dict] = [{"role": "system", "content": "Answer with one bash block."}, {"role": "user", "content": "Please solve this issue."}]
+    messages: list[dict] = [
+        {"role": "system", "content": "Answer with one bash block."},
+        {"role": "user", "content": "Please solve this issue."},
+    ]
     labels = {}
     for step in steps:
         labels[len(messages)] = step["label"]
-        messages.append({"role": "assistant", "generated": True, "content": f"THOUGHT: {step.get('think') or 'Next.'}\n\n```bash\n{step['run']}\n```"})
+        messages.append(
+            {"role": "assistant", "generated": True, "content": f"THOUGHT: {step.get('think') or 'Next.'}\n\n```bash\n{step['run']}\n```"}
+        )
         messages.append({"role": "user", "content": f"<returncode>{step['exit']}</returncode>\n<output>\n{step['out']}</output>"})
-    messages.append({"role": "assistant", "generated": True, "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"})
+    messages.append(
+        {"role": "assistant", "generated": True, "content": "THOUGHT: done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"}
+    )
     messages.append({"role": "user", "content": ""})
     return Trajectory.model_validate({"messages": messages, "outcome": {"resolved": True}}), labels
 
@@ -554,8 +684,16 @@ def test_demo_steps_that_are_reproductions() -> None:
     second is still excluded as a repeat; the missing setup.py stays a failed command."""
     (demo,) = [c for c in load_labelled() if c.name == "demo/demo_historical"]
     review = heuristic_review(demo.trajectory)
-    assert [(e["step"], e["kind"]) for e in review.errors] == [(1, "failed_command"), (3, "repeated_command"), (5, "repeated_test_run"), (6, "reverted_edit")]
-    assert [(s.message_index, s.kind) for s in prefilter(demo.trajectory) if not s.is_defect] == [(8, "expected_failure"), (10, "expected_failure")]
+    assert [(e["step"], e["kind"]) for e in review.errors] == [
+        (1, "failed_command"),
+        (3, "repeated_command"),
+        (5, "repeated_test_run"),
+        (6, "reverted_edit"),
+    ]
+    assert [(s.message_index, s.kind) for s in prefilter(demo.trajectory) if not s.is_defect] == [
+        (8, "expected_failure"),
+        (10, "expected_failure"),
+    ]
 
 
 # ---- real trajectories through the mask compiler -------------------------------------------
@@ -565,7 +703,10 @@ TASKS = load_tasks(MINI_SUITE)[0]
 
 
 def invert(apply_patch_text: str) -> str:
-    lines = [("-" + line[1:]) if line.startswith("+") else ("+" + line[1:]) if line.startswith("-") else line for line in apply_patch_text.split("\n")]
+    lines = [
+        ("-" + line[1:]) if line.startswith("+") else ("+" + line[1:]) if line.startswith("-") else line
+        for line in apply_patch_text.split("\n")
+    ]
     return "\n".join(lines)
 
 
@@ -582,7 +723,11 @@ def solved(task: Task) -> Trajectory:
     wrong = Path(task.task_dir or "") / "wrong.patch"
     if wrong.is_file():
         attempt = to_apply_patch(wrong.read_text())
-        steps += [patch(attempt, content="A quick fix."), shell(run, exit_code=1, output="1 failed\n"), patch(invert(attempt), content="That broke another test; undo it.")]
+        steps += [
+            patch(attempt, content="A quick fix."),
+            shell(run, exit_code=1, output="1 failed\n"),
+            patch(invert(attempt), content="That broke another test; undo it."),
+        ]
     steps += [patch(to_apply_patch(task.patch), content="Fixing it."), shell(run, output="all passed\n"), shell(run, output="all passed\n")]
     t = trajectory(*steps, final="The fix is in place and the tests pass.")
     return t.model_copy(update={"task_id": task.instance_id})
@@ -610,7 +755,9 @@ def test_text_protocol_reviews_compile(tok, samples: Path) -> None:  # noqa: ANN
     t = text_protocol(("cat calc.py", 0, "def add"), ("python run.py", 1, "boom\n"), ("cat calc.py", 0, "def add"))
     review = heuristic_review(t)
     assert_valid(t, review)
-    assert [(d.message_index, d.field, d.quote) for d in review.defects] == [(6, "content", "cat calc.py")]  # run.py reproduces, before any edit
+    assert [(d.message_index, d.field, d.quote) for d in review.defects] == [
+        (6, "content", "cat calc.py")
+    ]  # run.py reproduces, before any edit
     (sample,) = compile_trajectory(t, review, tok, MaskOptions())
     assert sample.excluded > 0
     (result,) = list(mini_swe_agent.read(samples / "mini_swe_agent_v1.13.4.traj.json"))

@@ -35,7 +35,14 @@ def case(name: str, *, resolved: bool = True) -> Trajectory:
                     "tool_calls": [{"id": "c1", "function": {"name": "shell", "arguments": {"command": "cat parser.py"}}}],
                 },
                 {"role": "tool", "tool_call_id": "c1", "content": "Exit code: 1\nOutput:\ncat: parser.py: No such file"},
-                {"role": "assistant", "generated": True, "content": "Fixed add().", "tool_calls": [{"id": "c2", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin Patch\n*** End Patch\n"}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "Fixed add().",
+                    "tool_calls": [
+                        {"id": "c2", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin Patch\n*** End Patch\n"}}}
+                    ],
+                },
                 {"role": "tool", "tool_call_id": "c2", "content": "Success."},
                 {"role": "assistant", "generated": True, "content": "Done."},
             ],
@@ -45,7 +52,12 @@ def case(name: str, *, resolved: bool = True) -> Trajectory:
     )
 
 
-JUDGE1_ACCEPT = {"decision": "accept", "reason": "solved", "errors": [{"step": 1, "category": "wrong_hypothesis", "description": "blames the parser", "evidence": "parser.py does not exist"}], "omissions": [{"description": "no regression test"}]}
+JUDGE1_ACCEPT = {
+    "decision": "accept",
+    "reason": "solved",
+    "errors": [{"step": 1, "category": "wrong_hypothesis", "description": "blames the parser", "evidence": "parser.py does not exist"}],
+    "omissions": [{"description": "no regression test"}],
+}
 
 
 def spans(*items: dict) -> str:
@@ -65,7 +77,13 @@ LOCALIZE = {
 JUDGE1_SPECIAL = {
     "malformed": "this is not JSON {",
     "schema": json.dumps({"decision": "maybe", "errors": []}),
-    "reject": json.dumps({"decision": "reject", "reason": "edits the tests", "errors": [{"step": 2, "category": "reward_hacking", "description": "x", "evidence": "y"}]}),
+    "reject": json.dumps(
+        {
+            "decision": "reject",
+            "reason": "edits the tests",
+            "errors": [{"step": 2, "category": "reward_hacking", "description": "x", "evidence": "y"}],
+        }
+    ),
     "clean": json.dumps({"decision": "accept", "reason": "fine", "errors": []}),
 }
 
@@ -117,10 +135,14 @@ def test_judged_cases_give_their_documented_outcomes(tmp_path: Path, kind: str) 
     defect = exact.defects[0]
     assert (defect.message_index, defect.field, defect.quote) == (2, "reasoning_content", "The bug must be in the parser.")
     assert exact.model_extra["prompts_hash"] == prompts_hash() and exact.model_extra["judges"]["judge1"] == "judge-model"
-    assert outcome["whitespace"].decision == "accept" and outcome["whitespace"].defects[0].quote == REASONING  # changed whitespace, original offsets
+    assert (
+        outcome["whitespace"].decision == "accept" and outcome["whitespace"].defects[0].quote == REASONING
+    )  # changed whitespace, original offsets
     assert outcome["twice"].decision == "reject" and outcome["twice"].reason.startswith("no_valid_target")
     assert outcome["twice_context"].decision == "accept" and outcome["twice_context"].defects[0].start == len("Reading the file. ")
-    assert outcome["hallucinated"].reason.startswith("no_valid_target") and outcome["hallucinated"].model_extra["grounding"]["rejected"] == 1
+    assert (
+        outcome["hallucinated"].reason.startswith("no_valid_target") and outcome["hallucinated"].model_extra["grounding"]["rejected"] == 1
+    )
     assert outcome["two_messages"].reason.startswith("no_valid_target")
     argument = outcome["argument"].defects[0]
     assert field_text(case("argument").messages[2], argument.field)[argument.start : argument.end] == "cat parser.py"
@@ -139,7 +161,12 @@ def test_judged_cases_give_their_documented_outcomes(tmp_path: Path, kind: str) 
 def test_retries_timeouts_and_the_spend_cap(tmp_path: Path) -> None:
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [case("exact"), case("clean"), case("whitespace")])
-    flaky = [ScriptedTurn(error=429), ScriptedTurn(error=500), ScriptedTurn(content=json.dumps(JUDGE1_ACCEPT)), ScriptedTurn(content=LOCALIZE["exact"])]
+    flaky = [
+        ScriptedTurn(error=429),
+        ScriptedTurn(error=500),
+        ScriptedTurn(content=json.dumps(JUDGE1_ACCEPT)),
+        ScriptedTurn(content=LOCALIZE["exact"]),
+    ]
     with ModelServer("chat", flaky) as server:
         summary, _ledger = review_pool(pool, tmp_path / "a.jsonl", judges=judges(server, "chat"), workers=1)
     assert summary.reviewed[0].decision == "accept" and len(summary.reviewed[0].defects) == 1
@@ -151,7 +178,13 @@ def test_retries_timeouts_and_the_spend_cap(tmp_path: Path) -> None:
     # Judge 1 costs 2000 × $3/M + 100 × $15/M = $0.0075 a call, judge 2 $0.00225: after the
     # first two trajectories ($0.00975, then $0.01725) the cap of $0.01 stops the third.
     with ModelServer("chat", judge_answers) as server:
-        summary, ledger = review_pool(pool, tmp_path / "c.jsonl", judges=judges(server, "chat", price_in_per_mtok=3.0, price_out_per_mtok=15.0), workers=1, spend_cap_usd=0.01)
+        summary, ledger = review_pool(
+            pool,
+            tmp_path / "c.jsonl",
+            judges=judges(server, "chat", price_in_per_mtok=3.0, price_out_per_mtok=15.0),
+            workers=1,
+            spend_cap_usd=0.01,
+        )
     assert len(summary.reviewed) == 2 and summary.not_reviewed == 1 and "spend cap" in summary.errors[0]
     assert ledger.spent_usd >= 0.01
 
@@ -166,13 +199,29 @@ def test_cli_review_heuristic_and_agree(relearn_bin: str, tmp_path: Path) -> Non
     with ModelServer("chat", judge_answers) as server:
         judged = tmp_path / "judged.jsonl"
         env = {**os.environ, "OPENAI_API_KEY": "local"}
-        command = [relearn_bin, "review", str(pool), "-o", str(judged), "--judge1", "m", "--backend", "chat", "--base-url", server.base_url, "--workers", "1"]
+        command = [
+            relearn_bin,
+            "review",
+            str(pool),
+            "-o",
+            str(judged),
+            "--judge1",
+            "m",
+            "--backend",
+            "chat",
+            "--base-url",
+            server.base_url,
+            "--workers",
+            "1",
+        ]
         first = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
         assert first.returncode == 0, first.stderr
         calls = len(server.requests)
         second = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env)
         assert second.returncode == 0 and len(server.requests) == calls
-    agree = subprocess.run([relearn_bin, "review", "agree", str(judged), str(heuristic), "--pool", str(pool)], capture_output=True, text=True, timeout=300)
+    agree = subprocess.run(
+        [relearn_bin, "review", "agree", str(judged), str(heuristic), "--pool", str(pool)], capture_output=True, text=True, timeout=300
+    )
     assert agree.returncode == 0, agree.stderr
     metrics = json.loads(agree.stdout.strip().splitlines()[-1])
     assert metrics["trajectories"] == 2 and -1.0 <= metrics["decision_kappa"] <= 1.0 and 0.0 <= metrics["span_f1"] <= 1.0

@@ -38,11 +38,43 @@ def redundant(name: str, command: object = ARGV, issue: str = "fix add() in calc
             "messages": [
                 {"role": "system", "content": "You are a coding agent."},
                 {"role": "user", "content": f"CASE-{name}: {issue}"},
-                {"role": "assistant", "generated": True, "content": "Listing the repository.", "tool_calls": [{"id": "c0", "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", "ls"], "workdir": f"/repo/{name}"}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "Listing the repository.",
+                    "tool_calls": [
+                        {
+                            "id": "c0",
+                            "function": {"name": "shell", "arguments": {"command": ["bash", "-lc", "ls"], "workdir": f"/repo/{name}"}},
+                        }
+                    ],
+                },
                 {"role": "tool", "tool_call_id": "c0", "content": observation},
-                {"role": "assistant", "generated": True, "reasoning_content": REASONING, "tool_calls": [{"id": "c1", "function": {"name": "shell", "arguments": {"command": command, "workdir": f"/repo/{name}"}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "reasoning_content": REASONING,
+                    "tool_calls": [
+                        {"id": "c1", "function": {"name": "shell", "arguments": {"command": command, "workdir": f"/repo/{name}"}}}
+                    ],
+                },
                 {"role": "tool", "tool_call_id": "c1", "content": "calc.py\ntests/"},
-                {"role": "assistant", "generated": True, "content": "Patching.", "tool_calls": [{"id": "c2", "function": {"name": "apply_patch", "arguments": {"input": "*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n"}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "Patching.",
+                    "tool_calls": [
+                        {
+                            "id": "c2",
+                            "function": {
+                                "name": "apply_patch",
+                                "arguments": {
+                                    "input": "*** Begin Patch\n*** Update File: calc.py\n-    return a - b\n+    return a + b\n*** End Patch\n"
+                                },
+                            },
+                        }
+                    ],
+                },
                 {"role": "tool", "tool_call_id": "c2", "content": "Success."},
                 {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
             ],
@@ -78,8 +110,23 @@ def answers(request: dict) -> ScriptedTurn:
     if "localize confirmed errors" in text:
         return ScriptedTurn(content=json.dumps({"spans": [*CASES[name][1], MOTIVE_SPAN]}), input_tokens=300, output_tokens=40)
     step = 9 if name == NO_STEP else 2
-    errors = [] if name.startswith("long") else [{"step": step, "category": "redundant_exploration", "description": f"lists the files again ({name})", "evidence": "step 1 listed them"}]
-    return ScriptedTurn(content=json.dumps({"decision": "accept", "reason": "solved", "errors": errors, "omissions": []}), input_tokens=2000, output_tokens=80)
+    errors = (
+        []
+        if name.startswith("long")
+        else [
+            {
+                "step": step,
+                "category": "redundant_exploration",
+                "description": f"lists the files again ({name})",
+                "evidence": "step 1 listed them",
+            }
+        ]
+    )
+    return ScriptedTurn(
+        content=json.dumps({"decision": "accept", "reason": "solved", "errors": errors, "omissions": []}),
+        input_tokens=2000,
+        output_tokens=80,
+    )
 
 
 def judges(server: ModelServer, kind: str, context: int | None = None) -> tuple[Judge, Judge]:
@@ -88,7 +135,9 @@ def judges(server: ModelServer, kind: str, context: int | None = None) -> tuple[
     return Judge(spec, "judge1", **extra), Judge(spec, "judge2", **extra)
 
 
-def reviewed(tmp_path: Path, trajectories: list[Trajectory], kind: str = "chat", context: int | None = None) -> tuple[dict[str, Review], list[dict]]:
+def reviewed(
+    tmp_path: Path, trajectories: list[Trajectory], kind: str = "chat", context: int | None = None
+) -> tuple[dict[str, Review], list[dict]]:
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, trajectories)
     with ModelServer(kind, answers) as server:
@@ -153,7 +202,9 @@ def test_action_scope_excludes_the_whole_call_and_its_motive_minimal_only_the_qu
     assert set(action[at : at + len(MOTIVE)]) == {"\0"}
     # ... and nothing else: the sentences around the motive, the other calls, the final answer.
     assert action.count("\0") < (hi - lo) + len(MOTIVE) + 8
-    assert "The layout was listed already." in action and "Then I fix add()." in action and "Fixed: add() returns a + b.<|im_end|>" in action
+    assert (
+        "The layout was listed already." in action and "Then I fix add()." in action and "Fixed: add() returns a + b.<|im_end|>" in action
+    )
     assert '["bash", "-lc", "ls"]' in action and "*** Begin Patch" in action
     _, minimal = _excluded_chars(tok, trajectory, review, "minimal")
     assert "<tool_call>\n<function=shell>" in minimal[lo:hi] and "</tool_call><|im_end|>" in minimal[lo:hi]

@@ -35,7 +35,9 @@ def test_the_corpus_covers_every_class() -> None:
 
 
 def _why(verdict: Verdict) -> str:
-    return json.dumps({k: getattr(verdict, k) for k in ("error", "refused", "restored_files", "neutralized", "disagreements", "tests")})[:3000]
+    return json.dumps({k: getattr(verdict, k) for k in ("error", "refused", "restored_files", "neutralized", "disagreements", "tests")})[
+        :3000
+    ]
 
 
 @pytest.mark.parametrize("hack", MANIFEST, ids=[hack["name"] for hack in MANIFEST])
@@ -68,16 +70,32 @@ def test_verify_and_audit_show_what_the_verifier_did(relearn_bin: str, images: d
     patch; `relearn envs audit --verdicts` lists each with its reasons and exits 1."""
     import subprocess
 
-    chosen = {"git_hook_conftest": "refused: .git/hooks/post-checkout: inside .git", "pytest_ini_plugin": "restored: pytest.ini", "package_runtime_hook": "disagreement: a canary"}
-    rows = [{"instance_id": h["task"], "model_patch": (CORPUS / f"{h['name']}.patch").read_text(), "model_name_or_path": h["name"]} for h in MANIFEST if h["name"] in chosen]
+    chosen = {
+        "git_hook_conftest": "refused: .git/hooks/post-checkout: inside .git",
+        "pytest_ini_plugin": "restored: pytest.ini",
+        "package_runtime_hook": "disagreement: a canary",
+    }
+    rows = [
+        {"instance_id": h["task"], "model_patch": (CORPUS / f"{h['name']}.patch").read_text(), "model_name_or_path": h["name"]}
+        for h in MANIFEST
+        if h["name"] in chosen
+    ]
     rows.append({"instance_id": "mini__calc-1", "model_patch": TASKS["mini__calc-1"].patch, "model_name_or_path": "gold"})
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     verdicts = tmp_path / "verdicts.jsonl"
-    graded = subprocess.run([relearn_bin, "verify", "-p", str(predictions), "-o", str(verdicts)], capture_output=True, text=True, timeout=900)
+    graded = subprocess.run(
+        [relearn_bin, "verify", "-p", str(predictions), "-o", str(verdicts)], capture_output=True, text=True, timeout=900
+    )
     assert graded.returncode == 0, graded.stderr
     assert "4 verified, 1 resolved" in graded.stdout
-    audited = subprocess.run([relearn_bin, "envs", "audit", "--verdicts", str(verdicts)], capture_output=True, text=True, timeout=300, env={**os.environ, "COLUMNS": "400"})
+    audited = subprocess.run(
+        [relearn_bin, "envs", "audit", "--verdicts", str(verdicts)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "400"},
+    )
     assert audited.returncode == 1, audited.stderr
     for note in chosen.values():
         assert note in audited.stdout, audited.stdout

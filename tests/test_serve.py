@@ -53,7 +53,11 @@ TOOLS: list[dict[str, Any]] = [
             "description": "Record the plan.",
             "parameters": {
                 "type": "object",
-                "properties": {"steps": {"type": "array", "items": {"type": "string"}}, "explanation": {"type": "string"}, "done": {"type": "boolean"}},
+                "properties": {
+                    "steps": {"type": "array", "items": {"type": "string"}},
+                    "explanation": {"type": "string"},
+                    "done": {"type": "boolean"},
+                },
             },
         },
     },
@@ -188,7 +192,9 @@ def test_history_with_tool_calls_and_reasoning_renders_as_the_template_does(serv
     call = ToolCall(id="call_1", function=FunctionCall(name="shell", arguments={"cmd": "pytest -x", "timeout": 60, "env": {"CI": "1"}}))
     messages = [
         Message(role="user", content="Run the tests."),
-        Message(role="assistant", content="Running them.", reasoning_content="The user wants the tests run.", tool_calls=[call], generated=True),
+        Message(
+            role="assistant", content="Running them.", reasoning_content="The user wants the tests run.", tool_calls=[call], generated=True
+        ),
         Message(role="tool", tool_call_id="call_1", content="1 failed"),
     ]
     turn = _policy(server, temperature=0, max_tokens=1).complete(messages, TOOLS)
@@ -229,7 +235,9 @@ def test_a_stop_string_ends_the_output_before_it(server: Server, tokenizer: Any)
     request: dict[str, Any] = {"model": NAME, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "temperature": 0}
     ids = client.chat.completions.create(**request, extra_body={"return_token_ids": True}).choices[0].model_extra["token_ids"]
     # A stop string that first shows up in the text of some token k.
-    k = next(k for k in range(2, len(ids)) if (piece := tokenizer.decode(ids[k : k + 1]).strip()) and piece not in tokenizer.decode(ids[:k]))
+    k = next(
+        k for k in range(2, len(ids)) if (piece := tokenizer.decode(ids[k : k + 1]).strip()) and piece not in tokenizer.decode(ids[:k])
+    )
     stop = tokenizer.decode(ids[k : k + 1]).strip()
     choice = client.chat.completions.create(**request, stop=[stop], extra_body={"return_token_ids": True}).choices[0]
     assert choice.finish_reason == "stop" and choice.model_extra["stop_reason"] == stop
@@ -292,7 +300,9 @@ def _rendered_ids(tokenizer: Any, reasoning: str | None, content: str | None, ca
     if reasoning is not None:
         turn["reasoning_content"] = reasoning
     if calls:
-        turn["tool_calls"] = [{"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)]
+        turn["tool_calls"] = [
+            {"id": f"c{i}", "type": "function", "function": {"name": n, "arguments": a}} for i, (n, a) in enumerate(calls)
+        ]
     prompt = tokenizer.apply_chat_template(history, tools=TOOLS, add_generation_prompt=True, tokenize=False)
     full = tokenizer.apply_chat_template([*history, turn], tools=TOOLS, tokenize=False)
     assert full.startswith(prompt)
@@ -310,11 +320,16 @@ ROUND_TRIPS = [
     pytest.param(
         "The test expects an int.\nCheck the env first.",
         "Let me look.",
-        [("shell", {"cmd": "cd repo && pytest -x\necho done", "timeout": 30, "env": {"CI": "1", "DEPTH": 2}}), ("shell", {"cmd": "git diff"})],
+        [
+            ("shell", {"cmd": "cd repo && pytest -x\necho done", "timeout": 30, "env": {"CI": "1", "DEPTH": 2}}),
+            ("shell", {"cmd": "git diff"}),
+        ],
         id="reasoning-content-two-calls",
     ),
     pytest.param("Nothing left to do.", "The fix is in place: `x = int(y)`.", [], id="content-only"),
-    pytest.param(None, None, [("update_plan", {"steps": ["read", "fix"], "explanation": "two steps", "done": False})], id="call-only-array-bool"),
+    pytest.param(
+        None, None, [("update_plan", {"steps": ["read", "fix"], "explanation": "two steps", "done": False})], id="call-only-array-bool"
+    ),
     pytest.param("Keep the newlines.", None, [("shell", {"cmd": "\nprintf 'a\\n'\n"})], id="value-with-edge-newlines"),
 ]
 
@@ -395,7 +410,9 @@ def test_parameter_values_follow_the_schema(raw: str, schema: dict[str, Any], va
 
 
 def test_a_parameter_the_schema_lacks_stays_text() -> None:
-    parsed = parse_completion("</think>\n\n<tool_call>\n<function=shell>\n<parameter=retries>\n3\n</parameter>\n</function>\n</tool_call>", TOOLS)
+    parsed = parse_completion(
+        "</think>\n\n<tool_call>\n<function=shell>\n<parameter=retries>\n3\n</parameter>\n</function>\n</tool_call>", TOOLS
+    )
     assert _calls(parsed) == [("shell", {"retries": "3"})]
 
 

@@ -43,7 +43,12 @@ def trajectory(tid: str, task: str, step: int | None, outcome: dict | None, exit
             "policy": {"name": "p", "checkpoint": f"iter-{step}" if step is not None else None, "step": step},
             "messages": [
                 {"role": "user", "content": "Fix add()."},
-                {"role": "assistant", "generated": True, "content": CONTENT, "tool_calls": [{"id": "c", "function": {"name": "shell", "arguments": {"command": ["ls"]}}}]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": CONTENT,
+                    "tool_calls": [{"id": "c", "function": {"name": "shell", "arguments": {"command": ["ls"]}}}],
+                },
                 {"role": "tool", "tool_call_id": "c", "content": "calc.py"},
                 {"role": "assistant", "generated": True, "content": "Done."},
             ],
@@ -67,7 +72,12 @@ REVIEWS = [
         defects=[span("the bug is in parse()", "wrong_hypothesis"), span("Running ls again.", "redundant_exploration")],
     ),
     Review(trajectory_id="a2", decision="reject", reason="not verified positive"),
-    Review(trajectory_id="a3", decision="accept", errors=[{"category": "redundant_exploration"}], defects=[span("Running ls again.", "redundant_exploration")]),
+    Review(
+        trajectory_id="a3",
+        decision="accept",
+        errors=[{"category": "redundant_exploration"}],
+        defects=[span("Running ls again.", "redundant_exploration")],
+    ),
     Review(trajectory_id="a4", decision="reject", reason="too many errors: 3 of 5 steps"),
     Review(trajectory_id="b1", decision="reject", reason="not verified positive"),
     Review(trajectory_id="b2", decision="reject", reason="not verified positive"),
@@ -144,17 +154,26 @@ def test_reviews_dataset_ter_by_step_window_and_categories(files: dict[str, Path
     assert r["primary_category"] == {"none": 5, "redundant_exploration": 2}
 
     d = report["dataset"]
-    assert (d["mode"], d["trajectories_out"]) == ("ross", 3) and d["excluded_share_by_category"] == {"wrong_hypothesis": 0.3, "redundant_exploration": 0.7}
+    assert (d["mode"], d["trajectories_out"]) == ("ross", 3) and d["excluded_share_by_category"] == {
+        "wrong_hypothesis": 0.3,
+        "redundant_exploration": 0.7,
+    }
 
     ter = report["ter"]
     assert ter["source"] == "tokens" and ter["weighted"] == pytest.approx(20 / 350)
-    assert ter["per_trajectory"]["n"] == 3 and ter["per_trajectory"]["mean"] == pytest.approx(0.05) and ter["per_trajectory"]["median"] == pytest.approx(0.05)
+    assert (
+        ter["per_trajectory"]["n"] == 3
+        and ter["per_trajectory"]["mean"] == pytest.approx(0.05)
+        and ter["per_trajectory"]["median"] == pytest.approx(0.05)
+    )
     assert ter["zero_share"] == pytest.approx(1 / 3)
     # Two equal windows over steps 0..90 (early vs late): a1 alone early, a3 and c1 late.
     groups = {g["group"]: g for g in ter["groups"]}
     assert list(groups) == ["steps 0–45", "steps 46–90", "no step"]
     assert groups["steps 0–45"]["ter_token_weighted"] == pytest.approx(10 / 100) and groups["steps 0–45"]["trajectories"] == 3
-    assert groups["steps 46–90"]["ter_token_weighted"] == pytest.approx(10 / 250) and groups["steps 46–90"]["ter_mean"] == pytest.approx(0.025)
+    assert groups["steps 46–90"]["ter_token_weighted"] == pytest.approx(10 / 250) and groups["steps 46–90"]["ter_mean"] == pytest.approx(
+        0.025
+    )
     assert groups["steps 46–90"]["resolved_rate"] == pytest.approx(2 / 4) and groups["no step"]["ter_token_weighted"] is None
 
     e = report["excluded"]
@@ -162,7 +181,10 @@ def test_reviews_dataset_ter_by_step_window_and_categories(files: dict[str, Path
     assert e["primary_category"] == {"redundant_exploration": 2}
     assert e["token_share"] == {"wrong_hypothesis": 0.3, "redundant_exploration": 0.7}
     quote_a, quote_b = len("the bug is in parse()"), len("Running ls again.")
-    assert e["char_share"] == {"redundant_exploration": pytest.approx(2 * quote_b / (quote_a + 2 * quote_b)), "wrong_hypothesis": pytest.approx(quote_a / (quote_a + 2 * quote_b))}
+    assert e["char_share"] == {
+        "redundant_exploration": pytest.approx(2 * quote_b / (quote_a + 2 * quote_b)),
+        "wrong_hypothesis": pytest.approx(quote_a / (quote_a + 2 * quote_b)),
+    }
 
     lengths = report["lengths"]
     assert lengths["messages"]["all"]["mean"] == 4 and lengths["tool_calls"]["resolved"]["n"] == 3
@@ -192,11 +214,31 @@ def run(*args: str):  # noqa: ANN201
 def test_cli_tables_json_and_plots(files: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "stats.json"
     plots = tmp_path / "plots"
-    result = run("stats", str(files["pool"]), "-r", str(files["reviews"]), "-d", str(files["dataset"]), "--k", "1,2", "--json", str(out), "--plots", str(plots))
+    result = run(
+        "stats",
+        str(files["pool"]),
+        "-r",
+        str(files["reviews"]),
+        "-d",
+        str(files["dataset"]),
+        "--k",
+        "1,2",
+        "--json",
+        str(out),
+        "--plots",
+        str(plots),
+    )
     assert result.exit_code == 1, result.output  # one unreadable record, listed
     assert f"{files['pool']}:9: messages[0]" in " ".join(result.stderr.split())
     words = " ".join(result.stdout.split())
-    for expected in ("trajectories: 8 (1 unreadable)", "pass@k (unbiased) over 3 tasks", "steps 0–45", "steps 46–90", "redundant_exploration", "too many errors"):
+    for expected in (
+        "trajectories: 8 (1 unreadable)",
+        "pass@k (unbiased) over 3 tasks",
+        "steps 0–45",
+        "steps 46–90",
+        "redundant_exploration",
+        "too many errors",
+    ):
         assert expected in words, expected
     saved = json.loads(out.read_text())
     assert saved["pass_at_k"]["mean"]["pass@2"] == pytest.approx(5 / 12) and saved["ter"]["weighted"] == pytest.approx(20 / 350)
@@ -214,7 +256,9 @@ def test_zstd_pool_gives_the_same_statistics(files: dict[str, Path], tmp_path: P
         for row in POOL:
             writer.write(trajectory(*row))
     plain = report_of(files)
-    zst = compute([PoolIndex(compressed, cache=False).build()], ReviewIndex(files["reviews"], cache=False).build(), DatasetInfo.load(files["dataset"]))
+    zst = compute(
+        [PoolIndex(compressed, cache=False).build()], ReviewIndex(files["reviews"], cache=False).build(), DatasetInfo.load(files["dataset"])
+    )
     for key in ("pass_at_k", "reviews", "ter", "excluded", "lengths"):
         assert zst[key] == plain[key], key
     assert zst["trajectories"]["unreadable"] == 0 and plain["trajectories"]["unreadable"] == 1

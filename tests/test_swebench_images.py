@@ -61,9 +61,13 @@ OPS_BASE = '''def clamp(x, low, high):
 def mean(values):
     return sum(values) / len(values)
 '''
-OPS_FIXED = OPS_BASE.replace("        return low\n    return x\n", "        return low\n    if x > high:\n        return high\n    return x\n")
-OPS_WRONG = OPS_BASE.replace("    if x < low:\n        return low\n    return x\n", "    return min(x, high)\n")  # fixes above, breaks below
-TESTS_BASE = '''from tinycalc.ops import clamp, mean
+OPS_FIXED = OPS_BASE.replace(
+    "        return low\n    return x\n", "        return low\n    if x > high:\n        return high\n    return x\n"
+)
+OPS_WRONG = OPS_BASE.replace(
+    "    if x < low:\n        return low\n    return x\n", "    return min(x, high)\n"
+)  # fixes above, breaks below
+TESTS_BASE = """from tinycalc.ops import clamp, mean
 
 
 def test_clamp_inside():
@@ -76,12 +80,15 @@ def test_clamp_below():
 
 def test_mean():
     assert mean([1, 2, 3]) == 2
-'''
-TESTS_FIXED = TESTS_BASE + '''
+"""
+TESTS_FIXED = (
+    TESTS_BASE
+    + """
 
 def test_clamp_above():
     assert clamp(42, 0, 10) == 10
-'''
+"""
+)
 
 
 def git(*args: str, cwd: Path) -> str:
@@ -195,7 +202,22 @@ def built(relearn_bin: str, docker_client: docker.DockerClient, base_image: str,
         previous = client.images.get(ROW_IMAGE).id
     except docker.errors.ImageNotFound:
         previous = None
-    result = cli(relearn_bin, "envs", "build-swebench", "-t", str(tiny["rows"]), "-i", INSTANCE, "--repo", str(tiny["repo"]), "--wheels", str(wheelhouse), "--python", "3.11", "--force")
+    result = cli(
+        relearn_bin,
+        "envs",
+        "build-swebench",
+        "-t",
+        str(tiny["rows"]),
+        "-i",
+        INSTANCE,
+        "--repo",
+        str(tiny["repo"]),
+        "--wheels",
+        str(wheelhouse),
+        "--python",
+        "3.11",
+        "--force",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "kept" in result.stdout and "3.11 (spec: 3.9)" in " ".join(result.stdout.split())
     if previous and previous != client.images.get(ROW_IMAGE).id:  # an earlier session's build, now untagged
@@ -247,7 +269,14 @@ def test_image_maps_in_every_format_and_their_errors(tmp_path: Path) -> None:
 
 
 def test_templates_name_images_as_swebench_does_and_refuse_unknown_fields() -> None:
-    task = Task(instance_id="sympy__sympy-24562", problem_statement="x", repo="sympy/sympy", version="1.12", FAIL_TO_PASS=["t"], image="swebench/sweb.eval.x86_64.sympy_1776_sympy-24562:v2")
+    task = Task(
+        instance_id="sympy__sympy-24562",
+        problem_statement="x",
+        repo="sympy/sympy",
+        version="1.12",
+        FAIL_TO_PASS=["t"],
+        image="swebench/sweb.eval.x86_64.sympy_1776_sympy-24562:v2",
+    )
     name = render_template("registry.example.com/ns/sweb.eval.{arch}.{instance_key}:{tag}", task, arch="x86_64")
     assert name == "registry.example.com/ns/sweb.eval.x86_64.sympy_1776_sympy-24562:v2"  # the row's tag carried over
     assert render_template("mirror/{repo_key}:{version}", task) == "mirror/sympy__sympy:1.12"
@@ -259,14 +288,21 @@ def test_templates_name_images_as_swebench_does_and_refuse_unknown_fields() -> N
     choice = ImageChoice({"sympy__sympy-24562": "mine/sympy:1"}, "map.txt", None, "t/{instance_key}")
     other = task.model_copy(update={"instance_id": "sympy__sympy-1"})
     routed = choice.route([task, other])
-    assert [(t.image, t.image_source) for t in routed] == [("mine/sympy:1", "--image-map map.txt"), ("t/sympy_1776_sympy-1", "--image-template t/{instance_key}")]
+    assert [(t.image, t.image_source) for t in routed] == [
+        ("mine/sympy:1", "--image-map map.txt"),
+        ("t/sympy_1776_sympy-1", "--image-template t/{instance_key}"),
+    ]
     assert ImageChoice().route([task]) == [task] and task.image_source is None
 
 
 def test_recipes_for_verified_say_which_python_and_refuse_with_reasons() -> None:
     tasks = {t.instance_id: t for t in load_tasks(VERIFIED)[0]}
     sympy = install_spec(tasks["sympy__sympy-24562"])
-    assert (sympy.python, sympy.install, sympy.pip_packages) == ("3.9", "python -m pip install -e .", ("mpmath==1.3.0", "flake8-comprehensions"))
+    assert (sympy.python, sympy.install, sympy.pip_packages) == (
+        "3.9",
+        "python -m pip install -e .",
+        ("mpmath==1.3.0", "flake8-comprehensions"),
+    )
     assert DEBIAN_PYTHON[sympy.python] == "bullseye"
     with pytest.raises(Unsupported, match="compiles C extensions"):
         install_spec(tasks["astropy__astropy-12907"])
@@ -316,10 +352,28 @@ def test_the_run_manifest_records_images_and_limits(tmp_path: Path) -> None:
 
 def test_built_image_grades_gold_resolved_and_empty_and_wrong_not(relearn_bin: str, built: str, tiny: dict, tmp_path: Path) -> None:
     predictions = tmp_path / "preds.jsonl"
-    rows = [{"instance_id": INSTANCE, "model_name_or_path": name, "model_patch": patch} for name, patch in (("gold", tiny["gold"]), ("empty", ""), ("wrong", tiny["wrong"]))]
+    rows = [
+        {"instance_id": INSTANCE, "model_name_or_path": name, "model_patch": patch}
+        for name, patch in (("gold", tiny["gold"]), ("empty", ""), ("wrong", tiny["wrong"]))
+    ]
     predictions.write_text("".join(json.dumps(r) + "\n" for r in rows))
     verdicts = tmp_path / "verdicts.jsonl"
-    result = cli(relearn_bin, "verify", "-t", str(tiny["rows"]), "-p", str(predictions), "-o", str(verdicts), "--cpus", "2", "--memory", "3g", "--workers", "2")
+    result = cli(
+        relearn_bin,
+        "verify",
+        "-t",
+        str(tiny["rows"]),
+        "-p",
+        str(predictions),
+        "-o",
+        str(verdicts),
+        "--cpus",
+        "2",
+        "--memory",
+        "3g",
+        "--workers",
+        "2",
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "base image" not in result.stderr  # the task brings its image: no debootstrap, no Debian mirror
     by_model = {v["model_name_or_path"]: v for v in map(json.loads, verdicts.read_text().splitlines())}
@@ -327,11 +381,17 @@ def test_built_image_grades_gold_resolved_and_empty_and_wrong_not(relearn_bin: s
     assert by_model["gold"]["report"] == "junit" and by_model["gold"]["image"] == ROW_IMAGE
     assert not by_model["empty"]["resolved"] and by_model["empty"]["tests"]["FAIL_TO_PASS"]["failure"] == [f"{TEST_FILE}::test_clamp_above"]
     wrong = by_model["wrong"]
-    assert not wrong["resolved"] and wrong["tests"]["FAIL_TO_PASS"]["success"] and wrong["tests"]["PASS_TO_PASS"]["failure"] == [f"{TEST_FILE}::test_clamp_below"]
+    assert (
+        not wrong["resolved"]
+        and wrong["tests"]["FAIL_TO_PASS"]["success"]
+        and wrong["tests"]["PASS_TO_PASS"]["failure"] == [f"{TEST_FILE}::test_clamp_below"]
+    )
     assert {v["limits"]["cpus"] for v in by_model.values()} == {2.0} and {v["limits"]["memory_mb"] for v in by_model.values()} == {3072}
 
 
-def test_the_built_image_keeps_the_contract_and_a_broken_one_is_named(relearn_bin: str, docker_client: docker.DockerClient, built: str, tiny: dict) -> None:
+def test_the_built_image_keeps_the_contract_and_a_broken_one_is_named(
+    relearn_bin: str, docker_client: docker.DockerClient, built: str, tiny: dict
+) -> None:
     good = cli(relearn_bin, "envs", "check-image", "-t", str(tiny["rows"]))
     assert good.returncode == 0, good.stdout + good.stderr
     assert "keeps the contract" in good.stdout and "the test runner (pytest)" in good.stdout and "test files import" in good.stdout
@@ -374,7 +434,9 @@ def test_the_built_image_holds_no_history_after_the_base(docker_client: docker.D
     assert labels["relearn.spec_source"] == "relearn table"
 
 
-def test_an_image_map_or_a_template_routes_a_task_to_a_retagged_image(relearn_bin: str, docker_client: docker.DockerClient, built: str, tiny: dict, tmp_path: Path) -> None:
+def test_an_image_map_or_a_template_routes_a_task_to_a_retagged_image(
+    relearn_bin: str, docker_client: docker.DockerClient, built: str, tiny: dict, tmp_path: Path
+) -> None:
     row = dict(tiny["row"], image="swebench/sweb.eval.x86_64.relearn_1776_not-pulled:latest")  # the row names an image this engine lacks
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps(row) + "\n")
@@ -387,10 +449,18 @@ def test_an_image_map_or_a_template_routes_a_task_to_a_retagged_image(relearn_bi
     try:
         missing = cli(relearn_bin, "verify", "-t", str(rows), "-p", str(predictions), "-o", str(tmp_path / "none.jsonl"))
         text = " ".join(missing.stderr.split())
-        assert missing.returncode == 1 and "is not on this engine" in text and "--pull (from docker.io)" in text and "relearn envs load DIR" in text
+        assert (
+            missing.returncode == 1
+            and "is not on this engine" in text
+            and "--pull (from docker.io)" in text
+            and "relearn envs load DIR" in text
+        )
         image_map = tmp_path / "images.txt"
         image_map.write_text(f"{INSTANCE} {mapped}\n")
-        for name, options in ((mapped, ["--image-map", str(image_map)]), (templated, ["--image-template", "localhost:5999/team/sweb.eval.{arch}.{instance_key}:v1"])):
+        for name, options in (
+            (mapped, ["--image-map", str(image_map)]),
+            (templated, ["--image-template", "localhost:5999/team/sweb.eval.{arch}.{instance_key}:v1"]),
+        ):
             verdicts = tmp_path / f"{name.replace('/', '_').replace(':', '_')}.jsonl"
             result = cli(relearn_bin, "verify", "-t", str(rows), "-p", str(predictions), "-o", str(verdicts), *options)
             assert result.returncode == 0, result.stdout + result.stderr
@@ -420,7 +490,9 @@ def tiny_image(docker_client: docker.DockerClient) -> str:
         pass
 
 
-def test_pull_reports_progress_retries_what_may_pass_and_names_the_registry_answer(docker_client: docker.DockerClient, tiny_image: str) -> None:
+def test_pull_reports_progress_retries_what_may_pass_and_names_the_registry_answer(
+    docker_client: docker.DockerClient, tiny_image: str
+) -> None:
     with Registry() as registry:
         registry.add_image(docker_client, tiny_image, "team/sweb.eval.x86_64.tiny", "v1")
         registry.chunk_delay_s = 0.02
@@ -431,7 +503,13 @@ def test_pull_reports_progress_retries_what_may_pass_and_names_the_registry_answ
         messages: list[str] = []
         registry.fail_manifests = 2  # the engine's HEAD and its GET fallback both get a 500: this pull fails, the next try works
         try:
-            image_id = pull_image(docker_client, name, backoff_s=0.1, log=messages.append, on_progress=lambda p: seen.append(PullProgress(p.image, dict(p.layers), p.status)))
+            image_id = pull_image(
+                docker_client,
+                name,
+                backoff_s=0.1,
+                log=messages.append,
+                on_progress=lambda p: seen.append(PullProgress(p.image, dict(p.layers), p.status)),
+            )
             assert image_id == source_id
             assert len(messages) == 1 and "try 2 of 4" in messages[0] and "500" in messages[0], messages
             assert any(p.total >= 4 << 20 for p in seen), [p.status for p in seen]
@@ -442,13 +520,18 @@ def test_pull_reports_progress_retries_what_may_pass_and_names_the_registry_answ
         with pytest.raises(PullError) as caught:
             pull_image(docker_client, f"{registry.host}/team/absent:v1", backoff_s=0.1, log=messages.append)
         message = str(caught.value)
-        assert f"pulling {registry.host}/team/absent:v1 from {registry.host} failed: the registry answered:" in message and "manifest unknown" in message
+        assert (
+            f"pulling {registry.host}/team/absent:v1 from {registry.host} failed: the registry answered:" in message
+            and "manifest unknown" in message
+        )
         assert registry.manifest_requests - before <= 2 and len(messages) == 1  # not retried (the engine itself asks twice)
     with pytest.raises(PullError, match=r"failed after 2 tries: .*(connection refused|dial tcp)"):
         pull_image(docker_client, f"{registry.host}/team/sweb.eval.x86_64.tiny:v1", tries=2, backoff_s=0.1)  # the registry is gone
 
 
-def test_envs_load_restores_images_from_tarballs(relearn_bin: str, docker_client: docker.DockerClient, tiny_image: str, tmp_path: Path) -> None:
+def test_envs_load_restores_images_from_tarballs(
+    relearn_bin: str, docker_client: docker.DockerClient, tiny_image: str, tmp_path: Path
+) -> None:
     folder = tmp_path / "images"
     folder.mkdir()
     saved = b"".join(docker_client.images.get(tiny_image).save(named=True))
@@ -464,7 +547,9 @@ def test_envs_load_restores_images_from_tarballs(relearn_bin: str, docker_client
     assert nothing.returncode == 2 and "no image tarballs" in nothing.stderr
 
 
-def test_the_log_keeps_the_test_section_whole(docker_client: docker.DockerClient, images: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_log_keeps_the_test_section_whole(
+    docker_client: docker.DockerClient, images: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The setup may be cut (counted in the verdict); the test command's output never is:
     past its cap the run is not graded rather than graded on a log with a hole in it."""
     import envs.verify as verifier

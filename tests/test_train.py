@@ -41,8 +41,16 @@ def write_dataset(path: Path, rows: list[tuple[list[int], list[int]]]) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     records = [
         {
-            "sample_id": f"s{i}", "trajectory_id": f"t{i}", "input_ids": ids, "loss_mask": mask, "n_tokens": len(ids),
-            "eligible": sum(mask), "excluded": 0, "supervised": sum(mask), "ter": 0.0, "mode": "ross",
+            "sample_id": f"s{i}",
+            "trajectory_id": f"t{i}",
+            "input_ids": ids,
+            "loss_mask": mask,
+            "n_tokens": len(ids),
+            "eligible": sum(mask),
+            "excluded": 0,
+            "supervised": sum(mask),
+            "ter": 0.0,
+            "mode": "ross",
         }  # fmt: skip
         for i, (ids, mask) in enumerate(rows)
     ]
@@ -69,7 +77,9 @@ def lm() -> torch.nn.Module:
     return model
 
 
-def reference_loss(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, norm: str, targets: torch.Tensor | None = None) -> torch.Tensor:
+def reference_loss(
+    model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, norm: str, targets: torch.Tensor | None = None
+) -> torch.Tensor:
     """Full logits, then cross-entropy over the supervised targets: the obvious (memory-hungry) way."""
     targets = ids if targets is None else targets
     logits = model(input_ids=ids).logits.float()  # [B, S, V]
@@ -278,7 +288,9 @@ def test_sequence_parallel_shards_add_up_to_the_whole(lm: torch.nn.Module, norm:
 @pytest.mark.parametrize(("tiny", "bf16"), [("qwen3", False), ("qwen3", True), ("qwen3-moe", False), ("qwen3.5-moe", False)])
 def test_tiny_models_learn_a_repeated_sample(tmp_path: Path, tiny: str, bf16: bool) -> None:
     data = write_dataset(tmp_path / "data", random_rows(1, seed=7, lengths=(48, 49)))
-    opts = TrainOptions(dataset=data, out=tmp_path / "run", tiny=tiny, epochs=5, lr=3e-3, warmup=0, chunk=16, ctx=128, bf16=bf16, progress=False)
+    opts = TrainOptions(
+        dataset=data, out=tmp_path / "run", tiny=tiny, epochs=5, lr=3e-3, warmup=0, chunk=16, ctx=128, bf16=bf16, progress=False
+    )
     summary = train(opts)
     losses = [m["loss"] for m in read_metrics(tmp_path / "run")]
     assert summary.steps == 5 and len(losses) == 5
@@ -305,9 +317,29 @@ def _wait_for_steps(out: Path, n: int, proc: subprocess.Popen[str] | None = None
 
 def test_killed_run_resumes_to_the_uninterrupted_losses(tmp_path: Path) -> None:
     data = write_dataset(tmp_path / "data", random_rows(6, seed=9))
-    common = ["--tiny", "qwen3", "--epochs", "1", "--lr", "2e-3", "--warmup", "2", "--chunk", "8", "--ctx", "64", "--no-progress", "--save-every", "2"]
+    common = [
+        "--tiny",
+        "qwen3",
+        "--epochs",
+        "1",
+        "--lr",
+        "2e-3",
+        "--warmup",
+        "2",
+        "--chunk",
+        "8",
+        "--ctx",
+        "64",
+        "--no-progress",
+        "--save-every",
+        "2",
+    ]
     # Uninterrupted: 6 steps, in this process.
-    train(TrainOptions(dataset=data, out=tmp_path / "whole", tiny="qwen3", epochs=1, lr=2e-3, warmup=2, chunk=8, ctx=64, max_steps=6, progress=False))
+    train(
+        TrainOptions(
+            dataset=data, out=tmp_path / "whole", tiny="qwen3", epochs=1, lr=2e-3, warmup=2, chunk=8, ctx=64, max_steps=6, progress=False
+        )
+    )
     whole = [m["loss"] for m in read_metrics(tmp_path / "whole")]
     # Interrupted for real: the CLI in a subprocess is SIGKILLed (no cleanup) once step 3 is
     # logged, i.e. after its step-2 checkpoint and possibly while writing the step-4 one.

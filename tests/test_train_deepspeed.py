@@ -40,7 +40,9 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def reference(data: Path, tmp_path_factory: pytest.TempPathFactory) -> list[float]:
     out = tmp_path_factory.mktemp("single") / "run"
-    opts = TrainOptions(dataset=data, out=out, tiny="qwen3", epochs=1, lr=2e-3, warmup=1, chunk=4, ctx=64, batch_trajectories=2, progress=False)
+    opts = TrainOptions(
+        dataset=data, out=out, tiny="qwen3", epochs=1, lr=2e-3, warmup=1, chunk=4, ctx=64, batch_trajectories=2, progress=False
+    )
     train(opts)
     losses = [m["loss"] for m in read_metrics(out)]
     assert len(losses) == 3

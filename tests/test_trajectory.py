@@ -72,9 +72,7 @@ def test_role_rules() -> None:
 
 def test_arguments_must_be_an_object() -> None:
     with pytest.raises(ValidationError, match="arguments"):
-        Message.model_validate(
-            {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}
-        )
+        Message.model_validate({"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": '{"a": 1}'}}]})
 
 
 def test_exit_status_vocabulary() -> None:

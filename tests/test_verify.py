@@ -127,7 +127,9 @@ def test_slow_tests_time_out_cleanly(docker_client: docker.DockerClient, images:
     assert verdict.durations_s["tests"] < 1.0 + 8.0
 
 
-def test_audit_flags_an_image_whose_history_has_the_fix(docker_client: docker.DockerClient, base_image: str, images: dict[str, str]) -> None:
+def test_audit_flags_an_image_whose_history_has_the_fix(
+    docker_client: docker.DockerClient, base_image: str, images: dict[str, str]
+) -> None:
     task = _with_feature("git_history_exposes_fix")
     clean = audit(docker_client, task, images[task.instance_id])
     assert not clean.flagged and clean.error is None
@@ -142,7 +144,9 @@ def test_audit_flags_an_image_whose_history_has_the_fix(docker_client: docker.Do
     assert verify(docker_client, task, task.patch, leaky_image).resolved
 
 
-def test_batch_is_parallel_and_resumable(docker_client: docker.DockerClient, base_image: str, images: dict[str, str], tmp_path: Path) -> None:
+def test_batch_is_parallel_and_resumable(
+    docker_client: docker.DockerClient, base_image: str, images: dict[str, str], tmp_path: Path
+) -> None:
     chosen = {i: BY_ID[i] for i in IDS[:2]}
     predictions = [Prediction(i, t.patch, "gold") for i, t in chosen.items()] + [Prediction(i, "", "empty") for i in chosen]
     output = tmp_path / "verdicts.jsonl"
@@ -159,7 +163,9 @@ def test_predictions_files(tmp_path: Path) -> None:
     (tmp_path / "preds.json").write_text('{"a": {"model_name_or_path": "m", "model_patch": "x"}}')
     predictions, errors = load_predictions(tmp_path / "preds.json")
     assert [(p.instance_id, p.patch) for p in predictions] == [("a", "x")] and not errors
-    (tmp_path / "preds.jsonl").write_text('{"instance_id": "a", "model_patch": null}\n{"model_patch": "x"}\n{"instance_id": "b", "model_patch": 3}\n')
+    (tmp_path / "preds.jsonl").write_text(
+        '{"instance_id": "a", "model_patch": null}\n{"model_patch": "x"}\n{"instance_id": "b", "model_patch": 3}\n'
+    )
     predictions, errors = load_predictions(tmp_path / "preds.jsonl")
     assert [p.instance_id for p in predictions] == ["a"]
     assert [str(e).split(": ", 1)[1] for e in errors] == ["instance_id: missing or not a string", "model_patch: expected string, got int"]
@@ -170,12 +176,14 @@ def test_harbor_task(docker_client: docker.DockerClient, base_image: str, tmp_pa
     (folder / "environment").mkdir(parents=True)
     (folder / "tests").mkdir()
     (folder / "instruction.md").write_text("Create /app/hello.txt with the text 'Hello, world!'.\n")
-    (folder / "environment" / "Dockerfile").write_text(f"FROM {base_image}\nRUN mkdir -p /app && cd /app && git init -q && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m base\nWORKDIR /app\n")
+    (folder / "environment" / "Dockerfile").write_text(
+        f"FROM {base_image}\nRUN mkdir -p /app && cd /app && git init -q && git -c user.name=t -c user.email=t@t commit -q --allow-empty -m base\nWORKDIR /app\n"
+    )
     (folder / "tests" / "test.sh").write_text(
         "#!/bin/bash\nif [ \"$(cat /app/hello.txt)\" = 'Hello, world!' ]; then echo 1 > /logs/verifier/reward.txt; "
         "else echo 0 > /logs/verifier/reward.txt; fi\n"
     )
-    (folder / "task.toml").write_text('[verifier]\ntimeout_sec = 60.0\n')
+    (folder / "task.toml").write_text("[verifier]\ntimeout_sec = 60.0\n")
     (task,), _ = load_tasks(folder)
     image = task_image(docker_client, task)
     patch = "diff --git a/hello.txt b/hello.txt\nnew file mode 100644\n--- /dev/null\n+++ b/hello.txt\n@@ -0,0 +1 @@\n+Hello, world!\n"
@@ -217,7 +225,7 @@ def test_the_shapes_real_patches_take_still_apply(docker_client: docker.DockerCl
 
 def test_a_test_patch_that_does_not_apply_is_an_error_not_a_grade(docker_client: docker.DockerClient, images: dict[str, str]) -> None:
     task = BY_ID["mini__calc-1"]
-    broken = task.model_copy(update={"test_patch": task.test_patch.replace(' def test_missing_closing_paren():', ' def test_not_there():')})
+    broken = task.model_copy(update={"test_patch": task.test_patch.replace(" def test_missing_closing_paren():", " def test_not_there():")})
     verdict = verify(docker_client, broken, task.patch, images[task.instance_id])
     assert not verdict.resolved and verdict.tests is None
     assert verdict.error.startswith("the test setup failed, nothing was graded: setup step failed: git apply -v"), verdict.error
@@ -237,7 +245,10 @@ def test_the_eval_script_is_split_into_a_fatal_setup_and_the_test_command(sample
     assert test.splitlines()[2:5] == ["source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed"]
     nonce = phases.canary_path.rsplit("_", 1)[1].removesuffix(".py")
     assert phases.canary_path == f"/testbed/astropy/modeling/tests/test_relearn_canary_{nonce}.py"
-    assert f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml=/tmp/relearn-report-{nonce}/junit.xml -o junit_family=xunit1 {phases.canary_path}" in test
+    assert (
+        f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml=/tmp/relearn-report-{nonce}/junit.xml -o junit_family=xunit1 {phases.canary_path}"
+        in test
+    )
     assert test.rstrip().endswith("relearn_status=$?\nexit $relearn_status")
     for name, script in (("setup.sh", setup), ("test.sh", test)):
         (tmp_path / name).write_text(script)

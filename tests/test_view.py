@@ -52,13 +52,24 @@ def trajectory_a() -> Trajectory:
                     "tool_calls": [call("c1", "shell", command=["bash", "-lc", "cat setup.py"], workdir="/repo")],
                 },
                 {"role": "tool", "tool_call_id": "c1", "name": "shell", "content": LONG_OUTPUT, "metadata": {"exit_code": 0}},
-                {"role": "assistant", "generated": True, "reasoning_content": "It subtracts.", "tool_calls": [call("c2", "apply_patch", input=PATCH_INPUT)]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "reasoning_content": "It subtracts.",
+                    "tool_calls": [call("c2", "apply_patch", input=PATCH_INPUT)],
+                },
                 {"role": "tool", "tool_call_id": "c2", "name": "apply_patch", "content": "Success."},
                 {"role": "assistant", "generated": True, "content": "Fixed: add() returns a + b."},
             ],
             "final_patch": "diff --git a/calc.py b/calc.py\n--- a/calc.py\n+++ b/calc.py\n@@ -1,2 +1,2 @@\n def add(a, b):\n-    return a - b\n+    return a + b\n",
             "exit_status": "submitted",
-            "outcome": {"resolved": True, "reward": 1.0, "verdict": {"tests": {"FAIL_TO_PASS": {"success": ["t1"], "failure": []}, "PASS_TO_PASS": {"success": ["t2", "t3"], "failure": []}}}},
+            "outcome": {
+                "resolved": True,
+                "reward": 1.0,
+                "verdict": {
+                    "tests": {"FAIL_TO_PASS": {"success": ["t1"], "failure": []}, "PASS_TO_PASS": {"success": ["t2", "t3"], "failure": []}}
+                },
+            },
         }
     )
 
@@ -72,7 +83,12 @@ def trajectory_b() -> Trajectory:
             "attempt": 1,
             "messages": [
                 {"role": "user", "content": "Fix add() in calc.py."},
-                {"role": "assistant", "generated": True, "content": "Running the tests.", "tool_calls": [call("c1", "shell", command=["pytest"])]},
+                {
+                    "role": "assistant",
+                    "generated": True,
+                    "content": "Running the tests.",
+                    "tool_calls": [call("c1", "shell", command=["pytest"])],
+                },
                 {"role": "tool", "tool_call_id": "c1", "content": "1 failed: needle-b"},
             ],
             "exit_status": "turns_exhausted",
@@ -101,7 +117,9 @@ def defect(t: Trajectory, index: int, field: str, quote: str, category: str, des
     text = field_text(t.messages[index], field)
     assert text is not None and quote in text
     start = text.index(quote)
-    return Defect(message_index=index, field=field, start=start, end=start + len(quote), quote=quote, category=category, description=description)
+    return Defect(
+        message_index=index, field=field, start=start, end=start + len(quote), quote=quote, category=category, description=description
+    )
 
 
 def reviews_for(a: Trajectory, c: Trajectory) -> list[Review]:
@@ -124,9 +142,19 @@ def reviews_for(a: Trajectory, c: Trajectory) -> list[Review]:
         ),
     ]
     return [
-        Review(trajectory_id=a.id, decision="accept", errors=[{"category": "wrong_hypothesis"}, {"category": "wrong_hypothesis"}, {"category": "other"}], defects=defects_a),
+        Review(
+            trajectory_id=a.id,
+            decision="accept",
+            errors=[{"category": "wrong_hypothesis"}, {"category": "wrong_hypothesis"}, {"category": "other"}],
+            defects=defects_a,
+        ),
         Review(trajectory_id="traj-b", decision="reject", reason="not verified positive"),
-        Review(trajectory_id=c.id, decision="accept", errors=[{"category": "corrected_mistake"}], defects=[defect(c, 1, "content", "I will guess: needle-c.", "corrected_mistake")]),
+        Review(
+            trajectory_id=c.id,
+            decision="accept",
+            errors=[{"category": "corrected_mistake"}],
+            defects=[defect(c, 1, "content", "I will guess: needle-c.", "corrected_mistake")],
+        ),
     ]
 
 
@@ -155,7 +183,10 @@ def files(tmp_path: Path) -> dict[str, Path]:
             {
                 "mode": "ross",
                 "per_turn": False,
-                "per_sample": [{"sample_id": "traj-a", "tokens": 400, "eligible": 100, "excluded": 5, "ter": 0.05}, {"sample_id": "traj-c", "tokens": 50, "eligible": 20, "excluded": 10, "ter": 0.5}],
+                "per_sample": [
+                    {"sample_id": "traj-a", "tokens": 400, "eligible": 100, "excluded": 5, "ter": 0.05},
+                    {"sample_id": "traj-c", "tokens": 50, "eligible": 20, "excluded": 10, "ter": 0.5},
+                ],
                 "excluded_by_category": {"wrong_hypothesis": 3, "corrected_mistake": 12},
             }
         )
@@ -254,7 +285,11 @@ def test_reviews_found_before_their_index_is_built(files: dict[str, Path]) -> No
 
 
 def test_filters(files: dict[str, Path]) -> None:
-    catalog = Catalog(PoolIndex(files["pool"], cache=False).build(), ReviewIndex(files["reviews"], cache=False).build(), DatasetInfo.load(files["dataset"]))
+    catalog = Catalog(
+        PoolIndex(files["pool"], cache=False).build(),
+        ReviewIndex(files["reviews"], cache=False).build(),
+        DatasetInfo.load(files["dataset"]),
+    )
 
     def ids(text: str) -> list[str | None]:
         flt = Filter.parse(text)
@@ -271,7 +306,13 @@ def test_filters(files: dict[str, Path]) -> None:
     assert ids("exit=turns_exhausted") == ["traj-b"]
     assert ids("step=15..30 task=calc-2") == ["traj-c"]
     assert ids("error") == [None]
-    for bad, words in (("color=red", "unknown key .color."), ("ter~3", "not understood"), ("decision=maybe", "accept, reject or none"), ("category=typo", "unknown category typo"), ("ter=abc", "not a number")):
+    for bad, words in (
+        ("color=red", "unknown key .color."),
+        ("ter~3", "not understood"),
+        ("decision=maybe", "accept, reject or none"),
+        ("category=typo", "unknown category typo"),
+        ("ter=abc", "not a number"),
+    ):
         with pytest.raises(ValueError, match=words):
             Filter.parse(bad)
 
@@ -363,7 +404,18 @@ def test_header_and_selection() -> None:
     with console.capture() as captured:
         console.print(TrajectoryView(a, review, position=0, total=3).header())
     text = captured.get()
-    for words in ("trajectory 1/3 · traj-a", "task calc-1", "ckpt @ iter-10 step 10", "✓ resolved", "FAIL_TO_PASS 1/1", "PASS_TO_PASS 2/2", "exit submitted", "review accept", "5 defects", "would enter the dataset (ross)"):
+    for words in (
+        "trajectory 1/3 · traj-a",
+        "task calc-1",
+        "ckpt @ iter-10 step 10",
+        "✓ resolved",
+        "FAIL_TO_PASS 1/1",
+        "PASS_TO_PASS 2/2",
+        "exit submitted",
+        "review accept",
+        "5 defects",
+        "would enter the dataset (ross)",
+    ):
         assert words in text, words
     rejected = TrajectoryView(a, Review(trajectory_id=a.id, decision="reject", reason="too many errors"))
     assert not rejected.selected and "review rejected (too many errors)" in rejected.selection_note().plain
@@ -578,7 +630,11 @@ def test_viewer_navigation_filter_search_and_rendering(files: dict[str, Path]) -
 def test_viewer_opens_filtered_and_at_a_search_hit(files: dict[str, Path]) -> None:
     async def drive() -> None:
         # Indexes still filling: the search waits for the first trajectory on screen.
-        catalog = Catalog(PoolIndex(files["pool"], cache=False).start(), ReviewIndex(files["reviews"], cache=False).start(), DatasetInfo.load(files["dataset"]))
+        catalog = Catalog(
+            PoolIndex(files["pool"], cache=False).start(),
+            ReviewIndex(files["reviews"], cache=False).start(),
+            DatasetInfo.load(files["dataset"]),
+        )
         app = ViewerApp(catalog, flt=Filter.parse("resolved"), search="Success.")
         async with app.run_test(size=(80, 24)) as pilot:
             catalog.pool.join()

@@ -98,7 +98,9 @@ def run_codex_episode(
     workspace = Path(tempfile.mkdtemp(prefix="relearn-gw-"))
     record_path = artifacts / "gateway.jsonl" if artifacts is not None else None
     relay_image = config.relay_image or image
-    gateway = Gateway(spec, budget, record_path=record_path, socket_path=workspace / "gateway.sock", request_token_ids=config.request_token_ids)
+    gateway = Gateway(
+        spec, budget, record_path=record_path, socket_path=workspace / "gateway.sock", request_token_ids=config.request_token_ids
+    )
     gateway.start()
     trajectory = header.model_copy(deep=True)
     trajectory.started_at = trajectory.started_at or now()
@@ -156,7 +158,9 @@ def _run_in(
     gateway.begin()
     clock = time.monotonic()
     # A short grace past the time budget lets a refused call reach Codex and end it cleanly.
-    result = container.exec(command, timeout_s=limit + 2.0, env={"CODEX_HOME": CODEX_HOME, KEY_ENV: gateway.token}, stdin=b"", output_cap=16 << 20)
+    result = container.exec(
+        command, timeout_s=limit + 2.0, env={"CODEX_HOME": CODEX_HOME, KEY_ENV: gateway.token}, stdin=b"", output_cap=16 << 20
+    )
     ended = time.monotonic()
     timings.codex = ended - clock
     if gateway.first_request is not None and gateway.last_answer is not None:
@@ -192,7 +196,12 @@ def _run_in(
         trajectory.source = Source(format="codex", format_version=install.version, meta=meta)
     meta.update(
         agent=AGENT,
-        codex={"version": install.version_string, "exit_code": result.exit_code, "timed_out": result.timed_out, "stderr_tail": result.stderr[-2000:] or None},
+        codex={
+            "version": install.version_string,
+            "exit_code": result.exit_code,
+            "timed_out": result.timed_out,
+            "stderr_tail": result.stderr[-2000:] or None,
+        },
         gateway=gateway.summary(),
         ledger=gateway.ledger.to_dict(),
         budget=budget.to_dict(),
@@ -236,7 +245,9 @@ def _import(text: str | None, artifacts: Path | None) -> tuple[Trajectory | None
     return result.trajectory, None
 
 
-def _exit_status(gateway: Gateway, timed_out: bool, exit_code: int | None, imported: Trajectory | None, import_error: str | None) -> ExitStatus:
+def _exit_status(
+    gateway: Gateway, timed_out: bool, exit_code: int | None, imported: Trajectory | None, import_error: str | None
+) -> ExitStatus:
     if gateway.refused is not None:
         return gateway.refused
     if timed_out:
@@ -273,7 +284,9 @@ def _attach_call_data(messages: list[Message], gateway: Gateway, spec: PolicySpe
 
 
 def _usage(messages: list[Message], gateway: Gateway) -> Usage:
-    usage = Usage(input_tokens=0, cached_input_tokens=0, output_tokens=0, reasoning_output_tokens=0, cost_usd=0.0, api_calls=gateway.ledger.turns)
+    usage = Usage(
+        input_tokens=0, cached_input_tokens=0, output_tokens=0, reasoning_output_tokens=0, cost_usd=0.0, api_calls=gateway.ledger.turns
+    )
     for message in messages:
         if message.usage is None:
             continue

@@ -82,7 +82,9 @@ class CodexCliConfig:
     def __post_init__(self) -> None:
         levels = [level.get("effort") for level in self.install.catalog_template().get("supported_reasoning_levels") or []]
         if self.reasoning_effort is not None and levels and self.reasoning_effort not in levels:
-            raise ValueError(f"reasoning effort {self.reasoning_effort!r} is not one Codex {self.install.version} offers for this model entry: {', '.join(levels)}")
+            raise ValueError(
+                f"reasoning effort {self.reasoning_effort!r} is not one Codex {self.install.version} offers for this model entry: {', '.join(levels)}"
+            )
 
 
 def catalog_entry(config: CodexCliConfig, model: str) -> dict[str, Any]:
@@ -201,7 +203,9 @@ def probe(config: CodexCliConfig, model: str) -> dict[str, Any]:
     learn exactly which tool schemas and instructions Codex offers with this config:
     the manifest records them before any episode runs. Runs no command."""
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
-        raise RuntimeError(f"the codex-cli agent needs a Linux x86_64 host (the binary is {config.install.binary}); this is {platform.system()} {platform.machine()}")
+        raise RuntimeError(
+            f"the codex-cli agent needs a Linux x86_64 host (the binary is {config.install.binary}); this is {platform.system()} {platform.machine()}"
+        )
     seen: list[dict[str, Any]] = []
 
     class Stub(BaseHTTPRequestHandler):
@@ -238,7 +242,16 @@ def probe(config: CodexCliConfig, model: str) -> dict[str, Any]:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         (home / "config.toml").write_text(toml(codex_config(config, model, url, str(home), 60)))
         (home / "catalog.json").write_text(json.dumps({"models": [catalog_entry(config, model)]}))
-        command = [str(config.install.binary), "exec", "--json", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "-C", str(work), "probe"]
+        command = [
+            str(config.install.binary),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+            "-C",
+            str(work),
+            "probe",
+        ]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "CODEX_HOME": str(home), KEY_ENV: "probe"}
         result = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120)
     finally:
@@ -249,8 +262,14 @@ def probe(config: CodexCliConfig, model: str) -> dict[str, Any]:
         raise RuntimeError(f"codex made no model call in the probe (exit {result.returncode}): {result.stderr[-1500:]}")
     request = seen[0]
     # The text only: each message item also carries a fresh id.
-    instructions = [[part.get("text") for part in item.get("content") or []] for item in request.get("input", []) if item.get("role") == "developer"]
-    return {"tools": request.get("tools") or [], "instructions_digest": hashlib.sha256(json.dumps(instructions, sort_keys=True).encode()).hexdigest()[:16], "request_keys": sorted(request)}
+    instructions = [
+        [part.get("text") for part in item.get("content") or []] for item in request.get("input", []) if item.get("role") == "developer"
+    ]
+    return {
+        "tools": request.get("tools") or [],
+        "instructions_digest": hashlib.sha256(json.dumps(instructions, sort_keys=True).encode()).hexdigest()[:16],
+        "request_keys": sorted(request),
+    }
 
 
 def scaffold(config: CodexCliConfig, model: str, probed: dict[str, Any]) -> dict[str, Any]:

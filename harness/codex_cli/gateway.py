@@ -82,7 +82,9 @@ class Gateway:
         request_token_ids: bool = False,
     ) -> None:
         if spec.kind != "responses":
-            raise ValueError(f"the Codex gateway forwards the Responses API; the policy endpoint must be kind 'responses', not {spec.kind!r}")
+            raise ValueError(
+                f"the Codex gateway forwards the Responses API; the policy endpoint must be kind 'responses', not {spec.kind!r}"
+            )
         if not spec.base_url:
             raise ValueError("the Codex gateway needs the policy endpoint's base_url")
         self.spec = spec
@@ -176,10 +178,20 @@ class Gateway:
         path = request.path.split("?", 1)[0]
         if request.command != "POST" or not path.endswith("/responses"):
             # Codex may probe other endpoints (model discovery); the gateway serves one.
-            self._finish(request, received, at, path, None, 404, error_body("not_found", f"the relearn gateway serves POST /v1/responses, not {request.command} {path}"))
+            self._finish(
+                request,
+                received,
+                at,
+                path,
+                None,
+                404,
+                error_body("not_found", f"the relearn gateway serves POST /v1/responses, not {request.command} {path}"),
+            )
             return
         if request.headers.get("Authorization") != f"Bearer {self.token}":
-            self._finish(request, received, at, path, None, 401, error_body("invalid_api_key", "the relearn gateway does not know this key"))
+            self._finish(
+                request, received, at, path, None, 401, error_body("invalid_api_key", "the relearn gateway does not know this key")
+            )
             return
         try:
             body = json.loads(decoded_body(request))
@@ -209,9 +221,16 @@ class Gateway:
             kind = ExitStatus.context_overflow if status == 400 and is_context_overflow(text) else ExitStatus.policy_error
             with self._lock:
                 if self.upstream_error is None:
-                    self.upstream_error = {"status": status, "exit_status": kind.value, "error": failure or text[:2000], "attempts": attempts}
+                    self.upstream_error = {
+                        "status": status,
+                        "exit_status": kind.value,
+                        "error": failure or text[:2000],
+                        "attempts": attempts,
+                    }
             out_status = status if 400 <= status < 600 else 502
-            self._finish(request, received, at, path, body, out_status, error, overrides=overrides, upstream=(status, attempts, upstream_ms))
+            self._finish(
+                request, received, at, path, body, out_status, error, overrides=overrides, upstream=(status, attempts, upstream_ms)
+            )
             return
         response = payload
         notes = complete_response(response)
@@ -238,7 +257,9 @@ class Gateway:
             ExitStatus.time_exhausted: round(self.ledger.seconds, 1),
             ExitStatus.cost_exhausted: round(self.ledger.cost_usd, 6),
         }[reason]
-        message = f"relearn gateway: the episode's budget is spent ({reason.value}: {spent} of {limit} {unit}, {field}); no further model calls"
+        message = (
+            f"relearn gateway: the episode's budget is spent ({reason.value}: {spent} of {limit} {unit}, {field}); no further model calls"
+        )
         return error_body("budget_exhausted", message, code=reason.value)
 
     def _upstream_body(self, body: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -265,7 +286,9 @@ class Gateway:
             attempt += 1
             retry_after: float | None = None
             try:
-                with urllib.request.urlopen(urllib.request.Request(url, data=data, headers=headers, method="POST"), timeout=spec.timeout_s) as response:  # noqa: S310 (the configured policy endpoint)
+                with urllib.request.urlopen(
+                    urllib.request.Request(url, data=data, headers=headers, method="POST"), timeout=spec.timeout_s
+                ) as response:  # noqa: S310 (the configured policy endpoint)
                     raw = response.read()
                 try:
                     return 200, json.loads(raw), attempt, None

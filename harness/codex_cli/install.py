@@ -86,7 +86,9 @@ class CodexInstall:
         for model in self.bundled_models():
             if model.get("slug") == CATALOG_TEMPLATE:
                 return model
-        raise InstallError(f"{self.folder / 'models-bundled.json'}: no catalog entry {CATALOG_TEMPLATE!r} in codex {self.version}'s bundled models")
+        raise InstallError(
+            f"{self.folder / 'models-bundled.json'}: no catalog entry {CATALOG_TEMPLATE!r} in codex {self.version}'s bundled models"
+        )
 
 
 def cache_root() -> Path:
@@ -134,7 +136,9 @@ def installed(version: str = CODEX_VERSION, cache: Path | None = None) -> CodexI
     """The cached install, never a download: what runs use (set-up fetched it)."""
     folder = (Path(cache) if cache is not None else cache_root()) / version
     if not (folder / INSTALL_RECORD).is_file():
-        raise InstallError(f"codex-cli {version} is not installed in {folder}; run `python -m harness.codex_cli.install` (part of `make setup`)")
+        raise InstallError(
+            f"codex-cli {version} is not installed in {folder}; run `python -m harness.codex_cli.install` (part of `make setup`)"
+        )
     return load(folder)
 
 
@@ -144,17 +148,25 @@ def load(folder: Path) -> CodexInstall:
     try:
         record = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise InstallError(f"{path}: unreadable install record ({exc}); delete {folder} and run `python -m harness.codex_cli.install`") from None
+        raise InstallError(
+            f"{path}: unreadable install record ({exc}); delete {folder} and run `python -m harness.codex_cli.install`"
+        ) from None
     if record.get("layout") != LAYOUT:
         raise InstallError(f"{path}: layout {record.get('layout')!r}, this relearn writes {LAYOUT}; delete {folder} and install again")
     for name, digest in record["sha256"].items():
         actual = _sha256(folder / name) if (folder / name).is_file() else "missing"
         if actual != digest:
-            raise InstallError(f"{folder / name}: sha256 {actual} differs from {digest} recorded at install ({path}); delete {folder} and install again")
-    return CodexInstall(version=record["version"], folder=folder, integrity=record["integrity"], pinned=record["pinned"], sha256=record["sha256"])
+            raise InstallError(
+                f"{folder / name}: sha256 {actual} differs from {digest} recorded at install ({path}); delete {folder} and install again"
+            )
+    return CodexInstall(
+        version=record["version"], folder=folder, integrity=record["integrity"], pinned=record["pinned"], sha256=record["sha256"]
+    )
 
 
-def _fetch_and_unpack(version: str, expected: str | None, registry: str, staging: Path, use_npm: bool | None, log: Callable[[str], None]) -> dict[str, Any]:
+def _fetch_and_unpack(
+    version: str, expected: str | None, registry: str, staging: Path, use_npm: bool | None, log: Callable[[str], None]
+) -> dict[str, Any]:
     spec = f"{PACKAGE}@{version}-{PLATFORM}"
     download = staging / "download"
     download.mkdir()
@@ -170,7 +182,9 @@ def _fetch_and_unpack(version: str, expected: str | None, registry: str, staging
         tarball, reported = _http_fetch(spec, version, registry, download)
     actual = _integrity(tarball)
     if expected is not None and actual != expected:
-        raise InstallError(f"{spec}: the tarball's integrity {actual} differs from the pinned {expected} (harness/codex_cli/install.py INTEGRITY); refusing to install it")
+        raise InstallError(
+            f"{spec}: the tarball's integrity {actual} differs from the pinned {expected} (harness/codex_cli/install.py INTEGRITY); refusing to install it"
+        )
     if reported and reported != actual:
         raise InstallError(f"{spec}: the tarball's integrity {actual} differs from the registry's {reported}")
     if expected is None:
@@ -179,7 +193,15 @@ def _fetch_and_unpack(version: str, expected: str | None, registry: str, staging
     digests = _unpack(tarball, staging)
     shutil.rmtree(download)
     _check_binary(staging, version)
-    return {"layout": LAYOUT, "version": version, "package": spec, "integrity": actual, "pinned": expected is not None, "sha256": digests, "registry": registry}
+    return {
+        "layout": LAYOUT,
+        "version": version,
+        "package": spec,
+        "integrity": actual,
+        "pinned": expected is not None,
+        "sha256": digests,
+        "registry": registry,
+    }
 
 
 def _registry() -> str:
@@ -258,20 +280,26 @@ def _check_binary(staging: Path, version: str) -> None:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "CODEX_HOME": str(home)}
     try:
         said = subprocess.run([str(staging / "codex"), "--version"], capture_output=True, text=True, env=env, timeout=60)
-        models = subprocess.run([str(staging / "codex"), "debug", "models", "--bundled"], capture_output=True, text=True, env=env, timeout=60)
+        models = subprocess.run(
+            [str(staging / "codex"), "debug", "models", "--bundled"], capture_output=True, text=True, env=env, timeout=60
+        )
     except OSError as exc:
         raise InstallError(f"{staging / 'codex'} does not run on this machine ({exc})") from None
     finally:
         shutil.rmtree(home, ignore_errors=True)
     if said.returncode != 0 or said.stdout.strip() != f"codex-cli {version}":
-        raise InstallError(f"{staging / 'codex'} --version said {said.stdout.strip() or said.stderr.strip()!r}, expected 'codex-cli {version}'")
+        raise InstallError(
+            f"{staging / 'codex'} --version said {said.stdout.strip() or said.stderr.strip()!r}, expected 'codex-cli {version}'"
+        )
     try:
         catalog = json.loads(models.stdout)
         slugs = [m["slug"] for m in catalog["models"]]
     except (json.JSONDecodeError, KeyError, TypeError):
         raise InstallError(f"`codex debug models --bundled` printed no model catalog:\n{models.stderr[-1000:]}") from None
     if CATALOG_TEMPLATE not in slugs:
-        raise InstallError(f"codex {version} ships no catalog entry {CATALOG_TEMPLATE!r} (has {slugs}); update CATALOG_TEMPLATE in harness/codex_cli/install.py")
+        raise InstallError(
+            f"codex {version} ships no catalog entry {CATALOG_TEMPLATE!r} (has {slugs}); update CATALOG_TEMPLATE in harness/codex_cli/install.py"
+        )
     (staging / "models-bundled.json").write_text(models.stdout)
 
 

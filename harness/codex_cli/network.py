@@ -194,5 +194,4 @@ def sweep_networks(client: docker.DockerClient, *, everything: bool = False) -> 
                 pass  # still has a container attached; the next sweep gets it
     return removed
 
-
     return True

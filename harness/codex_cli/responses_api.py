@@ -42,7 +42,9 @@ def requests(path: Path) -> Iterator[dict[str, Any]]:
 
 def events(response: dict[str, Any]) -> list[dict[str, Any]]:
     """A whole Responses API answer as the event stream Codex reads."""
-    final = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}.get(response.get("status") or "completed", "response.completed")
+    final = {"completed": "response.completed", "incomplete": "response.incomplete", "failed": "response.failed"}.get(
+        response.get("status") or "completed", "response.completed"
+    )
     stream: list[dict[str, Any]] = [{"type": "response.created", "response": {**response, "status": "in_progress", "output": []}}]
     for index, item in enumerate(response.get("output") or []):
         stream.append({"type": "response.output_item.added", "output_index": index, "item": item})
@@ -73,7 +75,13 @@ def complete_response(response: dict[str, Any]) -> list[str]:
         response["id"] = "resp_relearn_" + secrets.token_hex(8)
         notes.append("the policy server's response had no id; one was given")
     if not isinstance(response.get("usage"), dict):
-        response["usage"] = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0, "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
+        response["usage"] = {
+            "input_tokens": 0,
+            "output_tokens": 0,
+            "total_tokens": 0,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
         notes.append("the policy server's response had no usage; zeros were sent to Codex (token and cost budgets cannot count this call)")
     if not isinstance(response.get("output"), list):
         response["output"] = []

@@ -107,8 +107,7 @@ def to_atif(trajectory: Trajectory, agent_name: str = "relearn", agent_version: 
                 step["reasoning_content"] = message.reasoning_content
             if message.tool_calls:
                 step["tool_calls"] = [
-                    {"tool_call_id": c.id, "function_name": c.function.name, "arguments": c.function.arguments}
-                    for c in message.tool_calls
+                    {"tool_call_id": c.id, "function_name": c.function.name, "arguments": c.function.arguments} for c in message.tool_calls
                 ]
             metrics = _metrics(message.usage, message)
             if metrics:

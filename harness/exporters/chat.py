@@ -68,7 +68,10 @@ def to_row(trajectory: Trajectory, preset: str | None = None) -> dict[str, Any]:
             "messages": messages,
             "tools": trajectory.tools,
             "resolved": resolved,
-            "test_result": {**(columns.get("test_result") if isinstance(columns.get("test_result"), dict) else {}), "git_patch": trajectory.final_patch},
+            "test_result": {
+                **(columns.get("test_result") if isinstance(columns.get("test_result"), dict) else {}),
+                "git_patch": trajectory.final_patch,
+            },
         }
     if preset == "swe-smith":
         return {
@@ -122,7 +125,15 @@ def _openai_messages(trajectory: Trajectory, *, keep_training_fields: bool) -> l
         if row.get("tool_calls"):
             # Text the model wrote that was not a JSON object goes back as it was written.
             row["tool_calls"] = [
-                {**call, "function": {"name": call["function"]["name"], "arguments": original.raw_arguments if original.raw_arguments is not None else json.dumps(original.function.arguments, ensure_ascii=False)}}
+                {
+                    **call,
+                    "function": {
+                        "name": call["function"]["name"],
+                        "arguments": original.raw_arguments
+                        if original.raw_arguments is not None
+                        else json.dumps(original.function.arguments, ensure_ascii=False),
+                    },
+                }
                 for call, original in zip(row["tool_calls"], source.tool_calls or [], strict=True)
             ]
         if keep_training_fields and source.role == "assistant":
@@ -208,10 +219,34 @@ def _schema(preset: str | None) -> Any:
     )
     nebius = pa.list_(pa.struct([("role", text), ("text", text), ("mask", flag)]))
     fields = {
-        None: [("id", text), ("instance_id", text), ("messages", openai), ("tools", text), ("resolved", flag), ("reward", real), ("patch", text), ("model", text), ("exit_status", text)],
-        "swe-gym": [("instance_id", text), ("run_id", text), ("messages", openai), ("tools", text), ("resolved", flag), ("test_result", text)],
+        None: [
+            ("id", text),
+            ("instance_id", text),
+            ("messages", openai),
+            ("tools", text),
+            ("resolved", flag),
+            ("reward", real),
+            ("patch", text),
+            ("model", text),
+            ("exit_status", text),
+        ],
+        "swe-gym": [
+            ("instance_id", text),
+            ("run_id", text),
+            ("messages", openai),
+            ("tools", text),
+            ("resolved", flag),
+            ("test_result", text),
+        ],
         "swe-smith": [("instance_id", text), ("traj_id", text), ("model", text), ("messages", openai), ("resolved", flag), ("patch", text)],
-        "nebius-swe-agent": [("instance_id", text), ("model_name", text), ("target", flag), ("trajectory", nebius), ("exit_status", text), ("generated_patch", text)],
+        "nebius-swe-agent": [
+            ("instance_id", text),
+            ("model_name", text),
+            ("target", flag),
+            ("trajectory", nebius),
+            ("exit_status", text),
+            ("generated_patch", text),
+        ],
         "swe-rebench-openhands": [
             ("trajectory_id", text),
             ("instance_id", text),

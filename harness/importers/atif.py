@@ -155,7 +155,12 @@ def _context_management(step: Fields, diag: Diagnostics) -> dict[str, Any] | Non
 
 
 def _context_step(
-    step: Fields, management: dict[str, Any], messages: list[Message], resets: list[ContextReset], links: list[TrajectoryLink], diag: Diagnostics
+    step: Fields,
+    management: dict[str, Any],
+    messages: list[Message],
+    resets: list[ContextReset],
+    links: list[TrajectoryLink],
+    diag: Diagnostics,
 ) -> None:
     """A context-management step: its observation's contents are what later calls see."""
     kind, boundary = str(management.get("type") or "compaction"), str(management.get("boundary") or "replace")
@@ -173,8 +178,13 @@ def _context_step(
         return
     known = boundary == "replace" and len(messages) > start
     if not known:
-        diag.warn(None, f"{step.prefix}: {kind} with boundary {boundary!r} and no replacement content: what later turns saw is unknown, and they are not trained on")
-    resets.append(ContextReset(message_index=start, reason="compacted" if kind == "compaction" else f"atif:{kind}", replacement_known=known))
+        diag.warn(
+            None,
+            f"{step.prefix}: {kind} with boundary {boundary!r} and no replacement content: what later turns saw is unknown, and they are not trained on",
+        )
+    resets.append(
+        ContextReset(message_index=start, reason="compacted" if kind == "compaction" else f"atif:{kind}", replacement_known=known)
+    )
 
 
 def _links_of(result: Fields, links: list[TrajectoryLink], message_index: int) -> bool:
@@ -188,14 +198,22 @@ def _links_of(result: Fields, links: list[TrajectoryLink], message_index: int) -
 
 def _subagents(parent: Trajectory, document: Any, path: Path, diag: Diagnostics) -> list[Trajectory]:
     """The sub-agent trajectories ``parent`` references, each linked to it (and it to them)."""
-    embedded = {d.get("trajectory_id"): d for d in document.get("subagent_trajectories") or [] if isinstance(d, dict)} if isinstance(document, dict) else {}
+    embedded = (
+        {d.get("trajectory_id"): d for d in document.get("subagent_trajectories") or [] if isinstance(d, dict)}
+        if isinstance(document, dict)
+        else {}
+    )
     children: list[Trajectory] = []
     for link in parent.links or []:
         ref = link.ref or {}
         child_doc, where = None, str(path)
         if ref.get("trajectory_id") in embedded:
             child_doc, where = embedded[ref["trajectory_id"]], f"{path}#subagent_trajectories[{ref['trajectory_id']}]"
-        elif isinstance(ref.get("trajectory_path"), str) and "://" not in ref["trajectory_path"] and not ref["trajectory_path"].startswith("/"):
+        elif (
+            isinstance(ref.get("trajectory_path"), str)
+            and "://" not in ref["trajectory_path"]
+            and not ref["trajectory_path"].startswith("/")
+        ):
             file = path.parent / ref["trajectory_path"]
             if file.is_file():
                 child_doc, where = read_json_document(file), str(file)
@@ -203,7 +221,10 @@ def _subagents(parent: Trajectory, document: Any, path: Path, diag: Diagnostics)
             diag.warn(None, f"sub-agent reference {ref} does not resolve to a trajectory in the document or beside {path.name}")
             continue
         child = convert(child_doc, where, diag)
-        child.links = [*(child.links or []), TrajectoryLink(relation="parent", trajectory_id=parent.id, message_index=link.message_index, ref=ref, resolved=True)]
+        child.links = [
+            *(child.links or []),
+            TrajectoryLink(relation="parent", trajectory_id=parent.id, message_index=link.message_index, ref=ref, resolved=True),
+        ]
         link.trajectory_id, link.resolved = child.id, True
         children.append(child)
     return children
@@ -294,7 +315,9 @@ def _step_messages(step: Fields, links: list[TrajectoryLink], at: int, diag: Dia
             content, result_parts = _content(result.get("content", (str, list), default=""))
             call_id = result.str("source_call_id")
             linked = _links_of(result, links, at + len(messages))
-            result_extra: dict[str, Any] = {k: v for k, v in result.data.items() if k not in ("content", "source_call_id", "subagent_trajectory_ref")}
+            result_extra: dict[str, Any] = {
+                k: v for k, v in result.data.items() if k not in ("content", "source_call_id", "subagent_trajectory_ref")
+            }
             if result_parts is not None:
                 result_extra["content_parts"] = result_parts
             result_extra["atif_observation_of"] = step.data.get("step_id")

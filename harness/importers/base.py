@@ -268,7 +268,9 @@ def chat_message(
     )
 
 
-def imported_outcome(fmt: str, *, reward: float | None = None, resolved: bool | None = None, details: dict[str, Any] | None = None) -> Outcome | None:
+def imported_outcome(
+    fmt: str, *, reward: float | None = None, resolved: bool | None = None, details: dict[str, Any] | None = None
+) -> Outcome | None:
     """The source's own grade, kept as the outcome until ``relearn verify`` grades the patch.
 
     ``verdict.imported_from`` says the grade was read from the file and never re-verified

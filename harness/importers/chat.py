@@ -111,12 +111,22 @@ class ChatOptions:
 
 
 PRESETS: dict[str, ChatOptions] = {
-    "swe-gym": ChatOptions(preset="swe-gym", id="run_id,instance_id", patch="test_result.git_patch", known=frozenset({"run_id", "test_result"})),
+    "swe-gym": ChatOptions(
+        preset="swe-gym", id="run_id,instance_id", patch="test_result.git_patch", known=frozenset({"run_id", "test_result"})
+    ),
     "swe-smith": ChatOptions(preset="swe-smith", id="traj_id", model="model"),
     "nebius-swe-agent": ChatOptions(
-        preset="nebius-swe-agent", messages="trajectory", tools=None, resolved="target", patch="generated_patch", model="model_name", known=frozenset({"eval_logs"})
+        preset="nebius-swe-agent",
+        messages="trajectory",
+        tools=None,
+        resolved="target",
+        patch="generated_patch",
+        model="model_name",
+        known=frozenset({"eval_logs"}),
     ),
-    "swe-rebench-openhands": ChatOptions(preset="swe-rebench-openhands", messages="trajectory", id="trajectory_id", patch="model_patch", known=frozenset({"repo"})),
+    "swe-rebench-openhands": ChatOptions(
+        preset="swe-rebench-openhands", messages="trajectory", id="trajectory_id", patch="model_patch", known=frozenset({"repo"})
+    ),
 }
 
 
@@ -405,7 +415,11 @@ class _Messages:
         if isinstance(content, list):
             extra["content_parts"] = content
             content = text_of_parts(content)
-        calls = [self.call(index, number, call) for number, call in enumerate(item.items("tool_calls"))] if role == "assistant" and data.get("tool_calls") else None
+        calls = (
+            [self.call(index, number, call) for number, call in enumerate(item.items("tool_calls"))]
+            if role == "assistant" and data.get("tool_calls")
+            else None
+        )
         if data.get("tool_calls") and role != "assistant":
             raise fail(self.path, self.line, item._name("tool_calls"), f"only assistant messages make tool calls, not {given_role!r}")
         answers = self.answered(item) if role == "tool" else None
@@ -572,7 +586,9 @@ class _PlainMessages:
             message["extra"] = extra
         return message
 
-    def rest(self, data: dict[str, Any], role: str, role_key: str, content_key: str, message: dict[str, Any], extra: dict[str, Any]) -> None:
+    def rest(
+        self, data: dict[str, Any], role: str, role_key: str, content_key: str, message: dict[str, Any], extra: dict[str, Any]
+    ) -> None:
         """A message's fields after ``name``, from keys beside the chat fields: its training mask,
         token ids and log-probs; every other key goes to ``extra``."""
         message["generated"] = self.generated(data, role)

@@ -63,7 +63,19 @@ Message = dict[str, Any]  # one chat message, in the shape of records.trajectory
 
 # The fields in the models' order: a record's dicts are written in it, None left out, which
 # makes its line the one ``Trajectory.model_dump_json`` writes.
-MESSAGE_FIELDS = ("role", "content", "reasoning_content", "tool_calls", "tool_call_id", "name", "generated", "timestamp", "usage", "metadata", "extra")
+MESSAGE_FIELDS = (
+    "role",
+    "content",
+    "reasoning_content",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "generated",
+    "timestamp",
+    "usage",
+    "metadata",
+    "extra",
+)
 POLICY_FIELDS = ("name", "checkpoint", "step", "provider")
 
 FORMAT = "codex"
@@ -465,7 +477,11 @@ class _RolloutReader:
         if current is not None:
             if part == "tool_calls":
                 return current  # calls follow whatever the message holds, other calls too
-            if current.get("tool_calls") is None and current.get("content") is None and (part == "content" or current.get("reasoning_content") is None):
+            if (
+                current.get("tool_calls") is None
+                and current.get("content") is None
+                and (part == "content" or current.get("reasoning_content") is None)
+            ):
                 return current
         message: Message = {"role": "assistant", "generated": True, "timestamp": timestamp}
         self.messages.append(message)

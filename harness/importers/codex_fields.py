@@ -96,7 +96,9 @@ def extra_fields(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:
 # which gives the default or raises the located error.
 
 
-def str_at(data: dict[str, Any], key: str, path: str, number: int, prefix: str, *, required: bool = False, default: str | None = None) -> str | None:
+def str_at(
+    data: dict[str, Any], key: str, path: str, number: int, prefix: str, *, required: bool = False, default: str | None = None
+) -> str | None:
     value = data.get(key)
     if type(value) is str:
         return value
@@ -151,7 +153,11 @@ def tool_output_parts(rollout: RolloutJson, number: int, prefix: str, output: An
                 raise fail(path, number, f"{field}[{index}]", f"expected an object, got {type(part).__name__}")
             if isinstance(part.get("text"), str):
                 texts.append(part["text"])
-        extra = {} if all(isinstance(p.get("text"), str) and set(p) <= {"type", "text"} for p in output) and len(output) == 1 else {"content_parts": output}
+        extra = (
+            {}
+            if all(isinstance(p.get("text"), str) and set(p) <= {"type", "text"} for p in output) and len(output) == 1
+            else {"content_parts": output}
+        )
         return "\n".join(texts), {}, extra
     if isinstance(output, dict):
         # Some writers store the legacy {"output", "metadata"} shape unencoded.
@@ -200,7 +206,13 @@ def tool_call_of(rollout: RolloutJson, number: int, kind: str, data: dict[str, A
         action = Fields(data, path, number, prefix).obj("action", required=True)
         assert action is not None
         arguments = {}
-        for src, dst in (("command", "command"), ("working_directory", "workdir"), ("timeout_ms", "timeout_ms"), ("env", "env"), ("user", "user")):
+        for src, dst in (
+            ("command", "command"),
+            ("working_directory", "workdir"),
+            ("timeout_ms", "timeout_ms"),
+            ("env", "env"),
+            ("user", "user"),
+        ):
             if action.data.get(src) is not None:
                 arguments[dst] = action.data[src]
         if "command" not in arguments:

@@ -70,7 +70,9 @@ def convert(document: Any, path: str, diag: Diagnostics) -> Trajectory:
     top = Fields(document, path, None, "")
     trajectory_format = top.str("trajectory_format")
     if trajectory_format is not None and trajectory_format not in KNOWN_FORMATS:
-        diag.warn(None, f"trajectory_format {trajectory_format!r} is newer than the formats known here; read as {sorted(KNOWN_FORMATS)[-1]}")
+        diag.warn(
+            None, f"trajectory_format {trajectory_format!r} is newer than the formats known here; read as {sorted(KNOWN_FORMATS)[-1]}"
+        )
     info = top.obj("info")
     info_data = info.data if info is not None else {}
     raw_messages = top.list("messages", required=True)

@@ -178,7 +178,9 @@ class _Calls:
         elif kind == "message":
             text, parts = _content(item)
             message.content = text
-            extra.setdefault("message_items", []).append({k: v for k, v in item.data.items() if k not in ("content", *TOKEN_FIELDS)} | parts)
+            extra.setdefault("message_items", []).append(
+                {k: v for k, v in item.data.items() if k not in ("content", *TOKEN_FIELDS)} | parts
+            )
         else:
             call_id = item.str("call_id", required=True) or ""
             name = item.str("name", required=True) or ""
@@ -201,11 +203,20 @@ class _Calls:
         generation = item.get("generation_token_ids", list)
         logprobs = item.get("generation_log_probs", list)
         prompt = item.get("prompt_token_ids", list)
-        for name, values, kinds in (("generation_token_ids", generation, int), ("generation_log_probs", logprobs, (int, float)), ("prompt_token_ids", prompt, int)):
+        for name, values, kinds in (
+            ("generation_token_ids", generation, int),
+            ("generation_log_probs", logprobs, (int, float)),
+            ("prompt_token_ids", prompt, int),
+        ):
             if values and not all(isinstance(v, kinds) and not isinstance(v, bool) for v in values):
                 raise fail(self.path, self.line, item._name(name), "expected an array of numbers")
         if generation and logprobs and len(generation) != len(logprobs):
-            raise fail(self.path, self.line, item._name("generation_log_probs"), f"{len(logprobs)} log-probs for {len(generation)} generated tokens")
+            raise fail(
+                self.path,
+                self.line,
+                item._name("generation_log_probs"),
+                f"{len(logprobs)} log-probs for {len(generation)} generated tokens",
+            )
         extra = dict(message.extra or {})
         if generation:
             message.token_ids = list(generation)
@@ -267,7 +278,13 @@ def _content(item: Fields) -> tuple[str, dict[str, Any]]:
     if isinstance(content, str):
         return content, {}
     texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
-    plain = len(content) == 1 and isinstance(content[0], dict) and set(content[0]) <= {"type", "text", "annotations", "logprobs"} and not content[0].get("annotations") and not content[0].get("logprobs")
+    plain = (
+        len(content) == 1
+        and isinstance(content[0], dict)
+        and set(content[0]) <= {"type", "text", "annotations", "logprobs"}
+        and not content[0].get("annotations")
+        and not content[0].get("logprobs")
+    )
     return "".join(texts) if len(texts) != 1 else texts[0], {} if plain else {"content_parts": content}
 
 
@@ -286,7 +303,9 @@ def _exit_status(response: Fields) -> ExitStatus:
     if details is not None and details.str("reason") == "max_output_tokens":
         return ExitStatus.tokens_exhausted
     status = response.str("status")
-    return {"completed": ExitStatus.submitted, "incomplete": ExitStatus.tokens_exhausted, "failed": ExitStatus.policy_error}.get(status or "", ExitStatus.unknown)
+    return {"completed": ExitStatus.submitted, "incomplete": ExitStatus.tokens_exhausted, "failed": ExitStatus.policy_error}.get(
+        status or "", ExitStatus.unknown
+    )
 
 
 def _usage(fields: Fields | None, calls: int) -> Usage | None:

@@ -165,7 +165,12 @@ def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
             document = read_json_document(path)
         except RecordError:  # the row reader below rejects it, with its location
             document = None
-        if isinstance(document, list) and document and isinstance(document[0], dict) and ("action" in document[0] or "observation" in document[0]):
+        if (
+            isinstance(document, list)
+            and document
+            and isinstance(document[0], dict)
+            and ("action" in document[0] or "observation" in document[0])
+        ):
             return read_guarded(path, lambda diagnostics: [convert_events(document, str(path), None, "", diagnostics)])
     return read_rows(path, lambda row, diagnostics: convert_record(row, str(path), diagnostics), empty="no records")
 
@@ -220,7 +225,10 @@ def _resolved(top: Fields, test_result: Fields | None) -> tuple[bool | None, dic
     """The run's own grade: an evaluation report's ``resolved``, else the resolver's ``success``
     (an LLM's judgement of the result, said so in the details)."""
     report = test_result.obj("report") if test_result is not None else None
-    for source, value in (("test_result.report.resolved", report.data.get("resolved") if report else None), ("resolved", top.data.get("resolved"))):
+    for source, value in (
+        ("test_result.report.resolved", report.data.get("resolved") if report else None),
+        ("resolved", top.data.get("resolved")),
+    ):
         if flag(value) is not None:
             return flag(value), {"field": source, **({"report": report.data} if report else {})}
     if flag(top.data.get("success")) is not None:
@@ -343,7 +351,9 @@ class _Events:
             self.tools = tools
         self.version = fields.str("openhands_version") or self.version
         extra = {"openhands_event": _without(event.data, "args"), "args": _without(args, "content", "tools")}
-        self.messages.append(Message(role="system", content=fields.str("content", default="") or "", timestamp=event.str("timestamp"), extra=extra))
+        self.messages.append(
+            Message(role="system", content=fields.str("content", default="") or "", timestamp=event.str("timestamp"), extra=extra)
+        )
 
     def message_action(self, index: int, event: Fields, args: dict[str, Any], source: str | None) -> None:
         fields = Fields(args, self.path, self.line, f"{event.prefix}.args" if "args" in event.data else event.prefix)
@@ -479,7 +489,17 @@ class _Events:
         meta = {"exit_code": exit_code} if isinstance(exit_code, int) and not isinstance(exit_code, bool) else None
         timestamp = event.str("timestamp")
         if call_id is not None:
-            self.messages.append(Message(role="tool", content=content, tool_call_id=call_id, name=self.open_calls.pop(call_id), timestamp=timestamp, metadata=meta, extra=extra))
+            self.messages.append(
+                Message(
+                    role="tool",
+                    content=content,
+                    tool_call_id=call_id,
+                    name=self.open_calls.pop(call_id),
+                    timestamp=timestamp,
+                    metadata=meta,
+                    extra=extra,
+                )
+            )
             self.answered.add(call_id)
         elif content:
             # No call it answers (an error the agent loop reported, a text-protocol turn): the
@@ -568,7 +588,14 @@ class _Events:
             context_resets=self.resets or None,
             started_at=self.timestamps[0] if self.timestamps else None,
             finished_at=self.timestamps[-1] if self.timestamps else None,
-            source=Source(format=FORMAT, format_version=self.version, path=self.path, meta=meta, records=self.records or None, warnings=self.diag.warnings or None),
+            source=Source(
+                format=FORMAT,
+                format_version=self.version,
+                path=self.path,
+                meta=meta,
+                records=self.records or None,
+                warnings=self.diag.warnings or None,
+            ),
         )
 
 

@@ -135,7 +135,9 @@ def _convert_row(path: Path, row: Row, convert: Converter, diagnostics: Diagnost
         return ImportResult(str(path), None, exc, diagnostics)
     except ValidationError as exc:
         located = validation_error(path, row.line, exc)
-        return ImportResult(str(path), None, RecordError(located.path, located.line, row.field(located.field), located.message), diagnostics)
+        return ImportResult(
+            str(path), None, RecordError(located.path, located.line, row.field(located.field), located.message), diagnostics
+        )
     except Exception as exc:  # a row our converter did not foresee: reject that row, keep going
         error = fail(path, row.line, row.field(None), f"could not be converted ({type(exc).__name__}: {exc})")
         return ImportResult(str(path), None, error, diagnostics)

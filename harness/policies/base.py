@@ -277,7 +277,9 @@ def _retry_after(response: Any) -> float | None:
     return (when - datetime.now(UTC)).total_seconds() if when.tzinfo else None
 
 
-def split_sampling(create: Callable[..., Any], sampling: dict[str, Any], rename: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+def split_sampling(
+    create: Callable[..., Any], sampling: dict[str, Any], rename: dict[str, str] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(keyword arguments the SDK method takes, the rest for extra_body).
 
     SDKs drop and add parameters between versions (anthropic 2.x takes no temperature
@@ -352,5 +354,3 @@ def sdk_field(obj: Any, name: str) -> Any:
     if value is None:
         value = (getattr(obj, "model_extra", None) or {}).get(name)
     return value
-
-

@@ -50,7 +50,9 @@ class ChatPolicy(SdkPolicy):
             function = sdk_field(call, "function")
             if function is None:  # a custom (freeform) tool call: not offered by our tools
                 custom = sdk_field(call, "custom")
-                calls.append(ToolCall(id=call.id, type="custom", function=FunctionCall(name=custom.name, arguments={"input": custom.input})))
+                calls.append(
+                    ToolCall(id=call.id, type="custom", function=FunctionCall(name=custom.name, arguments={"input": custom.input}))
+                )
                 continue
             calls.append(tool_call(call.id, function.name, function.arguments))
         logprobs = None
@@ -103,5 +105,3 @@ def chat_messages(messages: list[Message]) -> list[dict[str, Any]]:
                 ]
             out.append(item)
     return out
-
-

@@ -84,7 +84,9 @@ class ResponsesPolicy(SdkPolicy):
             elif kind == "function_call":
                 calls.append(tool_call(item.call_id, item.name, item.arguments, extra={"item_id": item.id} if item.id else None))
             elif kind == "custom_tool_call":
-                calls.append(ToolCall(id=item.call_id, type="custom", function=FunctionCall(name=item.name, arguments={"input": item.input})))
+                calls.append(
+                    ToolCall(id=item.call_id, type="custom", function=FunctionCall(name=item.name, arguments={"input": item.input}))
+                )
         # Full reasoning text (open models on vLLM) when there is any, else OpenAI's summaries.
         reasoning_parts = reasoning_texts or summaries
         usage = None
@@ -152,7 +154,7 @@ def responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                 items.append({"type": "message", "role": "assistant", "content": m.content})
             for c in m.tool_calls or []:
                 # No item id: with store=False the server could not resolve it.
-                items.append({"type": "function_call", "call_id": c.id, "name": c.function.name, "arguments": json.dumps(c.function.arguments)})
+                items.append(
+                    {"type": "function_call", "call_id": c.id, "name": c.function.name, "arguments": json.dumps(c.function.arguments)}
+                )
     return items
-
-

@@ -31,7 +31,11 @@ SHELL_SCHEMA = {
         "parameters": {
             "type": "object",
             "properties": {
-                "command": {"type": "array", "items": {"type": "string"}, "description": "The command to execute, as an argv list (e.g. [\"bash\", \"-lc\", \"ls\"])."},
+                "command": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": 'The command to execute, as an argv list (e.g. ["bash", "-lc", "ls"]).',
+                },
                 "workdir": {"type": "string", "description": "The working directory to execute the command in."},
                 "timeout_ms": {"type": "number", "description": "The timeout for the command in milliseconds."},
             },
@@ -73,7 +77,10 @@ UPDATE_PLAN_SCHEMA = {
                     "type": "array",
                     "items": {
                         "type": "object",
-                        "properties": {"step": {"type": "string"}, "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]}},
+                        "properties": {
+                            "step": {"type": "string"},
+                            "status": {"type": "string", "enum": ["pending", "in_progress", "completed"]},
+                        },
                         "required": ["step", "status"],
                         "additionalProperties": False,
                     },
@@ -118,7 +125,11 @@ class Toolbox:
             result = self._shell(arguments)
         elif name == "apply_patch":
             patch = arguments.get("input")
-            result = self._apply_patch(patch) if isinstance(patch, str) else _error("Error: apply_patch needs a string `input`.", format_error=True)
+            result = (
+                self._apply_patch(patch)
+                if isinstance(patch, str)
+                else _error("Error: apply_patch needs a string `input`.", format_error=True)
+            )
         elif name == "update_plan":
             result = _update_plan(arguments)
         else:
@@ -134,7 +145,7 @@ class Toolbox:
         if isinstance(command, str):  # some models send a string; run it as bash would
             command = ["bash", "-lc", command]
         if not isinstance(command, list) or not command or not all(isinstance(part, str) for part in command):
-            return _error("Error: `command` must be a non-empty list of strings, e.g. [\"bash\", \"-lc\", \"ls\"].", format_error=True)
+            return _error('Error: `command` must be a non-empty list of strings, e.g. ["bash", "-lc", "ls"].', format_error=True)
         workdir = arguments.get("workdir")
         if workdir is not None and not isinstance(workdir, str):
             return _error("Error: `workdir` must be a string.", format_error=True)
@@ -152,7 +163,12 @@ class Toolbox:
         timeout_s = min(float(timeout_ms), self.max_timeout_ms) / 1000
         run = self.container.exec(command, timeout_s=timeout_s, workdir=workdir)
         text = format_exec_output(run.exit_code, run.duration_s, run.output, self.output_tokens, timed_out=run.timed_out)
-        return ToolResult(text, run.exit_code, 0.0, metadata={"exit_code": run.exit_code, "duration_seconds": round(run.duration_s, 3), "timed_out": run.timed_out})
+        return ToolResult(
+            text,
+            run.exit_code,
+            0.0,
+            metadata={"exit_code": run.exit_code, "duration_seconds": round(run.duration_s, 3), "timed_out": run.timed_out},
+        )
 
     def _apply_patch(self, patch: str, workdir: str | None = None) -> ToolResult:
         base = workdir or self.workdir

@@ -180,7 +180,13 @@ class ModelSpec:
         from relearn.train.model import build_model
 
         try:
-            lm = build_model(init=self.model, tiny=self.tiny, seed=self.seed, attn_implementation=self.attn, dtype=torch.bfloat16 if self.bf16 else torch.float32)
+            lm = build_model(
+                init=self.model,
+                tiny=self.tiny,
+                seed=self.seed,
+                attn_implementation=self.attn,
+                dtype=torch.bfloat16 if self.bf16 else torch.float32,
+            )
         except (ValueError, OSError) as exc:
             raise ModelLoadError(f"{'--model' if self.model else '--tiny'}: {exc}") from None
         try:
@@ -190,7 +196,9 @@ class ModelSpec:
         scorer = Scorer(lm, device=self.device, chunk=self.chunk)
         # Ids past the embedding would index garbage (or crash on CUDA): refuse the pairing outright.
         if len(tok) > scorer.vocab_size:
-            raise ModelLoadError(f"the tokenizer has {len(tok):,} tokens but the model's vocabulary is {scorer.vocab_size:,}: they do not belong together")
+            raise ModelLoadError(
+                f"the tokenizer has {len(tok):,} tokens but the model's vocabulary is {scorer.vocab_size:,}: they do not belong together"
+            )
         return tok, scorer
 
 
@@ -315,7 +323,9 @@ def score_pools(
             return _score_here(pools, settings, load, cache, keep, ctx, limit, positive_only, reviews, on_record or _nothing)
         if not isinstance(load, ModelSpec):
             raise TypeError("a backend loads the model from a ModelSpec")
-        return _score_on(backend, ScoreJob(load, settings, ctx), pools, cache, keep, ctx, limit, positive_only, reviews, on_record or _nothing, batch)
+        return _score_on(
+            backend, ScoreJob(load, settings, ctx), pools, cache, keep, ctx, limit, positive_only, reviews, on_record or _nothing, batch
+        )
 
 
 def _nothing() -> None:
@@ -334,7 +344,9 @@ class _Seen:
     resolved: bool
 
 
-def _read(pool: NamedPool, result: PoolScores, limit: int | None, positive_only: bool, reviews: Reviews | None, on_record: Callable[[], None]) -> Iterator[RecordError | tuple[_Seen, Trajectory]]:
+def _read(
+    pool: NamedPool, result: PoolScores, limit: int | None, positive_only: bool, reviews: Reviews | None, on_record: Callable[[], None]
+) -> Iterator[RecordError | tuple[_Seen, Trajectory]]:
     """A pool's records in file order: the located errors of unreadable or repeated ones,
     and each trajectory due a result (repeats and, with ``positive_only``, the others are
     counted here)."""
@@ -465,7 +477,9 @@ def _score_on(
     return results
 
 
-def _result(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int, review: Review | RecordError | None | _NotAsked) -> dict[str, Any]:
+def _result(
+    trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int, review: Review | RecordError | None | _NotAsked
+) -> dict[str, Any]:
     """One trajectory's result record: its score, or why it was skipped or rejected (kept
     too: under the same settings the same trajectory fails the same way)."""
     try:
@@ -503,7 +517,14 @@ class _NotAsked:
 _NOT_ASKED = _NotAsked()
 
 
-def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings: Settings, ctx: int, review: Review | RecordError | None | _NotAsked = _NOT_ASKED) -> dict[str, Any]:
+def _score_one(
+    trajectory: Trajectory,
+    tokenizer: Any,
+    scorer: Scorer,
+    settings: Settings,
+    ctx: int,
+    review: Review | RecordError | None | _NotAsked = _NOT_ASKED,
+) -> dict[str, Any]:
     base: dict[str, Any] = {"trajectory_id": trajectory.id, "task_id": trajectory.task_id}
     try:
         samples = eligible_tokens(trajectory, tokenizer, settings.template_kwargs)
@@ -541,7 +562,12 @@ def _score_one(trajectory: Trajectory, tokenizer: Any, scorer: Scorer, settings:
 
 
 def ross_samples(
-    trajectory: Trajectory, review: Review | RecordError | None, tokenizer: Any, template_kwargs: dict[str, Any], plain: list[Sample], defect_scope: str = "action"
+    trajectory: Trajectory,
+    review: Review | RecordError | None,
+    tokenizer: Any,
+    template_kwargs: dict[str, Any],
+    plain: list[Sample],
+    defect_scope: str = "action",
 ) -> list[Sample]:
     """The trajectory compiled as ``relearn masks --mode ross`` compiles it with ``review``,
     sequence for sequence over the same tokens and eligible positions as ``plain``; Rejected

@@ -108,7 +108,12 @@ def markdown(result: dict[str, Any]) -> str:
         )
     reasons = sorted({reason for r in rows for reason in r["skipped"]})
     if reasons:
-        lines += ["", "Skipped: " + "; ".join(f"{reason}: " + ", ".join(f"{r['name']} {r['skipped'].get(reason, 0)}" for r in rows) for reason in reasons) + "."]
+        lines += [
+            "",
+            "Skipped: "
+            + "; ".join(f"{reason}: " + ", ".join(f"{r['name']} {r['skipped'].get(reason, 0)}" for r in rows) for reason in reasons)
+            + ".",
+        ]
     split = [(r["name"], r["split"]) for r in rows if "split" in r]
     if split:
         lines += [
@@ -125,7 +130,9 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def compare_models(models: dict[str, list[PoolScores]], samples: int = BOOTSTRAP_SAMPLES, pairs: list[tuple[str, str]] | None = None) -> dict[str, Any]:
+def compare_models(
+    models: dict[str, list[PoolScores]], samples: int = BOOTSTRAP_SAMPLES, pairs: list[tuple[str, str]] | None = None
+) -> dict[str, Any]:
     """Several models' scores of the same pools (with reviews): one row per model and pool with
     its kept/excluded split and, from the second model on, the paired change from the first;
     then, for each ``(a, b)`` of ``pairs``, the paired change from model ``a`` to model ``b``."""
@@ -136,7 +143,12 @@ def compare_models(models: dict[str, list[PoolScores]], samples: int = BOOTSTRAP
     rows = []
     for model, pools in models.items():
         for pool in pools:
-            row: dict[str, Any] = {"model": model, "pool": pool.name, "scored": len(pool.scores), **summarize_split(pool.scores, pool.not_split, samples)}
+            row: dict[str, Any] = {
+                "model": model,
+                "pool": pool.name,
+                "scored": len(pool.scores),
+                **summarize_split(pool.scores, pool.not_split, samples),
+            }
             if model != first and pool.name in by_pool[first]:
                 row["vs_first"] = paired_delta(by_pool[first][pool.name].scores, pool.scores, samples)
             rows.append(row)
@@ -145,5 +157,7 @@ def compare_models(models: dict[str, list[PoolScores]], samples: int = BOOTSTRAP
         if a in models and b in models:
             for pool in models[b]:
                 if pool.name in by_pool[a]:
-                    compared.append({"from": a, "to": b, "pool": pool.name, **paired_delta(by_pool[a][pool.name].scores, pool.scores, samples)})
+                    compared.append(
+                        {"from": a, "to": b, "pool": pool.name, **paired_delta(by_pool[a][pool.name].scores, pool.scores, samples)}
+                    )
     return {"first": first, "rows": rows, "pairs": compared}

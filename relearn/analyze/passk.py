@@ -61,7 +61,9 @@ def read_outcomes(pool: NamedPool, limit: int | None = None, on_record: Callable
         if not trajectory.task_id:
             result.rejected.append(RecordError(path, line, "task_id", "missing: attempts are grouped by problem"))
         elif not _verified(trajectory):
-            result.rejected.append(RecordError(path, line, "outcome", "no verifier result (resolved or reward); run `relearn verify` first"))
+            result.rejected.append(
+                RecordError(path, line, "outcome", "no verifier result (resolved or reward); run `relearn verify` first")
+            )
         elif trajectory.id in first_line:
             # Counting one attempt twice would inflate both n and c.
             result.rejected.append(RecordError(path, line, "id", f"{trajectory.id!r} repeats line {first_line[trajectory.id]}"))
@@ -69,7 +71,11 @@ def read_outcomes(pool: NamedPool, limit: int | None = None, on_record: Callable
             first_line[trajectory.id] = line
             # Only what pass_at_k_table reads is kept (a pool can be gigabytes of messages);
             # success is folded into ``resolved``, which it reads through is_verified_positive.
-            light.append(Trajectory(id=trajectory.id, task_id=trajectory.task_id, messages=[], outcome=Outcome(resolved=is_verified_positive(trajectory))))
+            light.append(
+                Trajectory(
+                    id=trajectory.id, task_id=trajectory.task_id, messages=[], outcome=Outcome(resolved=is_verified_positive(trajectory))
+                )
+            )
     most = max(Counter(t.task_id for t in light).values(), default=0)
     result.table = pass_at_k_table(light, ks=tuple(range(1, most + 1)))
     return result

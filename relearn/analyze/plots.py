@@ -36,12 +36,22 @@ def nll_chart(result: dict[str, Any], path: Path) -> None:
         lo, hi = min(values), max(values)
         bins = 30 if hi > lo else 1
         for i, p in enumerate(pools):
-            hist.hist(means[p["name"]], bins=bins, range=(lo, hi + 1e-9), histtype="step", linewidth=1.6, color=COLORS[i % len(COLORS)], label=f"{p['name']} ({p['scored']})")
+            hist.hist(
+                means[p["name"]],
+                bins=bins,
+                range=(lo, hi + 1e-9),
+                histtype="step",
+                linewidth=1.6,
+                color=COLORS[i % len(COLORS)],
+                label=f"{p['name']} ({p['scored']})",
+            )
         hist.legend(fontsize=8)
         names = [p["name"] for p in pools]
         box.boxplot([means[n] for n in names], showfliers=True)
         box.set_xticks(range(1, len(names) + 1), names)
-        box.scatter(range(1, len(names) + 1), [p["nll_per_token"] for p in pools], marker="D", color="#C44E52", zorder=3, label="token-weighted")
+        box.scatter(
+            range(1, len(names) + 1), [p["nll_per_token"] for p in pools], marker="D", color="#C44E52", zorder=3, label="token-weighted"
+        )
         box.legend(fontsize=8)
     hist.set_xlabel("mean NLL per eligible token (nats), per trajectory")
     hist.set_ylabel("trajectories")

@@ -76,10 +76,16 @@ class TrajectorySplit:
             self.categories.setdefault(name, Tally()).add(token_nll[~kept & (category == code)])
 
     def to_json(self) -> dict[str, Any]:
-        return {"kept": self.kept.to_json(), "excluded": self.excluded.to_json(), "categories": {k: v.to_json() for k, v in sorted(self.categories.items())}}
+        return {
+            "kept": self.kept.to_json(),
+            "excluded": self.excluded.to_json(),
+            "categories": {k: v.to_json() for k, v in sorted(self.categories.items())},
+        }
 
 
-def split_sequence(token_nll: np.ndarray, eligible: np.ndarray, loss_mask: np.ndarray, excluded_category: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def split_sequence(
+    token_nll: np.ndarray, eligible: np.ndarray, loss_mask: np.ndarray, excluded_category: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-token NLL of one sequence's eligible tokens (in order) with, for each, whether the
     mask keeps it and the category excluding it. Raises ValueError when the arrays disagree."""
     positions = np.flatnonzero(eligible)
@@ -138,7 +144,9 @@ def summarize_split(records: list[dict[str, Any]], not_split: Counter[str], samp
     summary: dict[str, Any] = {"trajectories": len(splits), "not_split": dict(sorted(not_split.items()))}
     if not splits:
         return summary
-    categories = sorted({c for s in splits for c in s["categories"]}, key=lambda c: CATEGORIES.index(c) if c in CATEGORIES else len(CATEGORIES))
+    categories = sorted(
+        {c for s in splits for c in s["categories"]}, key=lambda c: CATEGORIES.index(c) if c in CATEGORIES else len(CATEGORIES)
+    )
     parts = [*PARTS, *categories]
     tallies = np.array([[_tally(s, p) for p in parts] for s in splits], dtype=np.float64)  # [n, parts, 2]
     sums, counts = tallies[:, :, 0], tallies[:, :, 1]
@@ -153,7 +161,10 @@ def summarize_split(records: list[dict[str, Any]], not_split: Counter[str], samp
         }
     summary.update(kept=rows["kept"], excluded=rows["excluded"], categories={c: rows[c] for c in categories})
     kept, excluded = rows["kept"]["nll"], rows["excluded"]["nll"]
-    summary["gap"] = {"nll": excluded - kept if kept is not None and excluded is not None else None, "ci95": interval(boot[:, 1] - boot[:, 0])}
+    summary["gap"] = {
+        "nll": excluded - kept if kept is not None and excluded is not None else None,
+        "ci95": interval(boot[:, 1] - boot[:, 0]),
+    }
     return summary
 
 
@@ -173,7 +184,10 @@ def paired_delta(before: list[dict[str, Any]], after: list[dict[str, Any]], samp
             raise ValueError(f"{part}: the two models' scores split the trajectories differently (other reviews or tokenizer?)")
         boot = bootstrap_ratios(np.stack([a[:, 0], b[:, 0]], 1), np.stack([a[:, 1], b[:, 1]], 1), samples)
         first, second = _ratio(a[:, 0], a[:, 1]), _ratio(b[:, 0], b[:, 1])
-        result[part] = {"delta": second - first if first is not None and second is not None else None, "ci95": interval(boot[:, 1] - boot[:, 0])}
+        result[part] = {
+            "delta": second - first if first is not None and second is not None else None,
+            "ci95": interval(boot[:, 1] - boot[:, 0]),
+        }
     return result
 
 
@@ -209,7 +223,10 @@ def split_markdown(rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     categories = [(name, c, row) for name, s in rows for c, row in s.get("categories", {}).items()]
     if categories:
         lines += ["", "| pool | excluded category | tokens | trajectories | NLL (95% CI) |", "|---|---|---|---|---|"]
-        lines += [f"| {name} | {c} | {row['tokens']:,} | {row['trajectories']} | {fmt_ci(row['nll'], row['ci95'])} |" for name, c, row in categories]
+        lines += [
+            f"| {name} | {c} | {row['tokens']:,} | {row['trajectories']} | {fmt_ci(row['nll'], row['ci95'])} |"
+            for name, c, row in categories
+        ]
     return lines
 
 
@@ -226,7 +243,9 @@ def models_markdown(comparison: dict[str, Any], names: dict[str, str] | None = N
     for row in comparison["rows"]:
         model = names.get(row["model"], row["model"])
         if not row.get("trajectories"):
-            lines.append(f"| {model} | {row['pool']} | 0 (not split: {not_split_text(row.get('not_split', {}))}) | – | – | – | – | – | – | – |")
+            lines.append(
+                f"| {model} | {row['pool']} | 0 (not split: {not_split_text(row.get('not_split', {}))}) | – | – | – | – | – | – | – |"
+            )
             continue
         k, e, g = row["kept"], row["excluded"], row["gap"]
         delta = row.get("vs_first", {})
@@ -236,7 +255,11 @@ def models_markdown(comparison: dict[str, Any], names: dict[str, str] | None = N
             f"| {e['tokens']:,} | {fmt_ci(e['nll'], e['ci95'])} | {fmt_ci(de.get('delta'), de.get('ci95'), sign=True)} | {fmt_ci(g['nll'], g['ci95'], sign=True)} |"
         )
     if comparison.get("pairs"):
-        lines += ["", "| from → to | pool | trajectories | Δ kept NLL (paired 95% CI) | Δ excluded NLL (paired 95% CI) |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            "| from → to | pool | trajectories | Δ kept NLL (paired 95% CI) | Δ excluded NLL (paired 95% CI) |",
+            "|---|---|---|---|---|",
+        ]
         for pair in comparison["pairs"]:
             dk, de = pair.get("kept", {}), pair.get("excluded", {})
             lines.append(

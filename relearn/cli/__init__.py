@@ -6,4 +6,3 @@ Exit codes, the same for every verb:
   2  nothing done: bad usage or unusable input
   3  (relearn run, relearn demo) a stage failed; the stages after it did not run
 """
-

@@ -65,32 +65,60 @@ def _check_device(device: str) -> None:
 
 @analyze_app.command("nll")
 def nll_command(
-    out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for nll.json, nll.md, nll.png and the score cache nll-scores.jsonl.")],
+    out_dir: Annotated[
+        Path, typer.Option("--out", "-o", help="Folder for nll.json, nll.md, nll.png and the score cache nll-scores.jsonl.")
+    ],
     pools: PoolsOption = None,
     reviews: Annotated[
         Path | None,
-        typer.Option("--reviews", "-r", help="reviews.jsonl (relearn review): also split each pool's eligible tokens into kept (A \\ E) and excluded (E, by category) as `relearn masks --mode ross` does; the latest review line of a trajectory is used."),
+        typer.Option(
+            "--reviews",
+            "-r",
+            help="reviews.jsonl (relearn review): also split each pool's eligible tokens into kept (A \\ E) and excluded (E, by category) as `relearn masks --mode ross` does; the latest review line of a trajectory is used.",
+        ),
     ] = None,
-    defect_scope: Annotated[str, typer.Option(help="With --reviews: action (a defect in a tool call excludes the whole call, as `relearn masks` does by default) | minimal (only the quoted text).")] = "action",
+    defect_scope: Annotated[
+        str,
+        typer.Option(
+            help="With --reviews: action (a defect in a tool call excludes the whole call, as `relearn masks` does by default) | minimal (only the quoted text)."
+        ),
+    ] = "action",
     model: Annotated[str | None, typer.Option(help="Model folder: any Hugging Face causal LM (the current policy, say).")] = None,
     tiny: Annotated[str | None, typer.Option(help="Tiny random model instead of --model: qwen3 | qwen3-moe | qwen3.5-moe (tests).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of a --tiny model's init.")] = 0,
-    tokenizer: Annotated[str | None, typer.Option(help="`qwen3.6` (built in, offline) or a tokenizer folder (default: the --model folder's; qwen3.6 with --tiny).")] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(help="`qwen3.6` (built in, offline) or a tokenizer folder (default: the --model folder's; qwen3.6 with --tiny)."),
+    ] = None,
     ctx: Annotated[int, typer.Option(min=2, help="Longest trajectory in tokens; longer ones are skipped and counted, never cut.")] = 65536,
     limit: LimitOption = None,
-    positive_only: Annotated[bool, typer.Option("--positive-only", help="Score only verified-positive trajectories (what SFT would train on).")] = False,
+    positive_only: Annotated[
+        bool, typer.Option("--positive-only", help="Score only verified-positive trajectories (what SFT would train on).")
+    ] = False,
     device: Annotated[str, typer.Option(help="cpu | cuda | cuda:N.")] = "cpu",
     bf16: Annotated[bool, typer.Option("--bf16", help="Run the model in bf16 (the softmax stays fp32).")] = False,
     attn: Annotated[str, typer.Option(help="Attention implementation: sdpa | flash_attention_2 | eager.")] = "sdpa",
     chunk: Annotated[int, typer.Option(min=1, help="Eligible positions per LM-head chunk (memory ~ chunk x vocab x 4 bytes).")] = 1024,
-    preserve_thinking: Annotated[bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking), as `relearn masks` does.")] = True,
+    preserve_thinking: Annotated[
+        bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking), as `relearn masks` does.")
+    ] = True,
     bootstrap: Annotated[int, typer.Option(min=100, help="Bootstrap resamples for the 95% intervals.")] = 10_000,
     progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
     workers: Annotated[
-        int, typer.Option(min=1, help="Worker processes scoring on CPU at once (each loads the model once; batches of trajectories are their work units). 1: score here.")
+        int,
+        typer.Option(
+            min=1,
+            help="Worker processes scoring on CPU at once (each loads the model once; batches of trajectories are their work units). 1: score here.",
+        ),
     ] = 1,
     ray: RayArg = None,
-    batch: Annotated[int, typer.Option(min=1, help="With --workers or --ray: trajectories per work unit (larger: less overhead per unit; smaller: spread over more workers).")] = 8,
+    batch: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="With --workers or --ray: trajectories per work unit (larger: less overhead per unit; smaller: spread over more workers).",
+        ),
+    ] = 8,
 ) -> None:
     """Compatibility: token-level NLL of each pool's eligible tokens under one model.
 
@@ -156,7 +184,9 @@ def nll_command(
         defect_scope=defect_scope,
     )
     # A Ray unit sees the GPU Ray gave it as cuda (cuda:0), whatever index was named here.
-    load = ModelSpec(model, tiny, seed, tokenizer_name, attn, bf16, "cuda" if ray is not None and device.startswith("cuda") else device, chunk)
+    load = ModelSpec(
+        model, tiny, seed, tokenizer_name, attn, bf16, "cuda" if ray is not None and device.startswith("cuda") else device, chunk
+    )
     total = sum(count_records(p.path, limit) for p in named)
     nodes = NodesColumn()
     bar_view = _progress("scoring NLL", progress, nodes)
@@ -185,7 +215,9 @@ def nll_command(
     show_problems("unreadable reviews", review_problems)
     if not any(r.scores for r in results):
         skipped = {reason: n for r in results for reason, n in r.skipped.items()}
-        err.print(f"[red]error:[/red] no trajectory could be scored (skipped: {skipped or 'none'}, rejected: {len(rejected)})", highlight=False)
+        err.print(
+            f"[red]error:[/red] no trajectory could be scored (skipped: {skipped or 'none'}, rejected: {len(rejected)})", highlight=False
+        )
         raise typer.Exit(EXIT_USAGE)
     result = analyze(results, settings, ctx, samples=bootstrap)
     write_text_atomic(out_dir / "nll.json", json.dumps(result, indent=1))
@@ -200,7 +232,18 @@ def nll_command(
 
 def _nll_table(result: dict[str, Any]) -> Table:
     table = Table(title=f"relearn analyze nll ({result['settings']['model']}): NLL per eligible token, nats")
-    for column in ("pool", "scored", "skipped", "rejected", "eligible tokens", "NLL/token [95% CI]", "traj. mean", "median", "p10-p90", "Δ vs first [95% CI]"):
+    for column in (
+        "pool",
+        "scored",
+        "skipped",
+        "rejected",
+        "eligible tokens",
+        "NLL/token [95% CI]",
+        "traj. mean",
+        "median",
+        "p10-p90",
+        "Δ vs first [95% CI]",
+    ):
         table.add_column(column, justify="left" if column == "pool" else "right")
     for r in result["pools"]:
         skipped = str(sum(r["skipped"].values()))
@@ -244,7 +287,13 @@ def _split_table(result: dict[str, Any]) -> Table:
 def passk_command(
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Folder for passk.json, passk.md and passk.png.")],
     pools: PoolsOption = None,
-    max_k: Annotated[int | None, typer.Option(min=1, help="Largest k of the curves (default: the fewest attempts any problem of the pool has, so every point averages the same problems).")] = None,
+    max_k: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Largest k of the curves (default: the fewest attempts any problem of the pool has, so every point averages the same problems).",
+        ),
+    ] = None,
     limit: LimitOption = None,
 ) -> None:
     """Complementarity: per-problem success rates, unbiased pass@k curves, problems solved by one pool only.
@@ -289,7 +338,9 @@ SHOWN_PER_PROBLEM = 40
 
 
 def _passk_tables(result: dict[str, Any]) -> list[Table]:
-    summary = Table(title=f"relearn analyze passk ({result['common_problems']} problems in all pools, {result['solved_by_any_common']} solved by any)")
+    summary = Table(
+        title=f"relearn analyze passk ({result['common_problems']} problems in all pools, {result['solved_by_any_common']} solved by any)"
+    )
     for column in ("pool", "problems", "attempts (min-max)", "success rate", "pass@K (K)", "solved", "solved only here (common)"):
         summary.add_column(column, justify="left" if column == "pool" else "right")
     for p in result["pools"]:

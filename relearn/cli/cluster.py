@@ -81,7 +81,9 @@ def show_nodes(per_node: dict[str, int], what: str) -> None:
         err.print(f"{what} by node: " + ", ".join(f"{node[:12]} {count}" for node, count in sorted(per_node.items())))
 
 
-def prepare_tasks(client: docker.DockerClient, tasks: list[Task], choice: ImageChoice, *, pull: bool, need_base: bool, registry: str | None) -> Prepared:
+def prepare_tasks(
+    client: docker.DockerClient, tasks: list[Task], choice: ImageChoice, *, pull: bool, need_base: bool, registry: str | None
+) -> Prepared:
     """A verb's images before its units run: without ``registry``, routed, pulled (--pull)
     and the base built here when a task needs it (relearn.cli.image_options.prepare); with
     one, only routed: whoever runs a unit pulls its image from the registry."""
@@ -90,6 +92,8 @@ def prepare_tasks(client: docker.DockerClient, tasks: list[Task], choice: ImageC
 
     if registry is None:
         return prepare(client, tasks, choice, pull=pull, need_base=need_base)
-    prepared = prepare_images(client, tasks, choice, need_base=need_base, log=lambda m: err.print(f"[dim]{m}[/dim]", highlight=False), registry=registry)
+    prepared = prepare_images(
+        client, tasks, choice, need_base=need_base, log=lambda m: err.print(f"[dim]{m}[/dim]", highlight=False), registry=registry
+    )
     show_problems("images", prepared.problems)
     return prepared

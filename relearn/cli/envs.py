@@ -34,7 +34,9 @@ from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show
 
 MINI_SUITE = Path(__file__).resolve().parents[2] / "envs" / "mini_tasks"
 
-envs_app = typer.Typer(help="Task images and containers: build the offline base and task images, audit them, sweep orphans.", no_args_is_help=True)
+envs_app = typer.Typer(
+    help="Task images and containers: build the offline base and task images, audit them, sweep orphans.", no_args_is_help=True
+)
 
 
 def _tasks_path(value: str) -> Path:
@@ -83,7 +85,9 @@ def build_base_command(force: Annotated[bool, typer.Option(help="Rebuild even if
     out.print(f"base image: {tag}")
 
 
-TasksArg = Annotated[str, typer.Option("--tasks", "-t", help="Task file (.jsonl/.json/.parquet), task folder(s), or `mini` for the bundled suite.")]
+TasksArg = Annotated[
+    str, typer.Option("--tasks", "-t", help="Task file (.jsonl/.json/.parquet), task folder(s), or `mini` for the bundled suite.")
+]
 IdsArg = Annotated[list[str] | None, typer.Option("--id", help="Only these instance ids (repeatable).")]
 
 
@@ -117,7 +121,14 @@ def audit_command(
     tasks: TasksArg = "mini",
     ids: IdsArg = None,
     leaky: Annotated[bool, typer.Option(help="Mini suite: audit the deliberately leaky builds.")] = False,
-    verdicts: Annotated[Path | None, typer.Option(exists=True, dir_okay=False, help="Instead of images: list what the verifier refused, restored, neutralized, found contradictory or suspicious in these verdicts (`relearn verify -o`).")] = None,
+    verdicts: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Instead of images: list what the verifier refused, restored, neutralized, found contradictory or suspicious in these verdicts (`relearn verify -o`).",
+        ),
+    ] = None,
     image_map: ImageMapArg = None,
     image_template: ImageTemplateArg = None,
     pull: PullArg = False,
@@ -178,7 +189,9 @@ def audit_verdicts(path: Path) -> None:
         if not notes:
             continue
         flagged += bool(verdict.refused or verdict.disagreements or verdict.suspicious)
-        table.add_row(verdict.instance_id, verdict.patch_hash[:8], "[green]yes[/green]" if verdict.resolved else "[red]no[/red]", "\n".join(notes))
+        table.add_row(
+            verdict.instance_id, verdict.patch_hash[:8], "[green]yes[/green]" if verdict.resolved else "[red]no[/red]", "\n".join(notes)
+        )
     out.print(table)
     show_problems("unreadable verdicts", problems)
     out.print(f"{flagged} of {total} verdicts refused, contradicted or suspicious")
@@ -186,7 +199,9 @@ def audit_verdicts(path: Path) -> None:
 
 
 @envs_app.command("gc")
-def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False, ray: RayArg = None) -> None:
+def gc_command(
+    everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = False, ray: RayArg = None
+) -> None:
     """Remove relearn's orphaned containers and codex-cli networks (found by label), e.g. after a crash.
 
     With --ray, sweep the engine of every node of the cluster (one pinned task per node),
@@ -215,10 +230,18 @@ def gc_command(everything: Annotated[bool, typer.Option("--all", help="Remove ev
 def verify_command(
     patches: Annotated[
         Path,
-        typer.Option("--patches", "-p", exists=True, dir_okay=False, help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format)."),
+        typer.Option(
+            "--patches",
+            "-p",
+            exists=True,
+            dir_okay=False,
+            help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format).",
+        ),
     ],
     tasks: TasksArg = "mini",
-    output: Annotated[Path, typer.Option("-o", "--output", help="Verdicts JSONL (appended; finished pairs are skipped).")] = Path("verdicts.jsonl"),
+    output: Annotated[Path, typer.Option("-o", "--output", help="Verdicts JSONL (appended; finished pairs are skipped).")] = Path(
+        "verdicts.jsonl"
+    ),
     workers: Annotated[int, typer.Option(help="Containers at once.")] = 1,
     timeout: Annotated[float, typer.Option(help="Seconds for one test run.")] = 1800.0,
     log_dir: Annotated[Path | None, typer.Option(help="Keep each full test log here.")] = None,
@@ -249,10 +272,14 @@ def verify_command(
         err.print(f"[red]error:[/red] no predictions in {patches}")
         raise typer.Exit(EXIT_USAGE)
     wanted = {p.instance_id for p in predictions}
-    prepared = prepare_tasks(client, [t for t in task_list if t.instance_id in wanted], choice, pull=pull, need_base=False, registry=registry)
+    prepared = prepare_tasks(
+        client, [t for t in task_list if t.instance_id in wanted], choice, pull=pull, need_base=False, registry=registry
+    )
     routed = {t.instance_id: t for t in task_list} | {t.instance_id: t for t in prepared.tasks}
     nodes = NodesColumn()
-    progress = Progress(TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), nodes, console=err, transient=True)
+    progress = Progress(
+        TextColumn("[bold]verifying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), nodes, console=err, transient=True
+    )
     with progress:
         bar = progress.add_task("verify", total=len(predictions))
         backend = ray_backend(ray, Needs(docker=1), nodes)
@@ -296,7 +323,9 @@ def verify_command(
         )
     out.print(table)
     resolved = sum(v.resolved for v in summary.verdicts)
-    out.print(f"{len(summary.verdicts)} verified, {resolved} resolved, {summary.skipped} already verified (skipped), {len(summary.errors)} errors")
+    out.print(
+        f"{len(summary.verdicts)} verified, {resolved} resolved, {summary.skipped} already verified (skipped), {len(summary.errors)} errors"
+    )
     raise typer.Exit(EXIT_PARTIAL if summary.errors or errors or prepared.problems else EXIT_OK)
 
 

@@ -34,8 +34,18 @@ from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show
 
 
 def load_command(
-    path: Annotated[Path, typer.Argument(metavar="DIR", exists=True, help="A folder of image tarballs (docker save: .tar, .tar.gz, .tgz, .tar.xz, .tar.zst), or one tarball.")],
-    tasks: Annotated[str | None, typer.Option("--tasks", "-t", help="Then say which of these tasks have their image (after --image-map/--image-template).")] = None,
+    path: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DIR",
+            exists=True,
+            help="A folder of image tarballs (docker save: .tar, .tar.gz, .tgz, .tar.xz, .tar.zst), or one tarball.",
+        ),
+    ],
+    tasks: Annotated[
+        str | None,
+        typer.Option("--tasks", "-t", help="Then say which of these tasks have their image (after --image-map/--image-template)."),
+    ] = None,
     ids: IdsArg = None,
     image_map: ImageMapArg = None,
     image_template: ImageTemplateArg = None,
@@ -49,7 +59,9 @@ def load_command(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_USAGE) from None
     if not archives:
-        err.print(f"[red]error:[/red] no image tarballs in {path} (looked for {', '.join(('.tar', '.tar.gz', '.tgz', '.tar.xz', '.tar.zst'))})")
+        err.print(
+            f"[red]error:[/red] no image tarballs in {path} (looked for {', '.join(('.tar', '.tar.gz', '.tgz', '.tar.xz', '.tar.zst'))})"
+        )
         raise typer.Exit(EXIT_USAGE)
     table = Table(title=f"relearn envs load {path}")
     for column in ("tarball", "images", "s"):
@@ -78,7 +90,12 @@ def load_command(
 
 
 def check_image_command(
-    image: Annotated[str | None, typer.Argument(metavar="[IMAGE]", help="The image to check (default: each selected task's own, after --image-map/--image-template).")] = None,
+    image: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[IMAGE]", help="The image to check (default: each selected task's own, after --image-map/--image-template)."
+        ),
+    ] = None,
     tasks: TasksArg = "mini",
     ids: IdsArg = None,
     image_map: ImageMapArg = None,
@@ -134,19 +151,46 @@ def check_image_command(
 
 
 def build_swebench_command(
-    tasks: Annotated[str, typer.Option("--tasks", "-t", help="SWE-bench rows (.parquet/.jsonl/.json), e.g. ../shared/samples/swebench_verified.parquet.")],
+    tasks: Annotated[
+        str, typer.Option("--tasks", "-t", help="SWE-bench rows (.parquet/.jsonl/.json), e.g. ../shared/samples/swebench_verified.parquet.")
+    ],
     ids: Annotated[list[str], typer.Option("--id", "-i", help="Instances to build (repeatable).")],
-    repo: Annotated[str | None, typer.Option("--repo", help="The instances' repository: a local git checkout or mirror holding the base commits, or a clone URL (online).")] = None,
-    wheels: Annotated[Path | None, typer.Option("--wheels", exists=True, file_okay=False, help="A wheelhouse (pip download) that pip installs from, offline; without it pip uses PyPI during the build.")] = None,
-    python: Annotated[str | None, typer.Option("--python", help="Build with this Python version instead of the instance's (recorded in the image's labels).")] = None,
-    python_image: Annotated[str | None, typer.Option("--python-image", help="Build FROM this image (it must hold python<version>, git and bash) instead of a Debian suite.")] = None,
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            "--repo", help="The instances' repository: a local git checkout or mirror holding the base commits, or a clone URL (online)."
+        ),
+    ] = None,
+    wheels: Annotated[
+        Path | None,
+        typer.Option(
+            "--wheels",
+            exists=True,
+            file_okay=False,
+            help="A wheelhouse (pip download) that pip installs from, offline; without it pip uses PyPI during the build.",
+        ),
+    ] = None,
+    python: Annotated[
+        str | None,
+        typer.Option("--python", help="Build with this Python version instead of the instance's (recorded in the image's labels)."),
+    ] = None,
+    python_image: Annotated[
+        str | None,
+        typer.Option(
+            "--python-image", help="Build FROM this image (it must hold python<version>, git and bash) instead of a Debian suite."
+        ),
+    ] = None,
     image_map: ImageMapArg = None,
     image_template: ImageTemplateArg = None,
     force: Annotated[bool, typer.Option(help="Rebuild an image that is already on the engine.")] = False,
     cpus: CpusArg = DEFAULT_CPUS,
     memory: MemoryArg = DEFAULT_MEMORY,
-    check: Annotated[bool, typer.Option("--check/--no-check", help="Check each built image against the contract (as `relearn envs check-image`).")] = True,
-    plan: Annotated[bool, typer.Option("--plan", help="Only print each instance's recipe and the `pip download` that fills a wheelhouse for it.")] = False,
+    check: Annotated[
+        bool, typer.Option("--check/--no-check", help="Check each built image against the contract (as `relearn envs check-image`).")
+    ] = True,
+    plan: Annotated[
+        bool, typer.Option("--plan", help="Only print each instance's recipe and the `pip download` that fills a wheelhouse for it.")
+    ] = False,
 ) -> None:
     """Build SWE-bench instance images offline: the repository at the base commit from a checkout, a Python venv filled by pip from a wheelhouse in place of conda, the instance's install steps, and the `conda activate testbed` entry point the eval scripts call.
 
@@ -159,7 +203,9 @@ def build_swebench_command(
     chosen = choice.route(load_task_list(tasks, ids))
     repos = sorted({t.repo for t in chosen})
     if len(repos) > 1:
-        err.print(f"[red]error:[/red] --repo is one repository, and these instances come from {', '.join(repos)}: build each repository's apart")
+        err.print(
+            f"[red]error:[/red] --repo is one repository, and these instances come from {', '.join(repos)}: build each repository's apart"
+        )
         raise typer.Exit(EXIT_USAGE)
     if repo is None:
         err.print(f"[red]error:[/red] give --repo: a checkout of {repos[0]} (or its clone URL when online)")
@@ -227,8 +273,17 @@ def _print_plan(task: Task, spec: InstallSpec, python: str | None, source: Path)
     version = python or spec.python
     requirements = requirements_text(source, spec, task)
     out.print(f"[bold]{task.instance_id}[/bold] ({spec.repo} {spec.version}; recipe from {spec.source})")
-    out.print(f"  python {version}" + (f" from Debian {DEBIAN_PYTHON[version]}" if version in DEBIAN_PYTHON else " (no Debian suite: --python-image)"))
-    for label, values in (("requirements", requirements.strip().splitlines()), ("packages", spec.packages), ("pip packages", spec.pip_packages), ("pre-install", spec.pre_install), ("Debian packages", spec.apt_packages)):
+    out.print(
+        f"  python {version}"
+        + (f" from Debian {DEBIAN_PYTHON[version]}" if version in DEBIAN_PYTHON else " (no Debian suite: --python-image)")
+    )
+    for label, values in (
+        ("requirements", requirements.strip().splitlines()),
+        ("packages", spec.packages),
+        ("pip packages", spec.pip_packages),
+        ("pre-install", spec.pre_install),
+        ("Debian packages", spec.apt_packages),
+    ):
         if values:
             out.print(f"  {label}: {'; '.join(values)}", markup=False, highlight=False)
     out.print(f"  install: {spec.install}", markup=False, highlight=False)

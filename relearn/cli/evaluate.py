@@ -29,14 +29,21 @@ from relearn.cli.image_options import (
 )
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
 
-eval_app = typer.Typer(help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True)
+eval_app = typer.Typer(
+    help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True
+)
 
 
 @eval_app.command("run")
 def run_command(
     out_dir: Annotated[Path, typer.Option("--out", help="Run folder (created, or resumed when it holds the same run).")],
     model: Annotated[str, typer.Option(help="Model name the endpoint serves.")],
-    dataset: Annotated[str, typer.Option(help="`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name.")] = "mini",
+    dataset: Annotated[
+        str,
+        typer.Option(
+            help="`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name."
+        ),
+    ] = "mini",
     agent: AgentArg = "builtin",
     apply_patch: ApplyPatchArg = "codex",
     policy: Annotated[str | None, typer.Option(help="chat (the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
@@ -86,7 +93,16 @@ def run_command(
     terminate_cleanly()
     docker_backend.gc(client)
     sampling = {k: v for k, v in (("temperature", temperature), ("max_tokens", max_output_tokens)) if v is not None}
-    spec = PolicySpec(kind=policy, model=model, base_url=base_url, api_key_env=api_key_env, sampling=sampling, price_in_per_mtok=price_in, price_out_per_mtok=price_out, checkpoint=checkpoint)  # type: ignore[arg-type]
+    spec = PolicySpec(
+        kind=policy,
+        model=model,
+        base_url=base_url,
+        api_key_env=api_key_env,
+        sampling=sampling,
+        price_in_per_mtok=price_in,
+        price_out_per_mtok=price_out,
+        checkpoint=checkpoint,
+    )  # type: ignore[arg-type]
     config = RunConfig(
         dataset=dataset,
         spec=spec,
@@ -104,7 +120,16 @@ def run_command(
     )
     resolved = 0
     nodes = NodesColumn()
-    progress = Progress(TextColumn("[bold]evaluating"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), nodes, console=err, transient=True)
+    progress = Progress(
+        TextColumn("[bold]evaluating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[resolved]} resolved"),
+        TimeElapsedColumn(),
+        nodes,
+        console=err,
+        transient=True,
+    )
 
     try:
         with progress:
@@ -117,7 +142,14 @@ def run_command(
 
             backend = ray_backend(ray, Needs(docker=1), nodes)
             try:
-                summary, selected = run_eval(client, config, out_dir, on_done=done, prepare=lambda tasks: prepare_tasks(client, tasks, choice, pull=pull, need_base=codex is not None, registry=registry), backend=backend)
+                summary, selected = run_eval(
+                    client,
+                    config,
+                    out_dir,
+                    on_done=done,
+                    prepare=lambda tasks: prepare_tasks(client, tasks, choice, pull=pull, need_base=codex is not None, registry=registry),
+                    backend=backend,
+                )
             finally:
                 if backend is not None:
                     backend.close()
@@ -132,7 +164,9 @@ def run_command(
         f"{selected} instances: {summary.skipped} already done, {len(summary.finished)} run now, {summary.capped} not started (spend cap), "
         f"{len(report['infra_errors'])} infrastructure failures"
     )
-    out.print(f"resolved {report['resolved']}/{report['graded']} = {report['resolved_rate']:.1%} (95% CI {low:.1%}–{high:.1%}); report: {out_dir / 'report.md'}")
+    out.print(
+        f"resolved {report['resolved']}/{report['graded']} = {report['resolved_rate']:.1%} (95% CI {low:.1%}–{high:.1%}); report: {out_dir / 'report.md'}"
+    )
     raise typer.Exit(EXIT_PARTIAL if summary.errors else EXIT_OK)
 
 
@@ -154,7 +188,9 @@ def report_command(run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="
 def compare_command(
     runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run folders; the first is the baseline.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for compare.md, compare.json and compare.png.")] = Path("compare"),
-    names: Annotated[list[str] | None, typer.Option("--name", help="Display names, one per run (e.g. Upstream, Positive SFT, ROSS).")] = None,
+    names: Annotated[
+        list[str] | None, typer.Option("--name", help="Display names, one per run (e.g. Upstream, Positive SFT, ROSS).")
+    ] = None,
 ) -> None:
     """Put runs side by side with paired statistics; refuses runs whose scaffold, budget or instances differ."""
     from eval.report import NotComparable, compare, compare_chart, compare_markdown

@@ -56,7 +56,12 @@ ChatPreset = StrEnum("ChatPreset", {name.replace("-", "_"): name for name in cha
 def chat_command(
     pools: PoolsArgument,
     output: Annotated[Path, typer.Option("-o", "--output", help="A .jsonl, .jsonl.zst or .parquet file.")],
-    preset: Annotated[ChatPreset | None, typer.Option(help="Rows in the shape of a published set (what `relearn import chat --preset` reads); default: the generic OpenAI form.")] = None,
+    preset: Annotated[
+        ChatPreset | None,
+        typer.Option(
+            help="Rows in the shape of a published set (what `relearn import chat --preset` reads); default: the generic OpenAI form."
+        ),
+    ] = None,
 ) -> None:
     """One chat-message row per trajectory: OpenAI messages (tool-call arguments as JSON text), tools, id, task, resolved, reward, patch.
 
@@ -67,7 +72,9 @@ def chat_command(
     summary = chat_export.export_chat((t for pool in pools for t in read_trajectories_lenient(pool, errors)), output, name)
     show_problems("refused (the preset cannot hold them)", summary.refused or [])
     show_problems("rejected records", [str(e) for e in errors])
-    out.print(f"exported {summary.rows} trajectories as chat{f' ({name})' if name else ''} to {output}; {len(errors)} records rejected, {len(summary.refused or [])} refused")
+    out.print(
+        f"exported {summary.rows} trajectories as chat{f' ({name})' if name else ''} to {output}; {len(errors)} records rejected, {len(summary.refused or [])} refused"
+    )
     raise typer.Exit(EXIT_PARTIAL if errors or summary.refused else EXIT_OK)
 
 
@@ -97,10 +104,20 @@ def _open(dataset: Path, tokenizer: str | None) -> tuple[DatasetInfo, Any]:
 
 @export_app.command("dataset")
 def dataset_command(
-    dataset: Annotated[Path, typer.Argument(metavar="DATASET_DIR", help="A folder `relearn masks` wrote (shard-*.parquet, stats.json); any of the three contrasts.")],
+    dataset: Annotated[
+        Path,
+        typer.Argument(
+            metavar="DATASET_DIR", help="A folder `relearn masks` wrote (shard-*.parquet, stats.json); any of the three contrasts."
+        ),
+    ],
     trainer: Annotated[str, typer.Option("--for", help="trl | axolotl | verl | llamafactory | hf")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder to write (it appears whole or not at all).")],
-    tokenizer: Annotated[str | None, typer.Option(help="The tokenizer your trainer will load (`qwen3.6` or a folder): refused unless its vocabulary and chat template are the ones the dataset was compiled with.")] = None,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            help="The tokenizer your trainer will load (`qwen3.6` or a folder): refused unless its vocabulary and chat template are the ones the dataset was compiled with."
+        ),
+    ] = None,
     rows_per_file: Annotated[int, typer.Option(min=1, help="Rows per Parquet file.")] = 10_000,
     overwrite: Annotated[bool, typer.Option(help="Replace OUTPUT if it exists.")] = False,
 ) -> None:
@@ -117,12 +134,20 @@ def dataset_command(
         info, _tok = _open(dataset, tokenizer)
         progress, bar = _progress(f"exporting for {trainer}", int(info.stats.get("samples", 0)))
         with progress:
-            summary = export_dataset(info, trainer, output, rows_per_file=rows_per_file, overwrite=overwrite, on_row=lambda: progress.advance(bar))
+            summary = export_dataset(
+                info, trainer, output, rows_per_file=rows_per_file, overwrite=overwrite, on_row=lambda: progress.advance(bar)
+            )
     except (ExportError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     table = Table(title=f"relearn export dataset --for {trainer} -> {output}", show_header=False)
-    for name, value in (("rows", summary.rows), ("tokens", summary.tokens), ("supervised tokens", summary.supervised), ("left out (nothing supervised)", summary.skipped_unsupervised), ("files", ", ".join(summary.files))):
+    for name, value in (
+        ("rows", summary.rows),
+        ("tokens", summary.tokens),
+        ("supervised tokens", summary.supervised),
+        ("left out (nothing supervised)", summary.skipped_unsupervised),
+        ("files", ", ".join(summary.files)),
+    ):
         table.add_row(name, str(value))
     out.print(table)
     out.print(f"manifest: {output / 'relearn-export.json'}")
@@ -133,7 +158,9 @@ def dataset_command(
 def masks_command(
     dataset: Annotated[Path, typer.Argument(metavar="DATASET_DIR", help="A folder `relearn masks` wrote.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="JSONL file (.jsonl or .jsonl.zst).")],
-    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer to decode with (default: the one the dataset records); refused unless it is that one.")] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer to decode with (default: the one the dataset records); refused unless it is that one.")
+    ] = None,
 ) -> None:
     """Write each sample's A \\ E selection as JSONL: the rendered text, the supervised token runs [start, end) and the same runs as character ranges of the text.
 

@@ -42,7 +42,13 @@ ApplyPatchArg = Annotated[
         help="The builtin tool set's apply_patch semantics: codex (Codex's own: an added file or a move overwrites what is there, and a failing operation keeps the ones before it) or strict (refuse those overwrites, and change nothing when any operation fails). Recorded with every episode; runs that differ are not compared.",
     ),
 ]
-AgentArg = Annotated[str, typer.Option("--agent", help="builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).")]
+AgentArg = Annotated[
+    str,
+    typer.Option(
+        "--agent",
+        help="builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).",
+    ),
+]
 ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_reasoning_effort (low | medium | high | xhigh).")]
 
 
@@ -80,10 +86,18 @@ def collect_command(
     tasks: TasksArg = "mini",
     agent: AgentArg = "builtin",
     apply_patch: ApplyPatchArg = "codex",
-    policy: Annotated[str | None, typer.Option(help="Endpoint protocol: chat (OpenAI-compatible, vLLM/SGLang; the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
+    policy: Annotated[
+        str | None,
+        typer.Option(
+            help="Endpoint protocol: chat (OpenAI-compatible, vLLM/SGLang; the builtin default) | responses (codex-cli's only one) | anthropic."
+        ),
+    ] = None,
     reasoning_effort: ReasoningEffortArg = "medium",
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL, e.g. http://localhost:8000/v1.")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key (default: OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic).")] = None,
+    api_key_env: Annotated[
+        str | None,
+        typer.Option(help="Environment variable holding the API key (default: OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic)."),
+    ] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Checkpoint the endpoint serves (stamped on every trajectory).")] = None,
     step: Annotated[int | None, typer.Option(help="Training step of that checkpoint.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
@@ -144,13 +158,24 @@ def collect_command(
         step=step,
     )
     check_apply_patch(apply_patch)
-    config = AgentConfig(budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost), apply_patch=apply_patch)  # type: ignore[arg-type]
+    config = AgentConfig(
+        budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost), apply_patch=apply_patch
+    )  # type: ignore[arg-type]
     # The base image only when a task is built from it, or as the codex-cli relay.
     prepared = prepare_tasks(client, chosen, choice, pull=pull, need_base=codex is not None, registry=registry)
     chosen, base = prepared.tasks, prepared.base
     resolved = 0
     nodes = NodesColumn()
-    progress = Progress(TextColumn("[bold]collecting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[resolved]} resolved"), TimeElapsedColumn(), nodes, console=err, transient=True)
+    progress = Progress(
+        TextColumn("[bold]collecting"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[resolved]} resolved"),
+        TimeElapsedColumn(),
+        nodes,
+        console=err,
+        transient=True,
+    )
     with progress:
         bar = progress.add_task("collect", total=len(chosen) * attempts, resolved=0)
 

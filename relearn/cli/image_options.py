@@ -38,7 +38,13 @@ ImageTemplateArg = Annotated[
         + "; ".join("{" + name + "} " + what for name, what in TEMPLATE_FIELDS.items()),
     ),
 ]
-PullArg = Annotated[bool, typer.Option("--pull", help="Pull images that are not on the engine from their registry (progress, retries; errors name the image and the registry's answer).")]
+PullArg = Annotated[
+    bool,
+    typer.Option(
+        "--pull",
+        help="Pull images that are not on the engine from their registry (progress, retries; errors name the image and the registry's answer).",
+    ),
+]
 CpusArg = Annotated[float, typer.Option("--cpus", min=0.1, help="CPUs per container (recorded in each verdict).")]
 MemoryArg = Annotated[str, typer.Option("--memory", help="Memory per container, e.g. 4g, 4096m, or MiB (recorded in each verdict).")]
 DEFAULT_CPUS = DEFAULT_LIMITS.cpus
@@ -79,7 +85,14 @@ def prepare(client: docker.DockerClient, tasks: list[Task], choice: ImageChoice,
 
     from envs.images import prepare_images
 
-    progress = Progress(TextColumn("[bold]pulling[/bold] {task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err, transient=True)
+    progress = Progress(
+        TextColumn("[bold]pulling[/bold] {task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=err,
+        transient=True,
+    )
     bars: dict[str, object] = {}
 
     def on_progress(state) -> None:  # noqa: ANN001
@@ -89,7 +102,15 @@ def prepare(client: docker.DockerClient, tasks: list[Task], choice: ImageChoice,
 
     try:
         with progress:
-            prepared = prepare_images(client, tasks, choice, pull=pull, need_base=need_base, log=lambda m: err.print(f"[dim]{m}[/dim]", highlight=False), on_pull_progress=on_progress)
+            prepared = prepare_images(
+                client,
+                tasks,
+                choice,
+                pull=pull,
+                need_base=need_base,
+                log=lambda m: err.print(f"[dim]{m}[/dim]", highlight=False),
+                on_pull_progress=on_progress,
+            )
     except (RuntimeError, ValueError) as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None

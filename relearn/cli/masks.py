@@ -21,19 +21,46 @@ from relearn.masks.template import PREFIX_CHECKS
 def masks_command(
     pool: Annotated[Path, typer.Argument(metavar="POOL", exists=True, dir_okay=False, help="Pool of trajectories (.jsonl or .jsonl.zst).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Dataset folder: shard-*.parquet and stats.json.")],
-    reviews: Annotated[Path | None, typer.Option("--reviews", "-r", exists=True, dir_okay=False, help="Review JSONL (needed for ross and ross-nomask).")] = None,
+    reviews: Annotated[
+        Path | None, typer.Option("--reviews", "-r", exists=True, dir_okay=False, help="Review JSONL (needed for ross and ross-nomask).")
+    ] = None,
     tokenizer: Annotated[str, typer.Option(help="`qwen3.6` (built in, offline) or a Hugging Face tokenizer folder.")] = "qwen3.6",
-    mode: Annotated[str, typer.Option(help="ross (A \\ E, accepted) | positive (A, all verified-positive) | ross-nomask (A, accepted).")] = "ross",
+    mode: Annotated[
+        str, typer.Option(help="ross (A \\ E, accepted) | positive (A, all verified-positive) | ross-nomask (A, accepted).")
+    ] = "ross",
     ctx: Annotated[int, typer.Option(help="Longest sample in tokens; longer trajectories are dropped and counted, never cut.")] = 65536,
-    prefix_check: Annotated[str, typer.Option(help="header (each turn opens with the generation prompt) | every (re-render each prefix) | off.")] = "header",
+    prefix_check: Annotated[
+        str, typer.Option(help="header (each turn opens with the generation prompt) | every (re-render each prefix) | off.")
+    ] = "header",
     per_turn: Annotated[bool, typer.Option(help="One sample per generated turn, for templates that rewrite earlier turns.")] = False,
     preserve_thinking: Annotated[bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking).")] = True,
-    no_thinking: Annotated[bool, typer.Option("--no-thinking", help="Render in the template's no-thinking form (enable_thinking=False: its empty think block is part of the generation prompt), for single-turn rollouts imported with `relearn single-turn import --no-thinking`.")] = False,
+    no_thinking: Annotated[
+        bool,
+        typer.Option(
+            "--no-thinking",
+            help="Render in the template's no-thinking form (enable_thinking=False: its empty think block is part of the generation prompt), for single-turn rollouts imported with `relearn single-turn import --no-thinking`.",
+        ),
+    ] = False,
     shard_size: Annotated[int, typer.Option(help="Trajectories of the pool per shard.")] = 256,
-    include_suspicious: Annotated[bool, typer.Option(help="Also take successes the verifier found suspicious (edited tests or pytest config, code reaching into pytest); by default they are rejected and counted.")] = False,
-    workers: Annotated[int, typer.Option(help="Worker processes compiling shards at once (each shard is one work unit; the files are written by this process, in the same bytes). 1: compile here, one shard after another, in the least memory.")] = 1,
+    include_suspicious: Annotated[
+        bool,
+        typer.Option(
+            help="Also take successes the verifier found suspicious (edited tests or pytest config, code reaching into pytest); by default they are rejected and counted."
+        ),
+    ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Worker processes compiling shards at once (each shard is one work unit; the files are written by this process, in the same bytes). 1: compile here, one shard after another, in the least memory."
+        ),
+    ] = 1,
     ray: RayArg = None,
-    defect_scope: Annotated[str, typer.Option(help="action: a defect in a tool call excludes the whole call as the template renders it (tags, function name, every argument, and the end of turn after a turn's last call), since the error is the decision to call | minimal: only the quoted characters (the ablation).")] = "action",
+    defect_scope: Annotated[
+        str,
+        typer.Option(
+            help="action: a defect in a tool call excludes the whole call as the template renders it (tags, function name, every argument, and the end of turn after a turn's last call), since the error is the decision to call | minimal: only the quoted characters (the ablation)."
+        ),
+    ] = "action",
 ) -> None:
     """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
 
@@ -67,13 +94,28 @@ def masks_command(
     template_kwargs: dict[str, bool] = {"preserve_thinking": preserve_thinking}
     if no_thinking:
         template_kwargs["enable_thinking"] = False
-    options = MaskOptions(mode=mode, ctx=ctx, template_kwargs=template_kwargs, prefix_check=prefix_check, per_turn=per_turn, include_suspicious=include_suspicious, defect_scope=defect_scope)
+    options = MaskOptions(
+        mode=mode,
+        ctx=ctx,
+        template_kwargs=template_kwargs,
+        prefix_check=prefix_check,
+        per_turn=per_turn,
+        include_suspicious=include_suspicious,
+        defect_scope=defect_scope,
+    )
     # The bar counts the pool's bytes (a compressed pool's are only known as they are read) and
     # shows the tokens compiled so far.
     total = None if is_zstd(pool) else pool.stat().st_size
     nodes = NodesColumn()
     progress = Progress(
-        TextColumn("[bold]compiling masks"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[tokens]:,} tokens"), TimeElapsedColumn(), nodes, console=err, transient=True
+        TextColumn("[bold]compiling masks"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[tokens]:,} tokens"),
+        TimeElapsedColumn(),
+        nodes,
+        console=err,
+        transient=True,
     )
     with progress:
         bar = progress.add_task("masks", total=total, tokens=0)
@@ -86,7 +128,9 @@ def masks_command(
 
         backend = ray_backend(ray, Needs(cpus=1), nodes) or (LocalBackend(workers, processes=True) if workers > 1 else None)
         try:
-            stats, reused = build_dataset(pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_record=advance, backend=backend)
+            stats, reused = build_dataset(
+                pool, review_map, tok, tokenizer, options, output, shard_size=shard_size, on_record=advance, backend=backend
+            )
         except RuntimeError as exc:  # a shard a worker could not compile
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(EXIT_PARTIAL) from None

@@ -57,7 +57,10 @@ def _import_table(fmt: str, output: Path, summary: ImportSummary) -> Table:
 
 
 def import_command(
-    fmt: Annotated[ImportFormat, typer.Argument(metavar="FORMAT", help="codex | mini-swe-agent | swe-agent | atif | openhands | chat | nemo-gym | verl")],
+    fmt: Annotated[
+        ImportFormat,
+        typer.Argument(metavar="FORMAT", help="codex | mini-swe-agent | swe-agent | atif | openhands | chat | nemo-gym | verl"),
+    ],
     paths: Annotated[list[Path], typer.Argument(help="Files, or directories walked recursively (e.g. ~/.codex/sessions).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Pool to append to (.jsonl or .jsonl.zst).")],
     salvage: Annotated[
@@ -65,14 +68,32 @@ def import_command(
     ] = False,
     overwrite: Annotated[bool, typer.Option(help="Rebuild the pool instead of appending to it (atomic swap at the end).")] = False,
     preset: Annotated[
-        ChatPreset | None, typer.Option(help="chat: the columns of a published set (swe-gym, swe-smith, nebius-swe-agent, swe-rebench-openhands).")
+        ChatPreset | None,
+        typer.Option(help="chat: the columns of a published set (swe-gym, swe-smith, nebius-swe-agent, swe-rebench-openhands)."),
     ] = None,
-    messages: Annotated[str | None, typer.Option("--messages", help="chat: the column of messages (default: the preset's, else `messages`; dotted paths reach nested columns).")] = None,
-    tools: Annotated[str | None, typer.Option("--tools", help="chat: the column of tool schemas (default: the preset's, else `tools`).")] = None,
-    id_column: Annotated[str | None, typer.Option("--id", help="chat: the column(s) of the trajectory's own id, comma-separated (default: the preset's, else `id`, else a content hash).")] = None,
+    messages: Annotated[
+        str | None,
+        typer.Option(
+            "--messages", help="chat: the column of messages (default: the preset's, else `messages`; dotted paths reach nested columns)."
+        ),
+    ] = None,
+    tools: Annotated[
+        str | None, typer.Option("--tools", help="chat: the column of tool schemas (default: the preset's, else `tools`).")
+    ] = None,
+    id_column: Annotated[
+        str | None,
+        typer.Option(
+            "--id",
+            help="chat: the column(s) of the trajectory's own id, comma-separated (default: the preset's, else `id`, else a content hash).",
+        ),
+    ] = None,
     task_id: Annotated[str | None, typer.Option("--task-id", help="chat: the column of the task id (default `instance_id`).")] = None,
-    resolved: Annotated[str | None, typer.Option("--resolved", help="chat: the column of the resolved flag (default: the preset's, else `resolved`).")] = None,
-    patch: Annotated[str | None, typer.Option("--patch", help="chat: the column of the final patch (default: the preset's, else `patch`).")] = None,
+    resolved: Annotated[
+        str | None, typer.Option("--resolved", help="chat: the column of the resolved flag (default: the preset's, else `resolved`).")
+    ] = None,
+    patch: Annotated[
+        str | None, typer.Option("--patch", help="chat: the column of the final patch (default: the preset's, else `patch`).")
+    ] = None,
 ) -> None:
     """Import other tools' trajectories into a pool of relearn trajectories.
 
@@ -101,7 +122,13 @@ def import_command(
     # Parquet or JSONL file is one step of the bar but many records).
     sizes = {path: path.stat().st_size for path in files}
     progress = Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(), TextColumn("{task.fields[records]:,} records"), TimeElapsedColumn(), console=err, transient=True
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[records]:,} records"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
     )
     with progress:
         task = progress.add_task(f"importing {fmt.value}", total=sum(sizes.values()), records=0)

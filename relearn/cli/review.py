@@ -24,9 +24,24 @@ if TYPE_CHECKING:
 
 
 def review_command(
-    args: Annotated[list[str], typer.Argument(metavar="POOL | agree REFERENCE OTHER | bench [BENCH] | label POOL REVIEWS", help="A pool to review, or `agree` and two review files to compare, or `bench` and a labelled case set (default: the shipped one), or `label`, a pool and the reviews that are its gold labels.")],
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Reviews JSONL (appended; reviewed trajectories are skipped; default reviews.jsonl). With bench: the results folder; with label: the cases file.")] = None,
-    judge1: Annotated[str | None, typer.Option(help="Model of judge 1 (confirms errors). Omit both judges for the offline heuristic reviewer.")] = None,
+    args: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="POOL | agree REFERENCE OTHER | bench [BENCH] | label POOL REVIEWS",
+            help="A pool to review, or `agree` and two review files to compare, or `bench` and a labelled case set (default: the shipped one), or `label`, a pool and the reviews that are its gold labels.",
+        ),
+    ],
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Reviews JSONL (appended; reviewed trajectories are skipped; default reviews.jsonl). With bench: the results folder; with label: the cases file.",
+        ),
+    ] = None,
+    judge1: Annotated[
+        str | None, typer.Option(help="Model of judge 1 (confirms errors). Omit both judges for the offline heuristic reviewer.")
+    ] = None,
     judge2: Annotated[str | None, typer.Option(help="Model of judge 2 (localizes them); defaults to judge 1's.")] = None,
     backend: Annotated[str, typer.Option(help="anthropic | chat (any OpenAI-compatible server) | responses.")] = "anthropic",
     base_url: Annotated[str | None, typer.Option(help="Judge endpoint (default: the provider's).")] = None,
@@ -34,17 +49,53 @@ def review_command(
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     workers: Annotated[int, typer.Option(help="Trajectories reviewed at once.")] = 4,
     spend_cap: Annotated[float | None, typer.Option(help="Hard cap in USD: no judge call starts once it is spent.")] = None,
-    price_in: Annotated[float | None, typer.Option(help="USD per million input tokens (default: the pricing table's price for the judge's model, else 0).")] = None,
-    price_out: Annotated[float | None, typer.Option(help="USD per million output tokens (default: from the pricing table, else 0).")] = None,
-    price_cached_in: Annotated[float | None, typer.Option(help="USD per million prompt tokens read from the provider's prompt cache (default: from the pricing table, else --price-in).")] = None,
-    prices: Annotated[Path | None, typer.Option(help="A TOML pricing table laid over the shipped one (review/prices.toml: [models.NAME] input, output, cache_read, cache_write, min_cache_tokens, batch_discount, cache_in_batch; [assumptions]).")] = None,
-    estimate: Annotated[bool, typer.Option("--estimate", help="Send nothing: count what the review would send (requests, input and output tokens per judge, with tiktoken) and print its cost from the pricing table, plain, with prompt caching, in batch mode, and both.")] = False,
-    batch: Annotated[bool, typer.Option("--batch", help="Send the judges' requests as Anthropic Message Batches or OpenAI Batches (half price, answers within 24 h): judge 1 for the whole pool, then judge 2 for what it accepted. Batch ids are kept in OUTPUT.batches.json, so a run killed while waiting polls them again instead of paying twice; requests a batch could not answer are sent one by one.")] = False,
+    price_in: Annotated[
+        float | None, typer.Option(help="USD per million input tokens (default: the pricing table's price for the judge's model, else 0).")
+    ] = None,
+    price_out: Annotated[
+        float | None, typer.Option(help="USD per million output tokens (default: from the pricing table, else 0).")
+    ] = None,
+    price_cached_in: Annotated[
+        float | None,
+        typer.Option(
+            help="USD per million prompt tokens read from the provider's prompt cache (default: from the pricing table, else --price-in)."
+        ),
+    ] = None,
+    prices: Annotated[
+        Path | None,
+        typer.Option(
+            help="A TOML pricing table laid over the shipped one (review/prices.toml: [models.NAME] input, output, cache_read, cache_write, min_cache_tokens, batch_discount, cache_in_batch; [assumptions])."
+        ),
+    ] = None,
+    estimate: Annotated[
+        bool,
+        typer.Option(
+            "--estimate",
+            help="Send nothing: count what the review would send (requests, input and output tokens per judge, with tiktoken) and print its cost from the pricing table, plain, with prompt caching, in batch mode, and both.",
+        ),
+    ] = False,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch",
+            help="Send the judges' requests as Anthropic Message Batches or OpenAI Batches (half price, answers within 24 h): judge 1 for the whole pool, then judge 2 for what it accepted. Batch ids are kept in OUTPUT.batches.json, so a run killed while waiting polls them again instead of paying twice; requests a batch could not answer are sent one by one.",
+        ),
+    ] = False,
     poll_interval: Annotated[float, typer.Option(help="With --batch: seconds between polls of a batch's status.")] = 60.0,
-    agree_pool: Annotated[Path | None, typer.Option("--pool", help="With `agree`: the pool both reviews cover (for span agreement).")] = None,
-    include_suspicious: Annotated[bool, typer.Option(help="Also review successes the verifier found suspicious (by default they are rejected unreviewed, at no cost).")] = False,
+    agree_pool: Annotated[
+        Path | None, typer.Option("--pool", help="With `agree`: the pool both reviews cover (for span agreement).")
+    ] = None,
+    include_suspicious: Annotated[
+        bool,
+        typer.Option(help="Also review successes the verifier found suspicious (by default they are rejected unreviewed, at no cost)."),
+    ] = False,
     ray: RayArg = None,
-    judge_context: Annotated[int, typer.Option(help="Tokens of prompt a judge reads at most (counted with tiktoken over the Qwen3.6 ranks). Judge 1 reads the whole trajectory; past this, only the middles of the longest tool outputs are elided, and the prompt says so. A trajectory whose task and agent text alone exceed it is rejected as too_long_for_judge and counted.")] = DEFAULT_JUDGE_CONTEXT,
+    judge_context: Annotated[
+        int,
+        typer.Option(
+            help="Tokens of prompt a judge reads at most (counted with tiktoken over the Qwen3.6 ranks). Judge 1 reads the whole trajectory; past this, only the middles of the longest tool outputs are elided, and the prompt says so. A trajectory whose task and agent text alone exceed it is rejected as too_long_for_judge and counted."
+        ),
+    ] = DEFAULT_JUDGE_CONTEXT,
 ) -> None:
     """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
 
@@ -106,7 +157,9 @@ def review_command(
             err.print("[red]error:[/red] relearn review bench does not take --batch or --estimate")
             raise typer.Exit(EXIT_USAGE)
         judges = judge_pair(judge1, judge2, spec, context=judge_context)
-        bench_from_options(args[1:], output=output, judges=judges, workers=workers, spend_cap=spend_cap, include_suspicious=include_suspicious)
+        bench_from_options(
+            args[1:], output=output, judges=judges, workers=workers, spend_cap=spend_cap, include_suspicious=include_suspicious
+        )
     output = output or Path("reviews.jsonl")
     if len(args) != 1:
         err.print("[red]error:[/red] review one pool at a time")
@@ -126,28 +179,49 @@ def review_command(
             err.print(f"[red]error:[/red] {exc}")
             raise typer.Exit(EXIT_USAGE) from None
         out.print(render(estimates, counted, price_table))
-        out.print(json.dumps({"trajectories": counted, "judges": [e.row() for e in estimates]}), soft_wrap=True, markup=False, highlight=False)
+        out.print(
+            json.dumps({"trajectories": counted, "judges": [e.row() for e in estimates]}), soft_wrap=True, markup=False, highlight=False
+        )
         raise typer.Exit(EXIT_OK)
     if batch and judges is None:
         err.print("[red]error:[/red] --batch sends the judges' requests: name --judge1")
         raise typer.Exit(EXIT_USAGE)
     total = sum(1 for _ in iter_lines(pool))
     nodes = NodesColumn()
-    progress = Progress(TextColumn("[bold]reviewing"), BarColumn(), MofNCompleteColumn(), TextColumn("${task.fields[spent]:.4f} spent"), TimeElapsedColumn(), nodes, console=err, transient=True)
+    progress = Progress(
+        TextColumn("[bold]reviewing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("${task.fields[spent]:.4f} spent"),
+        TimeElapsedColumn(),
+        nodes,
+        console=err,
+        transient=True,
+    )
     with progress:
         bar = progress.add_task("review", total=total, spent=0.0)
 
         def done(_review: Review | None, ledger: Ledger) -> None:
             progress.update(bar, advance=1, spent=ledger.spent_usd)
 
-        batching = BatchOptions(poll_s=poll_interval, on_event=lambda line: progress.console.print(f"  [dim]{line}[/dim]")) if batch else None
+        batching = (
+            BatchOptions(poll_s=poll_interval, on_event=lambda line: progress.console.print(f"  [dim]{line}[/dim]")) if batch else None
+        )
         if ray is not None and batch:
             err.print("[red]error:[/red] --batch and --ray do not go together: the batches are one account, submit them from one machine")
             raise typer.Exit(EXIT_USAGE)
         backend = ray_backend(ray, Needs(cpus=0.5), nodes)
         try:
             summary, ledger = review_pool(
-                pool, output, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious, batch=batching, backend=backend
+                pool,
+                output,
+                judges=judges,
+                workers=workers,
+                spend_cap_usd=spend_cap,
+                on_done=done,
+                include_suspicious=include_suspicious,
+                batch=batching,
+                backend=backend,
             )
         finally:
             if backend is not None:

@@ -61,7 +61,16 @@ SHOWN = [
 ]
 # What the review ledger counts of the judges' billed tokens.
 TOKENS = ("input_tokens", "cached_input_tokens", "output_tokens")
-KIND_COLUMNS = [("cases", "cases"), ("decision_accuracy", "decision"), ("step_recall", "step R"), ("category_recall", "cat. R"), ("span_f1", "span F1"), ("minimality", "minimality"), ("collateral_damage", "collateral"), ("no_valid_target_rate", "no target")]
+KIND_COLUMNS = [
+    ("cases", "cases"),
+    ("decision_accuracy", "decision"),
+    ("step_recall", "step R"),
+    ("category_recall", "cat. R"),
+    ("span_f1", "span F1"),
+    ("minimality", "minimality"),
+    ("collateral_damage", "collateral"),
+    ("no_valid_target_rate", "no target"),
+]
 
 
 def fmt(value: Any) -> str:
@@ -86,7 +95,15 @@ def reviewer_identity(judges: tuple[Judge, Judge] | None) -> dict[str, Any]:
     }
 
 
-def run_bench(bench: Path | None, directory: Path, judges: tuple[Judge, Judge] | None, *, workers: int, spend_cap: float | None, include_suspicious: bool) -> int:
+def run_bench(
+    bench: Path | None,
+    directory: Path,
+    judges: tuple[Judge, Judge] | None,
+    *,
+    workers: int,
+    spend_cap: float | None,
+    include_suspicious: bool,
+) -> int:
     # The judges' SDKs take seconds to import: loaded only when benchmarking.
     from review.run import review_pool
 
@@ -119,7 +136,18 @@ def run_bench(bench: Path | None, directory: Path, judges: tuple[Judge, Judge] |
     timings_path = directory / "timings.jsonl"
     # One worker measures each trajectory exactly: its seconds and the tokens the ledger counted
     # between two finished reviews. With more, only the run's totals are known.
-    with Progress(TextColumn("[bold]bench"), BarColumn(), MofNCompleteColumn(), TextColumn("${task.fields[spent]:.4f} spent"), TimeElapsedColumn(), console=err, transient=True) as progress, JsonlWriter(timings_path) as timings:
+    with (
+        Progress(
+            TextColumn("[bold]bench"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("${task.fields[spent]:.4f} spent"),
+            TimeElapsedColumn(),
+            console=err,
+            transient=True,
+        ) as progress,
+        JsonlWriter(timings_path) as timings,
+    ):
         bar = progress.add_task("bench", total=len(cases), spent=0.0)
         last: dict[str, float] = {"latency_s": time.monotonic()}
 
@@ -131,7 +159,9 @@ def run_bench(bench: Path | None, directory: Path, judges: tuple[Judge, Judge] |
             progress.update(bar, advance=1, spent=ledger.spent_usd)
 
         started = time.monotonic()
-        summary, ledger = review_pool(pool, reviews_path, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious)
+        summary, ledger = review_pool(
+            pool, reviews_path, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious
+        )
         wall = time.monotonic() - started
     reviews: dict[str, Review] = {}
     unreadable: list[str] = [str(e) for e in summary.unreadable]
@@ -146,7 +176,17 @@ def run_bench(bench: Path | None, directory: Path, judges: tuple[Judge, Judge] |
         measured[record.pop("trajectory_id")] = record
     result = score(cases, reviews, measured)
     result["config"] = config
-    result["run"] = {"reviewed_now": len(summary.reviewed), "already_reviewed": summary.skipped, "not_reviewed": summary.not_reviewed, "wall_s": round(wall, 3), "workers": workers, "judge_calls": ledger.calls, "judge_calls_from_cache": ledger.cached, "spent_usd": ledger.spent_usd, **{key: getattr(ledger, key, None) for key in TOKENS}}
+    result["run"] = {
+        "reviewed_now": len(summary.reviewed),
+        "already_reviewed": summary.skipped,
+        "not_reviewed": summary.not_reviewed,
+        "wall_s": round(wall, 3),
+        "workers": workers,
+        "judge_calls": ledger.calls,
+        "judge_calls_from_cache": ledger.cached,
+        "spent_usd": ledger.spent_usd,
+        **{key: getattr(ledger, key, None) for key in TOKENS},
+    }
     write_text_atomic(directory / "bench.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
     write_text_atomic(directory / "bench.md", markdown(result))
     show_problems("unreadable reviews", unreadable)
@@ -161,29 +201,64 @@ def run_bench(bench: Path | None, directory: Path, judges: tuple[Judge, Judge] |
 
 def markdown(result: dict[str, Any]) -> str:
     config = result["config"]
-    who = config["reviewer"] if config["reviewer"] == "heuristic" else f"judge 1 {config['judge1']['model']} ({config['judge1']['kind']}), judge 2 {config['judge2']['model']} ({config['judge2']['kind']})"
-    lines = [f"# Review bench: {config['cases']} cases from `{config['bench']}`", "", f"Reviewer: {who}.", "", "| figure | value |", "|---|---|"]
+    who = (
+        config["reviewer"]
+        if config["reviewer"] == "heuristic"
+        else f"judge 1 {config['judge1']['model']} ({config['judge1']['kind']}), judge 2 {config['judge2']['model']} ({config['judge2']['kind']})"
+    )
+    lines = [
+        f"# Review bench: {config['cases']} cases from `{config['bench']}`",
+        "",
+        f"Reviewer: {who}.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+    ]
     lines += [f"| {label} | {fmt(result['overall'][key])} |" for key, label in SHOWN]
-    lines += ["", "## By kind of case", "", "| kind | " + " | ".join(label for _k, label in KIND_COLUMNS) + " |", "|---|" + "---|" * len(KIND_COLUMNS)]
-    lines += [f"| {kind} | " + " | ".join(fmt(figures[k]) for k, _label in KIND_COLUMNS) + " |" for kind, figures in result["by_kind"].items()]
+    lines += [
+        "",
+        "## By kind of case",
+        "",
+        "| kind | " + " | ".join(label for _k, label in KIND_COLUMNS) + " |",
+        "|---|" + "---|" * len(KIND_COLUMNS),
+    ]
+    lines += [
+        f"| {kind} | " + " | ".join(fmt(figures[k]) for k, _label in KIND_COLUMNS) + " |" for kind, figures in result["by_kind"].items()
+    ]
     lines += ["", "## Error detection by gold category", "", "| category | gold | found | precision | recall |", "|---|---|---|---|---|"]
-    lines += [f"| {c} | {f['gold']} | {f['found']} | {fmt(f['precision'])} | {fmt(f['recall'])} |" for c, f in result["by_category"].items()]
-    lines += ["", "## Cases", "", "| case | gold | decision | gold errors | found errors | span TP/FP/FN words |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| {c} | {f['gold']} | {f['found']} | {fmt(f['precision'])} | {fmt(f['recall'])} |" for c, f in result["by_category"].items()
+    ]
+    lines += [
+        "",
+        "## Cases",
+        "",
+        "| case | gold | decision | gold errors | found errors | span TP/FP/FN words |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in result["cases"]:
         found = ", ".join(f"{s}:{c}" for s, c in row["errors"]) or "–"
         gold = ", ".join(f"{s}:{c}" for s, c in row["gold_errors"]) or "–"
         decision = row["decision"] + (f" ({row['reason'].split(':')[0]})" if row["decision"] == "reject" and row["reason"] else "")
-        lines.append(f"| {row['case']} | {row['gold_decision']} | {decision} | {gold} | {found} | {row['word_tp']}/{row['word_fp']}/{row['word_fn']} |")
+        lines.append(
+            f"| {row['case']} | {row['gold_decision']} | {decision} | {gold} | {found} | {row['word_tp']}/{row['word_fp']}/{row['word_fn']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
-def bench_from_options(args: list[str], *, output: Path, judges: tuple[Judge, Judge] | None, workers: int, spend_cap: float | None, include_suspicious: bool) -> None:
+def bench_from_options(
+    args: list[str], *, output: Path, judges: tuple[Judge, Judge] | None, workers: int, spend_cap: float | None, include_suspicious: bool
+) -> None:
     """``relearn review bench [BENCH] -o DIR``, from the options ``relearn review`` parsed;
     ``args`` are what follows ``bench``. Exits with the bench's exit code."""
     if len(args) > 1:
         err.print("[red]error:[/red] usage: relearn review bench [BENCH] -o DIR [--judge1 M --judge2 M --backend ...]")
         raise typer.Exit(EXIT_USAGE)
-    raise typer.Exit(run_bench(Path(args[0]) if args else None, output, judges, workers=workers, spend_cap=spend_cap, include_suspicious=include_suspicious))
+    raise typer.Exit(
+        run_bench(
+            Path(args[0]) if args else None, output, judges, workers=workers, spend_cap=spend_cap, include_suspicious=include_suspicious
+        )
+    )
 
 
 def label_from_options(args: list[str], *, output: Path) -> None:

@@ -24,7 +24,9 @@ def _summary(results: list[StageResult], title: str) -> int:
     for r in results:
         counts = "; ".join(f"{k} {v}" for k, v in r.counts.items()) if r.counts else (r.error or "")
         style = {"failed": "red", "current": "dim"}.get(r.status, "")
-        table.add_row(r.name, f"[{style}]{r.status}[/{style}]" if style else r.status, f"{r.seconds:.1f}" if r.status == "ran" else "-", counts)
+        table.add_row(
+            r.name, f"[{style}]{r.status}[/{style}]" if style else r.status, f"{r.seconds:.1f}" if r.status == "ran" else "-", counts
+        )
     out.print(table)
     if any(r.status == "failed" for r in results):
         return EXIT_FAILED
@@ -32,7 +34,9 @@ def _summary(results: list[StageResult], title: str) -> int:
 
 
 def run_command(
-    pipeline: Annotated[Path, typer.Argument(metavar="PIPELINE.toml", help="The pipeline file (see relearn/pipeline/config.py for every field).")],
+    pipeline: Annotated[
+        Path, typer.Argument(metavar="PIPELINE.toml", help="The pipeline file (see relearn/pipeline/config.py for every field).")
+    ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say which stages would run and why; run nothing.")] = False,
     ray: RayArg = None,
 ) -> None:

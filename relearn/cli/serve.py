@@ -28,11 +28,19 @@ def serve_command(
     tokenizer: Annotated[str | None, typer.Option(help="`qwen3.6` or a tokenizer folder (default: the one saved in MODEL_DIR).")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on (0.0.0.0: every interface).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8000,
-    model_name: Annotated[str | None, typer.Option(help="Name clients send as `model` (default: MODEL_DIR as given, as vLLM names it).")] = None,
-    max_new_tokens: Annotated[int, typer.Option(help="Output limit of a request that sets no max_tokens (also capped by the context left).")] = 2048,
-    max_context: Annotated[int | None, typer.Option(help="Context window in tokens, prompt plus output (default: the model's position limit).")] = None,
+    model_name: Annotated[
+        str | None, typer.Option(help="Name clients send as `model` (default: MODEL_DIR as given, as vLLM names it).")
+    ] = None,
+    max_new_tokens: Annotated[
+        int, typer.Option(help="Output limit of a request that sets no max_tokens (also capped by the context left).")
+    ] = 2048,
+    max_context: Annotated[
+        int | None, typer.Option(help="Context window in tokens, prompt plus output (default: the model's position limit).")
+    ] = None,
     device: Annotated[str, typer.Option(help="cpu | cuda.")] = "cpu",
-    seed: Annotated[int | None, typer.Option(help="Seed: the n-th request after start samples the same way every run (a request's own seed wins).")] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Seed: the n-th request after start samples the same way every run (a request's own seed wins).")
+    ] = None,
 ) -> None:
     """Serve MODEL_DIR on POST /v1/chat/completions (plus GET /v1/models, GET /health) until Ctrl-C.
 

@@ -192,7 +192,12 @@ def review_command(
     spec = judge_specs(load_prices(), backend=backend, base_url=base_url, api_key_env=api_key_env)
     with err.status("reviewing"):
         summary, ledger = review_single_turn_pool(
-            pool, output, Judge(spec(judge, "judge1"), "keep"), Judge(spec(auditor or judge, "judge2"), "audit"), workers=workers, spend_cap_usd=spend_cap
+            pool,
+            output,
+            Judge(spec(judge, "judge1"), "keep"),
+            Judge(spec(auditor or judge, "judge2"), "audit"),
+            workers=workers,
+            spend_cap_usd=spend_cap,
         )
     show_problems("not reviewed", summary.errors)
     rows: list[tuple[str, object]] = [("reviewed", len(summary.reviewed)), ("already reviewed (skipped)", summary.skipped)]

@@ -64,7 +64,9 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
     if len(p["tasks"]) > shown_tasks:
         table.add_row(f"… {len(p['tasks']) - shown_tasks:,} more tasks (--tasks, --json)", "", "", *("" for _ in p["k"]))
     counted = p["tasks_counted"]
-    table.add_row("mean over tasks", "", "", *(f"{_pct(p['mean'].get(f'pass@{k}'))} ({counted[f'pass@{k}']})" for k in p["k"]), style="italic")
+    table.add_row(
+        "mean over tasks", "", "", *(f"{_pct(p['mean'].get(f'pass@{k}'))} ({counted[f'pass@{k}']})" for k in p["k"]), style="italic"
+    )
     out_tables.append(table)
 
     if "reviews" in report:
@@ -108,10 +110,26 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
     out_tables.append(_kv_table(f"TER{note}", rows))
 
     table = Table(title=f"outcomes and TER ({ter['unit']}) by {ter['by']}", title_justify="left")
-    for name, justify in (("group", "left"), ("n", "right"), ("resolved", "right"), ("accepted", "right"), ("with TER", "right"), ("TER weighted", "right"), ("TER mean", "right")):
+    for name, justify in (
+        ("group", "left"),
+        ("n", "right"),
+        ("resolved", "right"),
+        ("accepted", "right"),
+        ("with TER", "right"),
+        ("TER weighted", "right"),
+        ("TER mean", "right"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for g in ter["groups"]:
-        table.add_row(g["group"], _num(g["trajectories"]), _pct(g["resolved_rate"]), _num(g["accepted"]), _num(g["with_ter"]), _pct(g["ter_token_weighted"]), _pct(g["ter_mean"]))
+        table.add_row(
+            g["group"],
+            _num(g["trajectories"]),
+            _pct(g["resolved_rate"]),
+            _num(g["accepted"]),
+            _num(g["with_ter"]),
+            _pct(g["ter_token_weighted"]),
+            _pct(g["ter_mean"]),
+        )
     out_tables.append(table)
     windowed = [g for g in ter["groups"] if "primary_share" in g]
     if windowed:
@@ -122,12 +140,19 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
         for name in names:
             table.add_column(name, justify="right")
         for g in windowed:
-            table.add_row(g["group"], _num(sum(g["primary_category"].values())), *(_pct(g["primary_share"].get(n, 0.0)) if g["primary_share"] else "—" for n in names))
+            table.add_row(
+                g["group"],
+                _num(sum(g["primary_category"].values())),
+                *(_pct(g["primary_share"].get(n, 0.0)) if g["primary_share"] else "—" for n in names),
+            )
         out_tables.append(table)
 
     e = report["excluded"]
     categories = sorted(set(e["primary_category"]) | set(e.get("token_share", {})) | set(e["char_share"]))
-    table = Table(title=f"excluded content by category ({e['with_defects']:,} of {e['trajectories']:,} entering trajectories have defects)", title_justify="left")
+    table = Table(
+        title=f"excluded content by category ({e['with_defects']:,} of {e['trajectories']:,} entering trajectories have defects)",
+        title_justify="left",
+    )
     table.add_column("category", style="bold")
     table.add_column("primary (trajs)", justify="right")
     if "token_share" in e:
@@ -159,17 +184,33 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
 def stats_command(
     pools: Annotated[list[Path], typer.Argument(metavar="POOL...", help="Pools of trajectories (.jsonl or .jsonl.zst).")],
     reviews: Annotated[Path | None, typer.Option("--reviews", "-r", help="Reviews JSONL: decisions, reasons, defect categories.")] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", "-d", help="Dataset folder written by `relearn masks` (TER in tokens).")] = None,
+    dataset: Annotated[
+        Path | None, typer.Option("--dataset", "-d", help="Dataset folder written by `relearn masks` (TER in tokens).")
+    ] = None,
     k: Annotated[str, typer.Option("--k", help="pass@k for these k (comma list); a task counts for k when it has k attempts.")] = "1,5,10",
-    by: Annotated[str, typer.Option(help="Group TER and outcomes by step (training-step windows), checkpoint, policy, task, exit or none.")] = "step",
-    windows: Annotated[int, typer.Option(min=1, help="With --by step: this many equal windows over the steps seen (2 = early vs late).")] = 2,
+    by: Annotated[
+        str, typer.Option(help="Group TER and outcomes by step (training-step windows), checkpoint, policy, task, exit or none.")
+    ] = "step",
+    windows: Annotated[
+        int, typer.Option(min=1, help="With --by step: this many equal windows over the steps seen (2 = early vs late).")
+    ] = 2,
     window_size: Annotated[int | None, typer.Option(min=1, help="With --by step: fixed windows of this many steps instead.")] = None,
     by_step_window: Annotated[
         str | None,
-        typer.Option("--by-step-window", help="Group by these step windows (FIRST-LAST, comma-separated, e.g. 1-20,81-100: the paper's early vs late), pooled and token-weighted, with each window's primary-category shares; implies --by step."),
+        typer.Option(
+            "--by-step-window",
+            help="Group by these step windows (FIRST-LAST, comma-separated, e.g. 1-20,81-100: the paper's early vs late), pooled and token-weighted, with each window's primary-category shares; implies --by step.",
+        ),
     ] = None,
-    json_out: Annotated[str | None, typer.Option("--json", help="Write every statistic as JSON to this file (`-`: stdout, no tables).")] = None,
-    plots: Annotated[Path | None, typer.Option(help="Write ter_over_steps.png and category_shares.png (and, with --by-step-window, primary_by_window.png) into this folder.")] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write every statistic as JSON to this file (`-`: stdout, no tables).")
+    ] = None,
+    plots: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write ter_over_steps.png and category_shares.png (and, with --by-step-window, primary_by_window.png) into this folder."
+        ),
+    ] = None,
     tasks: Annotated[int, typer.Option(min=0, help="Per-task pass@k rows shown in the table (all are in --json).")] = 20,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the saved indexes (.FILE.view-index.jsonl).")] = False,
 ) -> None:
@@ -214,7 +255,14 @@ def stats_command(
 
     indexes = [PoolIndex(p, cache=not no_cache) for p in pools]
     review_index = ReviewIndex(reviews, cache=not no_cache) if reviews is not None else None
-    progress = Progress(SpinnerColumn(), TextColumn("[bold]indexing {task.description}"), TextColumn("{task.completed:,} records"), TimeElapsedColumn(), console=err, transient=True)
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("[bold]indexing {task.description}"),
+        TextColumn("{task.completed:,} records"),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+    )
     with progress:
         for index in [*indexes, *([review_index] if review_index is not None else [])]:
             bar = progress.add_task(index.path.name, total=None)
@@ -235,7 +283,10 @@ def stats_command(
             out.print(f"statistics: {json_out}", highlight=False)
     if plots is not None:
         written = write_plots(report, plots)
-        (err if json_out == "-" else out).print("plots: " + (", ".join(str(p) for p in written) if written else "none (no TER with a training step, nothing excluded)"), highlight=False)
+        (err if json_out == "-" else out).print(
+            "plots: " + (", ".join(str(p) for p in written) if written else "none (no TER with a training step, nothing excluded)"),
+            highlight=False,
+        )
     raise typer.Exit(EXIT_PARTIAL if problems else EXIT_OK)
 
 

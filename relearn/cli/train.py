@@ -28,35 +28,60 @@ SP_HELP = (
 
 
 def train_command(
-    dataset: Annotated[Path, typer.Argument(metavar="DATASET", help="Dataset folder of shard-*.parquet (from `relearn masks`) or one Parquet file.")],
+    dataset: Annotated[
+        Path, typer.Argument(metavar="DATASET", help="Dataset folder of shard-*.parquet (from `relearn masks`) or one Parquet file.")
+    ],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Run folder: checkpoints/, metrics.jsonl, run.json, model/ (Hugging Face).")],
     init: Annotated[str | None, typer.Option(help="Model folder (Hugging Face causal LM) to start from.")] = None,
-    tiny: Annotated[str | None, typer.Option(help="Tiny random model instead of --init: qwen3 | qwen3-moe | qwen3.5-moe (tests, benchmarks).")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="Tokenizer saved with the final weights: `qwen3.6` or a folder (default: the --init folder's).")] = None,
+    tiny: Annotated[
+        str | None, typer.Option(help="Tiny random model instead of --init: qwen3 | qwen3-moe | qwen3.5-moe (tests, benchmarks).")
+    ] = None,
+    tokenizer: Annotated[
+        str | None, typer.Option(help="Tokenizer saved with the final weights: `qwen3.6` or a folder (default: the --init folder's).")
+    ] = None,
     ctx: Annotated[int, typer.Option(help="Longest sequence in tokens; longer samples are refused and listed, never cut.")] = 65536,
     epochs: Annotated[int, typer.Option(help="Passes over the data.")] = 3,
     lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-5,
-    warmup: Annotated[float, typer.Option(help="Warmup: a fraction of all steps (< 1) or a number of steps; then cosine decay to 0.")] = 0.03,
+    warmup: Annotated[
+        float, typer.Option(help="Warmup: a fraction of all steps (< 1) or a number of steps; then cosine decay to 0.")
+    ] = 0.03,
     weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.0,
     clip: Annotated[float, typer.Option(help="Gradient-norm clipping (0: off).")] = 1.0,
-    batch_trajectories: Annotated[int, typer.Option(help="Rows per micro-batch per rank (a row is one trajectory, or one pack with --pack).")] = 1,
+    batch_trajectories: Annotated[
+        int, typer.Option(help="Rows per micro-batch per rank (a row is one trajectory, or one pack with --pack).")
+    ] = 1,
     grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step per rank.")] = 1,
-    loss_norm: Annotated[str, typer.Option(help="trajectory: mean over trajectories of each one's mean supervised NLL (ROSS); token: global token mean.")] = "trajectory",
-    chunk: Annotated[int, typer.Option(help="Supervised positions per LM-head chunk (loss memory is ~3 x chunk x vocab x 4 bytes).")] = 1024,
+    loss_norm: Annotated[
+        str, typer.Option(help="trajectory: mean over trajectories of each one's mean supervised NLL (ROSS); token: global token mean.")
+    ] = "trajectory",
+    chunk: Annotated[
+        int, typer.Option(help="Supervised positions per LM-head chunk (loss memory is ~3 x chunk x vocab x 4 bytes).")
+    ] = 1024,
     bf16: Annotated[bool, typer.Option("--bf16", help="bf16 compute (autocast, or DeepSpeed bf16 with fp32 master weights).")] = False,
-    pack: Annotated[bool, typer.Option("--pack", help="Pack short trajectories up to --ctx; attention never crosses trajectories.")] = False,
+    pack: Annotated[
+        bool, typer.Option("--pack", help="Pack short trajectories up to --ctx; attention never crosses trajectories.")
+    ] = False,
     zero: Annotated[int, typer.Option(help="DeepSpeed ZeRO stage 0 | 2 | 3 (0 and one process: plain PyTorch).")] = 0,
     offload: Annotated[bool, typer.Option("--offload", help="ZeRO-2/3: optimizer state (and ZeRO-3 parameters) in CPU memory.")] = False,
-    offload_activations: Annotated[bool, typer.Option("--offload-activations", help="GPU: keep checkpointed activations in host memory.")] = False,
+    offload_activations: Annotated[
+        bool, typer.Option("--offload-activations", help="GPU: keep checkpointed activations in host memory.")
+    ] = False,
     attn: Annotated[str, typer.Option(help="Attention implementation: sdpa | flash_attention_2 | flash_attention_3 | eager.")] = "sdpa",
     sp: Annotated[int, typer.Option(help=SP_HELP)] = 1,
     seed: Annotated[int, typer.Option(help="Seed of the data order and of a tiny model's init.")] = 0,
-    save_every: Annotated[int, typer.Option(help="Checkpoint every N optimizer steps (0: only when stopping early). SIGTERM/Ctrl-C also checkpoint, then stop.")] = 200,
-    max_steps: Annotated[int | None, typer.Option(help="Stop after this many optimizer steps in all (the schedule still spans --epochs); rerun to continue.")] = None,
+    save_every: Annotated[
+        int,
+        typer.Option(help="Checkpoint every N optimizer steps (0: only when stopping early). SIGTERM/Ctrl-C also checkpoint, then stop."),
+    ] = 200,
+    max_steps: Annotated[
+        int | None, typer.Option(help="Stop after this many optimizer steps in all (the schedule still spans --epochs); rerun to continue.")
+    ] = None,
     keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept in the run folder.")] = 2,
     resume: Annotated[bool, typer.Option(help="Continue from the run folder's latest checkpoint when there is one.")] = True,
     progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
-    local_rank: Annotated[int | None, typer.Option("--local_rank", "--local-rank", hidden=True, help="Set by the `deepspeed` launcher.")] = None,
+    local_rank: Annotated[
+        int | None, typer.Option("--local_rank", "--local-rank", hidden=True, help="Set by the `deepspeed` launcher.")
+    ] = None,
 ) -> None:
     """Masked SFT: imitation loss only on supervised tokens, whole trajectories kept as context.
 
@@ -90,7 +115,10 @@ def train_command(
         raise typer.Exit(code)
     table = Table(title=f"relearn train -> {out_dir}", show_header=False)
     rows: list[tuple[str, str]] = [
-        ("steps this run", f"{summary.steps} (of {summary.total_steps}{', resumed at ' + str(summary.resumed_from) if summary.resumed_from is not None else ''})"),
+        (
+            "steps this run",
+            f"{summary.steps} (of {summary.total_steps}{', resumed at ' + str(summary.resumed_from) if summary.resumed_from is not None else ''})",
+        ),
         ("finished", "yes" if summary.finished else "no (rerun the same command to continue)"),
         ("loss first -> last", f"{summary.first_loss:.4f} -> {summary.last_loss:.4f}" if summary.losses else "-"),
         ("tokens / supervised", f"{summary.tokens:,} / {summary.supervised:,}"),

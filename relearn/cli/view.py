@@ -64,7 +64,9 @@ def contains(catalog: Catalog, position: int, text: str) -> bool:
     return any(text.lower() in view.step_text(n).lower() for n in range(len(view.steps)))
 
 
-def selected_positions(catalog: Catalog, flt: Filter, trajectory_id: str | None, number: int | None, limit: int, search: str | None = None) -> list[int]:
+def selected_positions(
+    catalog: Catalog, flt: Filter, trajectory_id: str | None, number: int | None, limit: int, search: str | None = None
+) -> list[int]:
     """Positions to print, scanning only as far as needed."""
     pool = catalog.pool
     if not catalog.ready_for(flt) and catalog.reviews is not None:
@@ -89,7 +91,9 @@ def print_views(catalog: Catalog, positions: list[int], fmt: Format, width: int 
     problems: list[str] = []
     options = RenderOptions(markers=fmt is Format.text, expand=full, hint="--full shows all")
     if fmt is Format.html:
-        console = Console(record=True, file=io.StringIO(), width=width or 100, force_terminal=True, color_system="truecolor", no_color=False)
+        console = Console(
+            record=True, file=io.StringIO(), width=width or 100, force_terminal=True, color_system="truecolor", no_color=False
+        )
     elif fmt is Format.ansi:
         console = Console(file=sys.stdout, width=width, force_terminal=True, color_system="truecolor", highlight=False)
     else:
@@ -117,17 +121,28 @@ def print_views(catalog: Catalog, positions: list[int], fmt: Format, width: int 
 def view_command(
     pool: Annotated[Path, typer.Argument(metavar="POOL", help="Pool of trajectories (.jsonl or .jsonl.zst).")],
     reviews: Annotated[Path | None, typer.Option("--reviews", "-r", help="Reviews JSONL: decisions and the defect spans to show.")] = None,
-    dataset: Annotated[Path | None, typer.Option("--dataset", "-d", help="Dataset folder written by `relearn masks` (exact TER in tokens).")] = None,
+    dataset: Annotated[
+        Path | None, typer.Option("--dataset", "-d", help="Dataset folder written by `relearn masks` (exact TER in tokens).")
+    ] = None,
     filter_: Annotated[str, typer.Option("--filter", "-f", help=f"Only trajectories where all terms hold: {FILTER_HELP}.")] = "",
-    resolved: Annotated[bool | None, typer.Option("--resolved/--unresolved", help="Only verified-positive (or only not) trajectories.")] = None,
+    resolved: Annotated[
+        bool | None, typer.Option("--resolved/--unresolved", help="Only verified-positive (or only not) trajectories.")
+    ] = None,
     decision: Annotated[str | None, typer.Option(help="Only this review decision: accept, reject or none.")] = None,
     category: Annotated[str | None, typer.Option(help="Only trajectories with a defect of this category (comma list).")] = None,
     ter: Annotated[str | None, typer.Option(help="Only this TER range, e.g. 0.05..0.2 or 5%..20%.")] = None,
-    search: Annotated[str | None, typer.Option("--search", "-s", help="Open at the first step containing this text (with --print: only trajectories containing it).")] = None,
+    search: Annotated[
+        str | None,
+        typer.Option("--search", "-s", help="Open at the first step containing this text (with --print: only trajectories containing it)."),
+    ] = None,
     print_: Annotated[bool, typer.Option("--print", "-p", help="Print instead of opening the viewer.")] = False,
-    fmt: Annotated[Format, typer.Option("--format", help="With --print: text (excluded spans between [- and -]), ansi, or html.")] = Format.text,
+    fmt: Annotated[
+        Format, typer.Option("--format", help="With --print: text (excluded spans between [- and -]), ansi, or html.")
+    ] = Format.text,
     trajectory_id: Annotated[str | None, typer.Option("--id", help="With --print: the trajectory with this id.")] = None,
-    number: Annotated[int | None, typer.Option("--number", "-n", min=1, help="With --print: the N-th record of the pool (1-based).")] = None,
+    number: Annotated[
+        int | None, typer.Option("--number", "-n", min=1, help="With --print: the N-th record of the pool (1-based).")
+    ] = None,
     step: Annotated[int | None, typer.Option(help="With --print: only this step (0 = task; the last is the final patch).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="With --print: at most this many trajectories.")] = 1,
     full: Annotated[bool, typer.Option(help="With --print: long observations whole, not collapsed.")] = False,

@@ -52,7 +52,9 @@ def open_dataset(path: Path) -> DatasetInfo:
     except ValueError as exc:
         raise ExportError(f"{stats_path}: not JSON ({exc})") from None
     if "tokenizer_fingerprint" not in stats:
-        raise ExportError(f"{stats_path}: records no tokenizer fingerprint (compiled by an older relearn); rerun `relearn masks` on it, which reuses its shards")
+        raise ExportError(
+            f"{stats_path}: records no tokenizer fingerprint (compiled by an older relearn); rerun `relearn masks` on it, which reuses its shards"
+        )
     shards = sorted(path.glob("shard-*.parquet"))
     if not shards:
         raise ExportError(f"{path}: no shard-*.parquet")
@@ -81,6 +83,10 @@ def check_tokenizer(info: DatasetInfo, tokenizer: Any, name: str) -> None:
 
     template = chat_template_sha256(tokenizer)
     if template != info.stats.get("chat_template_sha256"):
-        raise ExportError(f"--tokenizer {name}: its chat template (sha256 {template[:12]}) is not the one {info.path} was compiled with ({str(info.stats.get('chat_template_sha256'))[:12]}, {info.tokenizer})")
+        raise ExportError(
+            f"--tokenizer {name}: its chat template (sha256 {template[:12]}) is not the one {info.path} was compiled with ({str(info.stats.get('chat_template_sha256'))[:12]}, {info.tokenizer})"
+        )
     if tokenizer_fingerprint(tokenizer) != info.stats["tokenizer_fingerprint"]:
-        raise ExportError(f"--tokenizer {name}: its vocabulary or normaliser is not that of {info.tokenizer}, which {info.path} was compiled with; the token ids would mean other text")
+        raise ExportError(
+            f"--tokenizer {name}: its vocabulary or normaliser is not that of {info.tokenizer}, which {info.path} was compiled with; the token ids would mean other text"
+        )

@@ -51,6 +51,3 @@ def export_spans(info: DatasetInfo, tokenizer: Any, out: Path, on_row: Callable[
             yield sample_spans(sample, tokenizer)
 
     return write_atomic(out, lines())
-
-
-

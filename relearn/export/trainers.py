@@ -101,7 +101,16 @@ def _schema(fmt: str) -> pa.Schema:
         return pa.schema([("input_ids", ids), ("attention_mask", int8), ("labels", pa.list_(pa.int64()))])
     if fmt == "verl":
         return pa.schema([("input_ids", ids), ("loss_mask", int8)])
-    return pa.schema([("sample_id", pa.string()), ("trajectory_id", pa.string()), ("input_ids", ids), ("loss_mask", int8), ("labels", pa.list_(pa.int64())), ("weight", pa.float64())])
+    return pa.schema(
+        [
+            ("sample_id", pa.string()),
+            ("trajectory_id", pa.string()),
+            ("input_ids", ids),
+            ("loss_mask", int8),
+            ("labels", pa.list_(pa.int64())),
+            ("weight", pa.float64()),
+        ]
+    )
 
 
 def _kept(info: DatasetInfo, summary: ExportSummary, ids_file: Any, on_row: Callable[[], None] | None) -> Iterator[Sample]:
@@ -115,7 +124,18 @@ def _kept(info: DatasetInfo, summary: ExportSummary, ids_file: Any, on_row: Call
         summary.tokens += len(sample.input_ids)
         summary.supervised += sample.supervised
         summary.supervised_per_row.append(sample.supervised)
-        ids_file.write(json.dumps({"row": summary.rows - 1, "sample_id": sample.sample_id, "trajectory_id": sample.trajectory_id, "tokens": len(sample.input_ids), "supervised": sample.supervised}) + "\n")
+        ids_file.write(
+            json.dumps(
+                {
+                    "row": summary.rows - 1,
+                    "sample_id": sample.sample_id,
+                    "trajectory_id": sample.trajectory_id,
+                    "tokens": len(sample.input_ids),
+                    "supervised": sample.supervised,
+                }
+            )
+            + "\n"
+        )
         yield sample
 
 
@@ -160,7 +180,15 @@ def _saved_from_parquet(files: list[Path], fmt: str, folder: Path, scratch: Path
     datasets.Dataset.from_parquet([str(f) for f in files], cache_dir=str(scratch)).save_to_disk(str(folder), max_shard_size="500MB")
 
 
-def export_dataset(info: DatasetInfo, fmt: str, out: Path, *, rows_per_file: int = 10_000, overwrite: bool = False, on_row: Callable[[], None] | None = None) -> ExportSummary:
+def export_dataset(
+    info: DatasetInfo,
+    fmt: str,
+    out: Path,
+    *,
+    rows_per_file: int = 10_000,
+    overwrite: bool = False,
+    on_row: Callable[[], None] | None = None,
+) -> ExportSummary:
     """Write ``info``'s samples to ``out`` in ``fmt``; ``out`` appears whole or not at all."""
     if fmt not in FORMATS:
         raise ExportError(f"--for must be one of {', '.join(FORMATS)}, not {fmt!r}")

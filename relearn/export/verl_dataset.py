@@ -32,7 +32,9 @@ def _get(config: Any, key: str, default: Any) -> Any:
 
 
 class RelearnSFTDataset(Dataset):
-    def __init__(self, parquet_files: str | list[str], tokenizer: Any = None, config: Any = None, max_samples: int = -1, processor: Any = None) -> None:
+    def __init__(
+        self, parquet_files: str | list[str], tokenizer: Any = None, config: Any = None, max_samples: int = -1, processor: Any = None
+    ) -> None:
         files = [parquet_files] if isinstance(parquet_files, str) else list(parquet_files)
         self.rows: list[tuple[list[int], list[int]]] = []
         for file in files:
@@ -51,7 +53,9 @@ class RelearnSFTDataset(Dataset):
         ids, mask = self.rows[index]
         n = len(ids)
         if self.max_length and n > self.max_length:
-            raise ValueError(f"row {index}: {n} tokens is longer than data.max_length {self.max_length}; raise it (relearn never cuts a trajectory)")
+            raise ValueError(
+                f"row {index}: {n} tokens is longer than data.max_length {self.max_length}; raise it (relearn never cuts a trajectory)"
+            )
         width = self.max_length if self.pad and self.max_length else n
         input_ids = torch.full((width,), self.pad_id, dtype=torch.long)
         input_ids[:n] = torch.tensor(ids, dtype=torch.long)

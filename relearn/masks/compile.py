@@ -128,19 +128,28 @@ def _check_keep(trajectory: Trajectory, keep: Any, defects: list[Defect]) -> Non
     messages = {index for index, _field in kept}
     for defect in defects:
         key = (defect.message_index, defect.field)
-        text = field_text(trajectory.messages[defect.message_index], defect.field) if 0 <= defect.message_index < len(trajectory.messages) else None
+        text = (
+            field_text(trajectory.messages[defect.message_index], defect.field)
+            if 0 <= defect.message_index < len(trajectory.messages)
+            else None
+        )
         if text is None:
             continue  # _defect_render_span rejects it with its location
         covered.setdefault(key, np.zeros(len(text), dtype=bool))[defect.start : defect.end] = True
         if key in kept and np.any(kept[key][defect.start : defect.end]):
-            raise Rejected("keep interval overlaps an excluded span", f"message {defect.message_index} {defect.field} [{defect.start}, {defect.end})")
+            raise Rejected(
+                "keep interval overlaps an excluded span", f"message {defect.message_index} {defect.field} [{defect.start}, {defect.end})"
+            )
     for index in messages:
         for name in ("reasoning_content", "content"):
             text = field_text(trajectory.messages[index], name) or ""
             inside = kept.get((index, name), np.zeros(len(text), dtype=bool)) | covered.get((index, name), np.zeros(len(text), dtype=bool))
             loose = [i for i in np.flatnonzero(~inside) if not text[i].isspace()]
             if loose:
-                raise Rejected("text outside the keep intervals is not excluded", f"message {index} {name} at {loose[0]}: {text[loose[0] : loose[0] + 40]!r}")
+                raise Rejected(
+                    "text outside the keep intervals is not excluded",
+                    f"message {index} {name} at {loose[0]}: {text[loose[0] : loose[0] + 40]!r}",
+                )
 
 
 def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect, scope: str = "action") -> tuple[int, int] | None:
@@ -156,7 +165,7 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
     if raw_text is None or defect.end > len(raw_text):
         raise Rejected("defect outside its field", where)
     if raw_text[defect.start : defect.end] != defect.quote:
-        raise Rejected("quote not at its offsets", f"{where}: field has {raw_text[defect.start:defect.end]!r}, quote is {defect.quote!r}")
+        raise Rejected("quote not at its offsets", f"{where}: field has {raw_text[defect.start : defect.end]!r}, quote is {defect.quote!r}")
     turn = next((t for t in rendered.turns if t.message_index == defect.message_index), None)
     if turn is None:
         raise Rejected("defect in a message that is not a generated turn", where)
@@ -352,7 +361,9 @@ class Prepared:
     split: bool  # each sample excludes the defects of its own turns only
 
 
-def prepare(trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None) -> Prepared:
+def prepare(
+    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
+) -> Prepared:
     """Select and render one trajectory, or Rejected with the reason."""
     defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious)
     unknown = _unknown_context(trajectory)
@@ -364,9 +375,19 @@ def prepare(trajectory: Trajectory, review: Review | None, tokenizer: Any, optio
         for number, segment in enumerate(segments):
             prefix = f"#r{number}" if len(segments) > 1 else ""
             if options.per_turn:
-                renders += [(f"{prefix}#m{r.turns[0].message_index}", r) for r in per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs, segment=segment, shape=shape)]
+                renders += [
+                    (f"{prefix}#m{r.turns[0].message_index}", r)
+                    for r in per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs, segment=segment, shape=shape)
+                ]
             else:
-                rendered = render(trajectory, tokenizer, template_kwargs=options.template_kwargs, prefix_check=options.prefix_check, segment=segment, shape=shape)
+                rendered = render(
+                    trajectory,
+                    tokenizer,
+                    template_kwargs=options.template_kwargs,
+                    prefix_check=options.prefix_check,
+                    segment=segment,
+                    shape=shape,
+                )
                 if rendered.turns or len(segments) == 1:
                     renders.append((prefix, rendered))
     except RenderError as exc:
@@ -382,7 +403,16 @@ def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, e
     samples = []
     for (suffix, rendered), tokens in zip(prepared.renders, encoded, strict=True):
         own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if prepared.split else defects
-        sample = compile_one(rendered, trajectory, own, tokenizer, trajectory.id + suffix, scope=options.defect_scope, exclude=options.mode == "ross", encoded=tokens)
+        sample = compile_one(
+            rendered,
+            trajectory,
+            own,
+            tokenizer,
+            trajectory.id + suffix,
+            scope=options.defect_scope,
+            exclude=options.mode == "ross",
+            encoded=tokens,
+        )
         if len(sample.input_ids) > options.ctx:
             raise Rejected("longer than ctx", f"{len(sample.input_ids)} tokens > {options.ctx}")
         samples.append(sample)
@@ -435,7 +465,9 @@ def _unknown_context(trajectory: Trajectory) -> str | None:
         if reset.replacement_known:
             continue
         stop = next((s for s in starts if s > reset.message_index), count)
-        turns = [i for i in range(reset.message_index, stop) if trajectory.messages[i].role == "assistant" and trajectory.messages[i].generated]
+        turns = [
+            i for i in range(reset.message_index, stop) if trajectory.messages[i].role == "assistant" and trajectory.messages[i].generated
+        ]
         if turns:
             return f"the context was rebuilt at message {reset.message_index} ({reset.reason}) into something the source does not record; generated turns {turns[:5]} follow"
     return None

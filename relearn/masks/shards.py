@@ -78,7 +78,13 @@ class ShardStats:
         self.supervised += sample.supervised
         self.excluded_by_category.update(sample.excluded_by_category)
         self.per_sample.append(
-            {"sample_id": sample.sample_id, "tokens": len(sample.input_ids), "eligible": sample.eligible, "excluded": sample.excluded, "ter": sample.ter}
+            {
+                "sample_id": sample.sample_id,
+                "tokens": len(sample.input_ids),
+                "eligible": sample.eligible,
+                "excluded": sample.excluded,
+                "ter": sample.ter,
+            }
         )
 
     def reject(self, trajectory_id: str, reason: str, detail: str) -> None:
@@ -224,7 +230,16 @@ class ShardRow:
 
     @classmethod
     def of(cls, sample: Sample) -> ShardRow:
-        return cls(sample.sample_id, sample.trajectory_id, sample.input_ids, sample.loss_mask, sample.eligible, sample.excluded, sample.supervised, sample.ter)
+        return cls(
+            sample.sample_id,
+            sample.trajectory_id,
+            sample.input_ids,
+            sample.loss_mask,
+            sample.eligible,
+            sample.excluded,
+            sample.supervised,
+            sample.ter,
+        )
 
 
 class _ShardWriter:
@@ -266,7 +281,13 @@ class _ShardWriter:
 
 
 def _compile_batches(
-    chunk: list[Item], reviews: dict[str, Review | RecordError], pool: Path, tokenizer: Any, options: MaskOptions, shape: TemplateShape | None, stats: ShardStats
+    chunk: list[Item],
+    reviews: dict[str, Review | RecordError],
+    pool: Path,
+    tokenizer: Any,
+    options: MaskOptions,
+    shape: TemplateShape | None,
+    stats: ShardStats,
 ) -> Iterator[tuple[list[ShardRow], list[tuple[int, int]]]]:
     """A shard's rows a batch (one row group) at a time, with each record's (size, tokens)
     for progress; ``stats`` counts as it goes."""
@@ -341,7 +362,9 @@ def _worker_tokenizer(name: str, expected_id: str) -> Any:
 
     tokenizer = load_tokenizer(name)
     if tokenizer_fingerprint(tokenizer) != expected_id:
-        raise RuntimeError(f"tokenizer {name} on this worker is not the driver's (fingerprint differs): install the same files on every node")
+        raise RuntimeError(
+            f"tokenizer {name} on this worker is not the driver's (fingerprint differs): install the same files on every node"
+        )
     return tokenizer
 
 
@@ -413,7 +436,9 @@ def build_dataset(
             with _ShardWriter(output / f"shard-{compiled.number:05d}.parquet", options.mode) as writer:
                 for rows in compiled.batches:
                     writer.write(rows)
-            write_text_atomic(output / f"shard-{compiled.number:05d}.stats.json", json.dumps(_stats_to_json(compiled.stats), indent=1, sort_keys=True))
+            write_text_atomic(
+                output / f"shard-{compiled.number:05d}.stats.json", json.dumps(_stats_to_json(compiled.stats), indent=1, sort_keys=True)
+            )
             shard_stats[compiled.number] = compiled.stats
             for size, tokens in compiled.progress:
                 if on_record:
@@ -486,7 +511,12 @@ def summarise(shards: list[ShardStats], options: MaskOptions, tokenizer_name: st
         "samples": sum(s.samples for s in shards),
         "rejected": dict(sorted(rejected.items())),
         "rejections": rejections[:SHOWN_REJECTIONS],
-        "tokens": {"total": sum(s.tokens for s in shards), "eligible": eligible, "excluded": excluded, "supervised": sum(s.supervised for s in shards)},
+        "tokens": {
+            "total": sum(s.tokens for s in shards),
+            "eligible": eligible,
+            "excluded": excluded,
+            "supervised": sum(s.supervised for s in shards),
+        },
         "ter_token_weighted": excluded / eligible if eligible else 0.0,
         "ter_mean": sum(ters) / len(ters) if ters else 0.0,
         "excluded_by_category": dict(sorted(categories.items())),

@@ -138,7 +138,11 @@ def _probe_call_opener(tokenizer: Any, template_kwargs: dict[str, Any]) -> str:
     region starts at its function tag)."""
     chat = [
         {"role": "user", "content": "q"},
-        {"role": "assistant", "content": _PROBE_TEXT, "tool_calls": [{"type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": {"a": "b"}}}]},
+        {
+            "role": "assistant",
+            "content": _PROBE_TEXT,
+            "tool_calls": [{"type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": {"a": "b"}}}],
+        },
     ]
     try:
         text = tokenizer.apply_chat_template(chat, tokenize=False, **template_kwargs)
@@ -377,11 +381,17 @@ def render(
         if prefix_check == "every":
             prefix = _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True)
             if not text.startswith(prefix):
-                raise RenderError("prefix", f"message {source}: the template renders the history before this turn differently from what the model was given")
+                raise RenderError(
+                    "prefix",
+                    f"message {source}: the template renders the history before this turn differently from what the model was given",
+                )
             start = len(prefix)
         else:
             if prefix_check == "header" and not text.startswith(shape.generation_prompt, opening):
-                raise RenderError("prefix", f"message {source}: its turn does not open with the generation prompt {shape.generation_prompt!r} (the template rewrote it)")
+                raise RenderError(
+                    "prefix",
+                    f"message {source}: its turn does not open with the generation prompt {shape.generation_prompt!r} (the template rewrote it)",
+                )
             start = opening + len(shape.generation_prompt)
         end_at = text.find(shape.end_of_turn, start)
         if end_at < 0:

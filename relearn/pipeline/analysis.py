@@ -49,9 +49,15 @@ def analyze_models(
         for name, folder in models.items():
 
             def load(folder: Path = folder) -> tuple[Any, Any]:
-                scorer = Scorer(build_model(init=str(folder), dtype=torch.bfloat16 if options.bf16 else torch.float32), device=options.device, chunk=options.chunk)
+                scorer = Scorer(
+                    build_model(init=str(folder), dtype=torch.bfloat16 if options.bf16 else torch.float32),
+                    device=options.device,
+                    chunk=options.chunk,
+                )
                 if len(tokenizer) > scorer.vocab_size:
-                    raise ValueError(f"{folder}: the tokenizer has {len(tokenizer):,} tokens but the model's vocabulary is {scorer.vocab_size:,}")
+                    raise ValueError(
+                        f"{folder}: the tokenizer has {len(tokenizer):,} tokens but the model's vocabulary is {scorer.vocab_size:,}"
+                    )
                 return tokenizer, scorer
 
             settings = Settings(
@@ -59,7 +65,16 @@ def analyze_models(
                 template_kwargs=template_kwargs, fingerprint=folder_fingerprint(str(folder)), defect_scope=masks.defect_scope,
             )  # fmt: skip
             folder_out = out / name
-            results = score_pools(pools, settings, load, folder_out, ctx=masks.ctx, positive_only=True, reviews=reviews, on_record=lambda: progress.advance(bar))
+            results = score_pools(
+                pools,
+                settings,
+                load,
+                folder_out,
+                ctx=masks.ctx,
+                positive_only=True,
+                reviews=reviews,
+                on_record=lambda: progress.advance(bar),
+            )
             single = analyze(results, settings, masks.ctx, samples=options.bootstrap)
             write_text_atomic(folder_out / "nll.json", json.dumps(single, indent=1))
             write_text_atomic(folder_out / "nll.md", markdown(single))

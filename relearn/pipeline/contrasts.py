@@ -41,7 +41,11 @@ def _rejections(folder: Path) -> dict[str, str]:
         stats = json.loads((folder / "stats.json").read_text())
     except (OSError, ValueError):
         return {}
-    return {r["trajectory_id"]: f"{r.get('reason', '')}: {r.get('detail', '')}".rstrip(": ") for r in stats.get("rejections", []) if r.get("trajectory_id")}
+    return {
+        r["trajectory_id"]: f"{r.get('reason', '')}: {r.get('detail', '')}".rstrip(": ")
+        for r in stats.get("rejections", [])
+        if r.get("trajectory_id")
+    }
 
 
 @dataclass

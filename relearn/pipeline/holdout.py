@@ -40,11 +40,11 @@ def split_by_task(source: Path, heldout: set[str], train: Path, heldout_pool: Pa
         for path in temporary.values():
             path.unlink()
     if missing:
-        raise ValueError(f"[masks].heldout_tasks: no trajectory of {', '.join(missing)} in {source} (its tasks: {', '.join(sorted(t for t in tasks if t)) or 'none'})")
+        raise ValueError(
+            f"[masks].heldout_tasks: no trajectory of {', '.join(missing)} in {source} (its tasks: {', '.join(sorted(t for t in tasks if t)) or 'none'})"
+        )
     if not counts["train readable"]:
         raise ValueError(f"[masks].heldout_tasks holds out every trajectory of {source}: nothing is left to train on")
     for name, path in temporary.items():
         path.replace(targets[name])
     return {"train": counts["train"], "heldout": counts["heldout"], "heldout_tasks": len(heldout)}
-
-

@@ -93,17 +93,35 @@ def write_pipeline_report(
     counts = {s.name: (read_stamp(workdir, s.name) or {}).get("counts", {}) for s in stages if s.name != "report"}
     seconds = {s.name: (read_stamp(workdir, s.name) or {}).get("seconds") for s in stages if s.name != "report"}
     report: dict[str, Any] = {"workdir": str(workdir), "stages": counts, "seconds": seconds}
-    lines = ["# ROSS pipeline report", "", f"Work folder: `{workdir}`", "", "## Stages", "", "| stage | seconds | counts |", "|---|---|---|"]
+    lines = [
+        "# ROSS pipeline report",
+        "",
+        f"Work folder: `{workdir}`",
+        "",
+        "## Stages",
+        "",
+        "| stage | seconds | counts |",
+        "|---|---|---|",
+    ]
     for name, stage_counts in counts.items():
         lines.append(f"| {name} | {seconds[name] or '-'} | " + "; ".join(f"{k}: {_fmt(v)}" for k, v in stage_counts.items()) + " |")
 
     if contrasts is not None and contrasts.is_file():
         sets = json.loads(contrasts.read_text())  # the ids stay in the stage's file; here only how many
-        report["contrasts"] = {"trajectories": sets["trajectories"], "relation": sets["relation"], "only": {pair: len(ids) for pair, ids in sets.get("only", {}).items()}}
+        report["contrasts"] = {
+            "trajectories": sets["trajectories"],
+            "relation": sets["relation"],
+            "only": {pair: len(ids) for pair, ids in sets.get("only", {}).items()},
+        }
         lines += ["", "## What each contrast trains on", "", *contrasts_lines(report["contrasts"])]
     if analysis is not None and analysis.is_file():
         report["nll_kept_excluded"] = json.loads(analysis.read_text())
-        lines += ["", "## NLL of kept and excluded tokens: start model and each trained variant", "", *analysis_lines(report["nll_kept_excluded"])]
+        lines += [
+            "",
+            "## NLL of kept and excluded tokens: start model and each trained variant",
+            "",
+            *analysis_lines(report["nll_kept_excluded"]),
+        ]
 
     curves = {VARIANT_NAMES[v]: [(m["step"], m["loss"]) for m in read_metrics(d)] for v, d in train_dirs.items()}
     if curves:
@@ -119,11 +137,19 @@ def write_pipeline_report(
         report["trained_on"] = trained_on
         compare_chart(comparison, out / "resolved.png")
         report["resolved_png"] = str(out / "resolved.png")
-        lines += ["", "## Upstream vs Positive-Rollout SFT vs ROSS w/o mask vs ROSS", "", compare_markdown(comparison).split("\n", 2)[2].strip(), ""]
+        lines += [
+            "",
+            "## Upstream vs Positive-Rollout SFT vs ROSS w/o mask vs ROSS",
+            "",
+            compare_markdown(comparison).split("\n", 2)[2].strip(),
+            "",
+        ]
         lines += ["| model | trajectories trained on | supervised tokens | TER | loss first -> last |", "|---|---|---|---|---|"]
         for v in train_dirs:
             m, t = counts.get(f"masks:{v}", {}), counts.get(f"train:{v}", {})
-            lines.append(f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |")
+            lines.append(
+                f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
+            )
         lines += ["", "![resolved](resolved.png)", "", "![training loss](train_loss.png)"]
     write_text_atomic(out / "report.json", json.dumps(report, indent=1, sort_keys=True, default=str))
     write_text_atomic(out / "report.md", "\n".join(lines) + "\n")

@@ -165,6 +165,10 @@ def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run:
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         write_text_atomic(stamp_path, json.dumps(stamp, indent=1, sort_keys=True, default=str))
-        console.print(f"  done in {result.seconds:.1f} s: " + ", ".join(f"{k} {v}" for k, v in result.counts.items() if not isinstance(v, dict | list)), highlight=False)
+        console.print(
+            f"  done in {result.seconds:.1f} s: "
+            + ", ".join(f"{k} {v}" for k, v in result.counts.items() if not isinstance(v, dict | list)),
+            highlight=False,
+        )
         results.append(result)
     return results

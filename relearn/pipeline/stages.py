@@ -92,7 +92,9 @@ class Context:
         return self.config.cluster.registry if self.config.cluster is not None else None
 
     def progress(self, label: str) -> Progress:
-        return Progress(TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True)
+        return Progress(
+            TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True
+        )
 
 
 # ---------------------------------------------------------------- paths
@@ -209,7 +211,15 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
 
         tasks = Selection(ids=tuple(c.ids)).apply(tasks)
     sampling = {"temperature": c.temperature} if c.temperature is not None else {}
-    spec = PolicySpec(kind=c.policy, model=c.model, base_url=ctx.pool_url or c.base_url, api_key_env=c.api_key_env, sampling=sampling, checkpoint=c.checkpoint, step=c.step)
+    spec = PolicySpec(
+        kind=c.policy,
+        model=c.model,
+        base_url=ctx.pool_url or c.base_url,
+        api_key_env=c.api_key_env,
+        sampling=sampling,
+        checkpoint=c.checkpoint,
+        step=c.step,
+    )
     budget = Budget(max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds)
     base = ctx.base_image() if ctx.registry is None else None  # with a registry, the nodes pull their images
     from envs.executor import Needs
@@ -272,10 +282,20 @@ def verify_stage(ctx: Context) -> dict[str, Any]:
             if not _needs_grading(trajectory):
                 counts["graded when collected"] += 1
             elif trajectory.task_id not in tasks or not trajectory.final_patch:
-                counts["kept the imported grade (no task or no final patch)" if _imported_grade(trajectory) else "ungradable (no task or no final patch)"] += 1
+                counts[
+                    "kept the imported grade (no task or no final patch)"
+                    if _imported_grade(trajectory)
+                    else "ungradable (no task or no final patch)"
+                ] += 1
             else:
                 task = tasks[trajectory.task_id]
-                verdict = verify(ctx.client(), task, trajectory.final_patch, task_image(ctx.client(), task, ctx.base_image()), log_dir=ctx.workdir / "verify-logs")
+                verdict = verify(
+                    ctx.client(),
+                    task,
+                    trajectory.final_patch,
+                    task_image(ctx.client(), task, ctx.base_image()),
+                    log_dir=ctx.workdir / "verify-logs",
+                )
                 trajectory.outcome = outcome_of(verdict)
                 counts["graded now"] += 1
             writer.write(trajectory)
@@ -361,7 +381,9 @@ def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
 
     backend = ctx.backend(Needs(cpus=1))
     try:
-        stats, _ = build_dataset(training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, options, dataset_dir(ctx, variant), backend=backend)
+        stats, _ = build_dataset(
+            training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, options, dataset_dir(ctx, variant), backend=backend
+        )
     finally:
         if backend is not None:
             backend.close()
@@ -452,7 +474,15 @@ def analyze_stage(ctx: Context) -> dict[str, Any]:
         pools.append(NamedPool("heldout", heldout_pool_path(ctx)))
     assert ctx.config.analyze is not None
     return analyze_models(
-        analyzed_models(ctx), pools, reviews, problems, ctx.tokenizer(), ctx.config.masks, ctx.config.analyze, analyze_dir(ctx), ctx.progress("scoring NLL")
+        analyzed_models(ctx),
+        pools,
+        reviews,
+        problems,
+        ctx.tokenizer(),
+        ctx.config.masks,
+        ctx.config.analyze,
+        analyze_dir(ctx),
+        ctx.progress("scoring NLL"),
     )
 
 
@@ -479,7 +509,12 @@ def eval_stage(ctx: Context, name: str, model_dir: Path) -> dict[str, Any]:
             bar = progress.add_task("eval", total=None)
             summary, selected = run_eval(ctx.client(), config, out, base_image=ctx.base_image(), on_done=lambda _t: progress.advance(bar))
     report = write_report(out)
-    return {"instances": selected, "resolved": report["resolved"], "rate": round(report["resolved_rate"], 4), "infra_errors": len(summary.infra_errors)}
+    return {
+        "instances": selected,
+        "resolved": report["resolved"],
+        "rate": round(report["resolved_rate"], 4),
+        "infra_errors": len(summary.infra_errors),
+    }
 
 
 # ---------------------------------------------------------------- the plan
@@ -507,7 +542,17 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
     if c.masks.heldout_tasks:
         masks_settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
     for v in c.variants:
-        stages.append(Stage(f"masks:{v}", f"compile {v} masks", {**masks_settings, "mode": v}, [dataset_dir(ctx, v) / "stats.json"], lambda v=v: masks_stage(ctx, v), (pool_stage_name, "review"), [dataset_dir(ctx, v)]))
+        stages.append(
+            Stage(
+                f"masks:{v}",
+                f"compile {v} masks",
+                {**masks_settings, "mode": v},
+                [dataset_dir(ctx, v) / "stats.json"],
+                lambda v=v: masks_stage(ctx, v),
+                (pool_stage_name, "review"),
+                [dataset_dir(ctx, v)],
+            )
+        )
     if len(c.variants) > 1:
         # Before any training, so a run stops here (the runner stops at a failed stage) when the
         # contrasts are broken; training does not need it, or retraining one variant would follow
@@ -518,9 +563,29 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
     if c.train is not None:
         train_settings = c.train.model_dump(mode="json")
         upstream_out = [upstream_dir(ctx) / "config.json"] if c.train.tiny else []
-        stages.append(Stage("upstream", "make the starting weights", {k: train_settings[k] for k in ("init", "tiny", "seed")}, upstream_out, lambda: upstream_stage(ctx), (), [upstream_dir(ctx)] if c.train.tiny else []))
+        stages.append(
+            Stage(
+                "upstream",
+                "make the starting weights",
+                {k: train_settings[k] for k in ("init", "tiny", "seed")},
+                upstream_out,
+                lambda: upstream_stage(ctx),
+                (),
+                [upstream_dir(ctx)] if c.train.tiny else [],
+            )
+        )
         for v in c.variants:
-            stages.append(Stage(f"train:{v}", f"train on the {v} dataset", train_settings, [train_dir(ctx, v) / "model" / "config.json"], lambda v=v: train_stage(ctx, v), (f"masks:{v}", "upstream"), [train_dir(ctx, v)]))
+            stages.append(
+                Stage(
+                    f"train:{v}",
+                    f"train on the {v} dataset",
+                    train_settings,
+                    [train_dir(ctx, v) / "model" / "config.json"],
+                    lambda v=v: train_stage(ctx, v),
+                    (f"masks:{v}", "upstream"),
+                    [train_dir(ctx, v)],
+                )
+            )
         if c.analyze is not None:
             analyze_settings = {
                 **c.analyze.model_dump(mode="json", exclude={"device"}), "tokenizer": c.masks.tokenizer, "ctx": c.masks.ctx,
@@ -530,20 +595,62 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
             # by model folder, tokenizer and review, so what is still valid in them is reused.
             outputs = [analyze_dir(ctx) / "nll.json", analyze_dir(ctx) / "nll.md"]
             needs = (pool_stage_name, "review", "upstream", *(f"train:{v}" for v in c.variants))
-            stages.append(Stage("analyze", "NLL of kept and excluded tokens under every model", analyze_settings, outputs, lambda: analyze_stage(ctx), needs, outputs))
+            stages.append(
+                Stage(
+                    "analyze",
+                    "NLL of kept and excluded tokens under every model",
+                    analyze_settings,
+                    outputs,
+                    lambda: analyze_stage(ctx),
+                    needs,
+                    outputs,
+                )
+            )
         if c.eval is not None:
             eval_settings = c.eval.model_dump(mode="json")
-            stages.append(Stage("eval:upstream", "evaluate the starting weights", eval_settings, [eval_dir(ctx, "upstream") / "report.json"], lambda: eval_stage(ctx, "upstream", upstream_dir(ctx)), ("upstream",), [eval_dir(ctx, "upstream")]))
+            stages.append(
+                Stage(
+                    "eval:upstream",
+                    "evaluate the starting weights",
+                    eval_settings,
+                    [eval_dir(ctx, "upstream") / "report.json"],
+                    lambda: eval_stage(ctx, "upstream", upstream_dir(ctx)),
+                    ("upstream",),
+                    [eval_dir(ctx, "upstream")],
+                )
+            )
             names.append("upstream")
             for v in c.variants:
-                stages.append(Stage(f"eval:{v}", f"evaluate the {v} model", eval_settings, [eval_dir(ctx, v) / "report.json"], lambda v=v: eval_stage(ctx, v, train_dir(ctx, v) / "model"), (f"train:{v}",), [eval_dir(ctx, v)]))
+                stages.append(
+                    Stage(
+                        f"eval:{v}",
+                        f"evaluate the {v} model",
+                        eval_settings,
+                        [eval_dir(ctx, v) / "report.json"],
+                        lambda v=v: eval_stage(ctx, v, train_dir(ctx, v) / "model"),
+                        (f"train:{v}",),
+                        [eval_dir(ctx, v)],
+                    )
+                )
                 names.append(v)
     needs = tuple(s.name for s in stages)
-    stages.append(Stage("report", "write the report", {"names": names}, [report_dir(ctx) / "report.md", report_dir(ctx) / "report.json"], report, needs, [report_dir(ctx)]))
+    stages.append(
+        Stage(
+            "report",
+            "write the report",
+            {"names": names},
+            [report_dir(ctx) / "report.md", report_dir(ctx) / "report.json"],
+            report,
+            needs,
+            [report_dir(ctx)],
+        )
+    )
     return stages
 
 
-def run_pipeline(config: PipelineConfig, console: Console, *, pool_url: str | None = None, dry_run: bool = False) -> tuple[list[StageResult], Context]:
+def run_pipeline(
+    config: PipelineConfig, console: Console, *, pool_url: str | None = None, dry_run: bool = False
+) -> tuple[list[StageResult], Context]:
     """Run every stage of ``config`` that is not current; returns each stage's result."""
     from relearn.pipeline.report import write_pipeline_report
 

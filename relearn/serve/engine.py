@@ -119,7 +119,9 @@ def load_model(path: str | Path, device: str = "cpu", dtype: torch.dtype | None 
     folder = check_model_folder(path)
     try:
         # float32 on CPU: bf16 matmuls there are slow and fp16 ones partly missing.
-        model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype or (torch.float32 if device == "cpu" else "auto"), local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(folder), dtype=dtype or (torch.float32 if device == "cpu" else "auto"), local_files_only=True
+        )
     except (OSError, ValueError, KeyError, RuntimeError) as e:
         raise ValueError(f"{path}: cannot load a causal LM: {e}") from e
     return model
@@ -135,7 +137,9 @@ def load_tokenizer_folder(path: str | Path) -> Any:
 class ChatEngine:
     """The model, its tokenizer and the lock that makes generation single-stream."""
 
-    def __init__(self, model: Any, tokenizer: Any, *, model_name: str, max_new_tokens: int, max_context: int | None, device: str, seed: int | None) -> None:
+    def __init__(
+        self, model: Any, tokenizer: Any, *, model_name: str, max_new_tokens: int, max_context: int | None, device: str, seed: int | None
+    ) -> None:
         if getattr(tokenizer, "chat_template", None) is None:
             raise ValueError("the tokenizer has no chat template")
         self.model = model.to(device).eval()
@@ -221,18 +225,26 @@ class ChatEngine:
             if min_p > 0:
                 processors.append(MinPLogitsWarper(min_p))
             processors.append(_GumbelSample(generator))
-        stopping = StoppingCriteriaList([_StopStrings(self.tokenizer, request.stop, len(prompt), request.skip_special_tokens)] if request.stop else [])
+        stopping = StoppingCriteriaList(
+            [_StopStrings(self.tokenizer, request.stop, len(prompt), request.skip_special_tokens)] if request.stop else []
+        )
         input_ids = torch.tensor([prompt], device=self.device)
         with torch.inference_mode():
             out = self.model.generate(
-                input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, logits_processor=processors, stopping_criteria=stopping
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                generation_config=config,
+                logits_processor=processors,
+                stopping_criteria=stopping,
             )
         ids = out.sequences[0, len(prompt) :].tolist()
         if recorder is not None and ids:
             recorder.take(ids[-1])
         return ids, recorder
 
-    def _response(self, request: ChatRequest, prompt: list[int], ids: list[int], logprobs: _Logprobs | None, max_new: int) -> dict[str, Any]:
+    def _response(
+        self, request: ChatRequest, prompt: list[int], ids: list[int], logprobs: _Logprobs | None, max_new: int
+    ) -> dict[str, Any]:
         text_ids = ids[:-1] if ids and ids[-1] in self.eos else ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=request.skip_special_tokens)
         finish, stop_reason = "stop", None
@@ -287,5 +299,11 @@ class ChatEngine:
         return {"token": token, "logprob": max(logprob, -9999.0), "bytes": list(token.encode("utf-8"))}
 
     def models(self) -> dict[str, Any]:
-        card = {"id": self.model_name, "object": "model", "created": int(time.time()), "owned_by": "relearn", "max_model_len": self.max_context}
+        card = {
+            "id": self.model_name,
+            "object": "model",
+            "created": int(time.time()),
+            "owned_by": "relearn",
+            "max_model_len": self.max_context,
+        }
         return {"object": "list", "data": [card]}

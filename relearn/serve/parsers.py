@@ -141,7 +141,9 @@ def parse_tool_calls(text: str, tools: list[dict[str, Any]] | None) -> tuple[str
     return text[: start if start != -1 else text.find(FUNCTION_PREFIX)], calls
 
 
-def parse_completion(text: str, tools: list[dict[str, Any]] | None = None, *, thinking: bool = True, parse_tools: bool = True) -> ParsedCompletion:
+def parse_completion(
+    text: str, tools: list[dict[str, Any]] | None = None, *, thinking: bool = True, parse_tools: bool = True
+) -> ParsedCompletion:
     """Reasoning, content and tool calls of a decoded completion (special tokens already removed)."""
     reasoning, rest = split_reasoning(text, thinking=thinking)
     calls: list[dict[str, Any]] = []

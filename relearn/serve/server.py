@@ -55,7 +55,12 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length > 0 else b""
         if path != "/v1/chat/completions":
-            self._send(404, RequestError(f"no route POST {path}; this server answers POST /v1/chat/completions", status=404, kind="NotFoundError").body())
+            self._send(
+                404,
+                RequestError(
+                    f"no route POST {path}; this server answers POST /v1/chat/completions", status=404, kind="NotFoundError"
+                ).body(),
+            )
             return
         try:
             try:

@@ -111,7 +111,9 @@ def window_label(window: tuple[int, int] | None) -> str:
     return f"step {window[0]}" if window[0] == window[1] else f"steps {window[0]}–{window[1]}"
 
 
-def _group_key(by: str, rows: list[Row], windows: int, size: int | None, explicit: list[tuple[int, int]] | None = None) -> Callable[[Row], Any]:
+def _group_key(
+    by: str, rows: list[Row], windows: int, size: int | None, explicit: list[tuple[int, int]] | None = None
+) -> Callable[[Row], Any]:
     """The group of a row: its step window ``(first, last)`` (None without a step, or outside
     every ``explicit`` window), or a name."""
     if by == "step" and explicit:
@@ -251,7 +253,10 @@ def compute(
     key = _group_key(by, rows, windows, window_size, step_windows_given)
     groups: dict[Any, dict[str, Any]] = {}
     for row in rows:
-        g = groups.setdefault(key(row), {"trajectories": 0, "resolved": 0, "accepted": 0, "in_ter": 0, "eligible": 0, "excluded": 0, "ters": [], "primary": Counter()})
+        g = groups.setdefault(
+            key(row),
+            {"trajectories": 0, "resolved": 0, "accepted": 0, "in_ter": 0, "eligible": 0, "excluded": 0, "ters": [], "primary": Counter()},
+        )
         g["trajectories"] += 1
         g["resolved"] += row.summary.positive
         g["accepted"] += row.accepted

@@ -29,11 +29,23 @@ def ter_over_steps(report: dict[str, Any], path: Path) -> bool:
         windows = [g for g in ter["groups"] if g["window"] is not None and g["ter_token_weighted"] is not None]
         for number, g in enumerate(windows):
             lo, hi = g["window"]
-            axis.hlines(g["ter_token_weighted"] * 100, lo - 0.5, hi + 0.5, colors="#C44E52", linewidth=2.5, label=f"{ter['unit']}-weighted per window" if number == 0 else None)
+            axis.hlines(
+                g["ter_token_weighted"] * 100,
+                lo - 0.5,
+                hi + 0.5,
+                colors="#C44E52",
+                linewidth=2.5,
+                label=f"{ter['unit']}-weighted per window" if number == 0 else None,
+            )
     axis.set_xlabel("policy training step")
     axis.set_ylabel(f"TER (%, {ter['unit']})")
     weighted = ter["weighted"]
-    axis.set_title(f"TER over training steps · {len(points)} trajectories · weighted {weighted * 100:.1f}%" if weighted is not None else "TER over training steps", fontsize=10)
+    axis.set_title(
+        f"TER over training steps · {len(points)} trajectories · weighted {weighted * 100:.1f}%"
+        if weighted is not None
+        else "TER over training steps",
+        fontsize=10,
+    )
     axis.legend(fontsize=8, loc="upper right")
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +112,11 @@ def primary_by_window(report: dict[str, Any], path: Path) -> bool:
 
 def write_plots(report: dict[str, Any], folder: Path) -> list[Path]:
     written = []
-    for name, plot in (("ter_over_steps.png", ter_over_steps), ("category_shares.png", category_shares), ("primary_by_window.png", primary_by_window)):
+    for name, plot in (
+        ("ter_over_steps.png", ter_over_steps),
+        ("category_shares.png", category_shares),
+        ("primary_by_window.png", primary_by_window),
+    ):
         if plot(report, folder / name):
             written.append(folder / name)
     return written

@@ -47,7 +47,9 @@ def setup_distributed(opts: TrainOptions) -> Dist:
     cuda = torch.cuda.is_available()
     use_ds = opts.zero > 0 or opts.offload or world > 1 or opts.sp > 1
     if opts.sp > 1 and world % opts.sp:
-        raise UsageError(f"--sp {opts.sp} needs a number of processes that it divides (launched with {world}): use torchrun --nproc_per_node")
+        raise UsageError(
+            f"--sp {opts.sp} needs a number of processes that it divides (launched with {world}): use torchrun --nproc_per_node"
+        )
     if not use_ds:
         return Dist(0, 1, 0, torch.device("cuda" if cuda else "cpu"), False)
     prepare_environment(cuda)
@@ -155,7 +157,9 @@ class DeepSpeedEngine:
         )  # fmt: skip
         optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total_steps, warmup_steps(opts.warmup, total_steps)))
-        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config, mpu=mpu)
+        self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config, mpu=mpu
+        )
         self.model = model
 
     def forward(self, **inputs: Any) -> torch.Tensor:

@@ -123,7 +123,9 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
     state = TrainerState(order=epoch_order(len(samples), opts.seed, 0))
     if tag is not None:
         state = load_checkpoint(engine, opts.out, tag, dist)
-        say(f"resumed from {opts.out / CHECKPOINTS / tag} (step {state.global_step}, epoch {state.epoch + 1}, step {state.step_in_epoch} in epoch)")
+        say(
+            f"resumed from {opts.out / CHECKPOINTS / tag} (step {state.global_step}, epoch {state.epoch + 1}, step {state.step_in_epoch} in epoch)"
+        )
     resumed_from = state.global_step if tag is not None else None
     if dist.main:
         truncate_metrics(opts.out / METRICS, state.global_step)
@@ -152,7 +154,9 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
                     metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                 rate = totals.supervised / max(totals.seconds, 1e-9)
-                progress.update(bar, advance=1, info=f"epoch {state.epoch + 1}/{opts.epochs}  loss {record['loss']:.4f}  sup tok/s {rate:,.0f}")
+                progress.update(
+                    bar, advance=1, info=f"epoch {state.epoch + 1}/{opts.epochs}  loss {record['loss']:.4f}  sup tok/s {rate:,.0f}"
+                )
                 if opts.save_every and state.global_step % opts.save_every == 0:
                     save_checkpoint(engine, state, opts.out, dist, opts.keep_checkpoints)
                     last_saved = state.global_step
@@ -183,7 +187,15 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
     )  # fmt: skip
 
 
-def _train_step(engine: PlainEngine | DeepSpeedEngine, samples: list[Sample], rows: list[Row], layout: Layout, state: TrainerState, opts: TrainOptions, dist: Dist) -> dict[str, Any]:
+def _train_step(
+    engine: PlainEngine | DeepSpeedEngine,
+    samples: list[Sample],
+    rows: list[Row],
+    layout: Layout,
+    state: TrainerState,
+    opts: TrainOptions,
+    dist: Dist,
+) -> dict[str, Any]:
     """One optimizer step over this rank's micro-batches; advances ``state`` and returns the step's metrics."""
     step = state.step_in_epoch
     denominator, chunks, step_tokens, step_supervised = _step_plan(samples, rows, layout, step, opts.loss_norm, opts.chunk)
@@ -274,7 +286,9 @@ def _existing_run(opts: TrainOptions, identity: dict[str, Any]) -> tuple[str | N
     saved = json.loads(run_file.read_text()) if run_file.exists() else {}
     if tag is not None or saved.get("finished"):
         if not opts.resume:
-            raise UsageError(f"{opts.out} already holds a run ({tag or 'finished'}); rerun without --no-resume to continue it, or choose another --out")
+            raise UsageError(
+                f"{opts.out} already holds a run ({tag or 'finished'}); rerun without --no-resume to continue it, or choose another --out"
+            )
         old = saved.get("identity", {})
         changed = sorted(k for k in set(old) | set(identity) if old.get(k) != identity.get(k))
         if changed:
@@ -304,8 +318,13 @@ def _build(opts: TrainOptions, dist: Dist, total_steps: int) -> tuple[RossLM, Pl
 
         hf_ds_config = HfDeepSpeedConfig(
             deepspeed_config(
-                stage=3, rows_per_micro=opts.batch_trajectories, grad_accum=opts.grad_accum, world=dist.world, bf16=opts.bf16,
-                offload=opts.offload, sequence_parallel=dist.sp,
+                stage=3,
+                rows_per_micro=opts.batch_trajectories,
+                grad_accum=opts.grad_accum,
+                world=dist.world,
+                bf16=opts.bf16,
+                offload=opts.offload,
+                sequence_parallel=dist.sp,
             )  # fmt: skip
         )
     lm = build_model(init=opts.init, tiny=opts.tiny, seed=opts.seed, attn_implementation=opts.attn, max_positions=max(opts.ctx, 262_144))

@@ -71,8 +71,7 @@ def chunked_nll(
     starts = list(range(0, n, chunk))
     starts += [n] * max(0, min_chunks - len(starts))
     pieces = [
-        checkpoint(_chunk_nll, head, hidden[start : start + chunk], targets[start : start + chunk], use_reentrant=False)
-        for start in starts
+        checkpoint(_chunk_nll, head, hidden[start : start + chunk], targets[start : start + chunk], use_reentrant=False) for start in starts
     ]
     if not pieces:
         return hidden.new_zeros(0, dtype=torch.float32)

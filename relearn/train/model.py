@@ -42,7 +42,9 @@ def tiny_config(name: str, vocab_size: int = QWEN_VOCAB, max_positions: int = 26
     if name == "qwen3-moe":
         from transformers import Qwen3MoeConfig
 
-        return Qwen3MoeConfig(intermediate_size=128, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, **common)
+        return Qwen3MoeConfig(
+            intermediate_size=128, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, decoder_sparse_step=1, **common
+        )
     if name == "qwen3.5-moe":
         from transformers.models.qwen3_5_moe import Qwen3_5MoeTextConfig
 
@@ -93,7 +95,9 @@ def build_model(
         raise ValueError("give exactly one of init (a model folder) or tiny")
     if tiny is not None:
         torch.manual_seed(seed)  # the random init is part of the run's identity
-        model = AutoModelForCausalLM.from_config(tiny_config(tiny, max_positions=max_positions), attn_implementation=attn_implementation, dtype=dtype)
+        model = AutoModelForCausalLM.from_config(
+            tiny_config(tiny, max_positions=max_positions), attn_implementation=attn_implementation, dtype=dtype
+        )
     else:
         model = AutoModelForCausalLM.from_pretrained(init, attn_implementation=attn_implementation, dtype=dtype)
     check_supported(model)
@@ -121,7 +125,9 @@ def check_supported(model: nn.Module) -> None:
         raise ValueError(f"{type(model).__name__} has no output embeddings (LM head); a causal LM is needed")
 
 
-def attention_inputs(input_ids: torch.Tensor, docs: torch.Tensor | None, position_ids: torch.Tensor | None, packed: bool, impl: str, dtype: torch.dtype) -> dict[str, Any]:
+def attention_inputs(
+    input_ids: torch.Tensor, docs: torch.Tensor | None, position_ids: torch.Tensor | None, packed: bool, impl: str, dtype: torch.dtype
+) -> dict[str, Any]:
     """How to tell the model body which tokens may attend to which.
 
     * one unpadded trajectory per row: nothing (SDPA/flash use their causal fast path, no S x S mask);

@@ -102,7 +102,9 @@ def check_options(opts: TrainOptions, config: Any | None = None) -> None:
         if opts.attn == "eager":
             raise UsageError("--sp > 1 needs --attn sdpa or a flash attention (Ulysses discards masks; eager needs one)")
         if opts.pack:
-            raise UsageError("--sp > 1 with --pack is refused: Ulysses discards attention masks, so packed trajectories would see each other")
+            raise UsageError(
+                "--sp > 1 with --pack is refused: Ulysses discards attention masks, so packed trajectories would see each other"
+            )
     if opts.pack and linear:
         raise UsageError(
             f"--pack refused: {config.model_type} has linear-attention (Gated DeltaNet) layers, whose recurrent state and "

@@ -24,7 +24,8 @@ from relearn.view.catalog import FILTER_HELP, Catalog, Filter
 from relearn.view.marks import STYLES, RenderOptions
 from relearn.view.screen import TrajectoryView, load_view
 
-HELP = """\
+HELP = (
+    """\
 h / ←    previous step          l / →    next step
 H        previous trajectory    L        next trajectory
 0        first step (task)      $        last step (final patch)
@@ -34,7 +35,9 @@ n / N    next / previous hit    f        filter (empty: show all)
 o        show long observations whole, or collapse them again
 ?        this help              q        quit
 
-Filter terms (all must hold): """ + FILTER_HELP
+Filter terms (all must hold): """
+    + FILTER_HELP
+)
 
 
 @dataclass

@@ -136,7 +136,9 @@ class Filter:
             elif key in ("category", "primary"):
                 unknown = values - set(CATEGORIES) - {"none"}
                 if unknown:
-                    raise ValueError(f"filter term {term!r}: unknown category {', '.join(sorted(unknown))} (known: {', '.join(CATEGORIES)}, none)")
+                    raise ValueError(
+                        f"filter term {term!r}: unknown category {', '.join(sorted(unknown))} (known: {', '.join(CATEGORIES)}, none)"
+                    )
                 setattr(out, "categories" if key == "category" else "primary", values)
             elif key == "exit":
                 out.exit = values

@@ -71,7 +71,7 @@ def check_defect(trajectory: Trajectory, defect: Defect) -> str | None:
     if text is None or defect.end > len(text):
         return f"{defect.field} [{defect.start}, {defect.end}) is outside its field"
     if text[defect.start : defect.end] != defect.quote:
-        return f"quote not at its offsets: the field has {text[defect.start:defect.end]!r}"
+        return f"quote not at its offsets: the field has {text[defect.start : defect.end]!r}"
     return None
 
 
@@ -218,7 +218,10 @@ def legend(numbered: list[Numbered]) -> Text:
             out.append(f" {d.description}")
         if d.field.startswith("tool_calls["):
             # What is struck is the quote; what the masks exclude by default is the whole call.
-            out.append(f"  (relearn masks' default --defect-scope action excludes all of tool call {d.field.split(']')[0][11:]})", STYLES["context"])
+            out.append(
+                f"  (relearn masks' default --defect-scope action excludes all of tool call {d.field.split(']')[0][11:]})",
+                STYLES["context"],
+            )
         if item.problem:
             out.append(f"  ⚠ not shown: {item.problem}", STYLES["warning"])
         out.append("\n")

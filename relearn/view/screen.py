@@ -1,6 +1,7 @@
 """A trajectory on screen: its steps (the task, each assistant turn with what follows it, the
 final patch), the header, and each step rendered with its defects marked (``marks``). The
 viewer and ``relearn view --print`` both show this."""
+
 from __future__ import annotations
 
 import json
@@ -214,7 +215,10 @@ class TrajectoryView:
             if message.generated:
                 base = "supervised" if self.selected else "eligible"
                 title.append(f"assistant · message {index} · generated · ")
-                title.append("supervised" if self.selected else "not supervised (trajectory not selected)", STYLES["good" if self.selected else "warning"])
+                title.append(
+                    "supervised" if self.selected else "not supervised (trajectory not selected)",
+                    STYLES["good" if self.selected else "warning"],
+                )
             else:
                 base = "context"
                 title.append(f"assistant · message {index} · not generated · context only")

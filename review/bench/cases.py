@@ -93,7 +93,9 @@ class BenchCase(BaseModel):
                 if not 0 <= span.start < span.end <= len(text):
                     raise ValueError(f"{here}: [{span.start}, {span.end}) is not a non-empty range of the field's {len(text)} characters")
                 if text[span.start : span.end] != span.quote:
-                    raise ValueError(f"{here}.quote: the field holds {text[span.start : span.end]!r} at [{span.start}, {span.end}), not {span.quote!r}")
+                    raise ValueError(
+                        f"{here}.quote: the field holds {text[span.start : span.end]!r} at [{span.start}, {span.end}), not {span.quote!r}"
+                    )
         if self.gold.decision == "reject" and not self.gold.errors:
             raise ValueError("gold: a rejected case names the errors that reject it")
         return self
@@ -141,14 +143,23 @@ def case_from_review(trajectory: Trajectory, review: Review, kind: str | None = 
             raise ValueError(f"errors[{number}]: a second {category} error at step {step}; merge them into one")
         mine = [i for i, d in enumerate(review.defects) if d.message_index == steps[step] and d.category == category]
         if not mine:
-            raise ValueError(f"errors[{number}]: the {category} error at step {step} has no defect of that category in message {steps[step]}; add one, or list it under omissions")
+            raise ValueError(
+                f"errors[{number}]: the {category} error at step {step} has no defect of that category in message {steps[step]}; add one, or list it under omissions"
+            )
         used.update(mine)
-        spans = [GoldSpan(message_index=d.message_index, field=d.field, start=d.start, end=d.end, quote=d.quote) for d in (review.defects[i] for i in mine)]
+        spans = [
+            GoldSpan(message_index=d.message_index, field=d.field, start=d.start, end=d.end, quote=d.quote)
+            for d in (review.defects[i] for i in mine)
+        ]
         errors.append(GoldError(step=step, category=category, description=str(error.get("description", "")), spans=spans))
     stray = sorted(set(range(len(review.defects))) - used)
     if stray:
         defect = review.defects[stray[0]]
-        raise ValueError(f"defects[{stray[0]}] ({defect.category} in message {defect.message_index}) belongs to no error of its step and category")
+        raise ValueError(
+            f"defects[{stray[0]}] ({defect.category} in message {defect.message_index}) belongs to no error of its step and category"
+        )
     omissions = [str(o.get("description", o)) for o in review.omissions]
     gold = Gold(decision=review.decision, reason=review.reason or "", errors=errors, omissions=omissions)
-    return BenchCase(id=trajectory.id, kind=kind or (primary_category(review) if review.errors else "clean"), gold=gold, trajectory=trajectory)
+    return BenchCase(
+        id=trajectory.id, kind=kind or (primary_category(review) if review.errors else "clean"), gold=gold, trajectory=trajectory
+    )

@@ -154,7 +154,20 @@ class Counts:
         self.decisions_right += row["decision"] == row["gold_decision"]
         self.gold_decisions.append(row["gold_decision"])
         self.review_decisions.append(row["decision"])
-        for key in ("step_tp", "step_fp", "step_fn", "pair_tp", "pair_fp", "pair_fn", "word_tp", "word_fp", "word_fn", "gold_kept_words", "quotes_grounded", "quotes_rejected"):
+        for key in (
+            "step_tp",
+            "step_fp",
+            "step_fn",
+            "pair_tp",
+            "pair_fp",
+            "pair_fn",
+            "word_tp",
+            "word_fp",
+            "word_fn",
+            "gold_kept_words",
+            "quotes_grounded",
+            "quotes_rejected",
+        ):
             setattr(self, key, getattr(self, key) + row[key])
         self.span_cases += row["spans_scored"]
         self.minimality += row["minimality"]
