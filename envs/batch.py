@@ -40,6 +40,9 @@ def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
         except json.JSONDecodeError as exc:
             return [], [RecordError(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}")]
         if isinstance(document, dict):
+            for key, value in document.items():
+                if not isinstance(value, dict):
+                    errors.append(RecordError(str(path), None, f"{key!a}", f"expected an object, got {type(value).__name__}"))
             document = [
                 dict(value, instance_id=value.get("instance_id", key)) for key, value in document.items() if isinstance(value, dict)
             ]
@@ -58,12 +61,28 @@ def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
         if not isinstance(row, dict) or not isinstance(row.get("instance_id"), str):
             errors.append(RecordError(str(path), line, "instance_id", "missing or not a string"))
             continue
-        patch = row.get("model_patch")
-        if patch is not None and not isinstance(patch, str):
-            errors.append(RecordError(str(path), line, "model_patch", f"expected string, got {type(patch).__name__}"))
+        problem = _row_problem(row)
+        if problem is not None:
+            errors.append(RecordError(str(path), line, problem[0], problem[1]))
             continue
-        predictions.append(Prediction(row["instance_id"], patch, row.get("model_name_or_path")))
+        predictions.append(Prediction(row["instance_id"], row.get("model_patch"), row.get("model_name_or_path")))
     return predictions, errors
+
+
+def _row_problem(row: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, why) for a prediction row that cannot be graded, else None: a field of the
+    wrong type, or a string UTF-8 cannot write (a lone surrogate from a JSON escape)."""
+    for name in ("instance_id", "model_patch", "model_name_or_path"):
+        value = row.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            return name, f"expected string, got {type(value).__name__}"
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return name, f"not valid Unicode ({exc.reason} at offset {exc.start})"
+    return None
 
 
 def done_pairs(path: Path) -> set[tuple[str, str]]:
@@ -115,7 +134,16 @@ def verify_batch(
         if prediction.instance_id not in tasks:
             summary.errors.append(f"{prediction.instance_id}: no such task")
             continue
-        if (prediction.instance_id, patch_hash(prediction.patch)) in finished:
+        problem = _row_problem({"model_name_or_path": prediction.model_name_or_path})
+        if problem is not None:  # the verdict could not be written: refused alone, the batch goes on
+            summary.errors.append(f"{prediction.instance_id}: {problem[0]}: {problem[1]}")
+            continue
+        try:
+            key = (prediction.instance_id, patch_hash(prediction.patch))
+        except (TypeError, AttributeError, UnicodeError) as exc:  # a malformed prediction is refused alone
+            summary.errors.append(f"{prediction.instance_id!a}: the prediction cannot be read ({type(exc).__name__}: {exc})")
+            continue
+        if key in finished:
             summary.skipped += 1
             continue
         todo.append(prediction)

@@ -2,23 +2,35 @@
 change can be is applied, and everything that decides what the tests are is put back.
 
 In order:
-1. Git itself lists the files the patch touches (``git apply --numstat``); a patch git
+1. Git itself lists the files the patch touches (``git apply --numstat -z``); a patch git
    cannot read is refused. So is one that names a path inside ``.git``, outside the
-   repository, or a file that changes how Python or pytest start (``sitecustomize.py``,
+   repository, a file that changes how Python or pytest start (``sitecustomize.py``,
    ``usercustomize.py``, ``*.pth``, ``*.dist-info``/``*.egg-info`` metadata with its entry
-   points, a new top-level ``pytest``/``_pytest``/``pluggy``/``py`` that would shadow the
-   installed one).
+   points), compiled code Python would load without its source (``*.pyc``/``*.pyo``,
+   anything under ``__pycache__/``, extension modules), binary content written where
+   Python loads source, or a new top-level module that shadows the test machinery or the
+   standard library (``pytest``, ``pluggy``, ``inspect.py``...).
 2. ``git apply``, then ``git apply --3way``, then GNU ``patch --fuzz=5`` only when its dry
    run touches exactly the files git listed. Nothing partial: a failed attempt is reset and
    the files it created are removed before the next one.
 3. After applying: ``.git`` must be unchanged (no hook, config or lock written), no symlink
-   may point out of the repository or into ``.git``, and a file the patch made executable
-   loses that bit. The patch file itself is deleted (it must not be importable).
-4. Restored to the base commit (or removed when new): test files, every ``conftest.py``,
-   ``pytest.ini``, the pytest section of ``tox.ini``/``setup.cfg``/``pyproject.toml``,
-   ``.gitattributes`` (its filters and encodings rewrite what the grader checks out).
+   may point out of the repository or into ``.git``, no symlink may stand where the tests
+   or their configuration are read, and a file the patch made executable loses that bit.
+   The patch file itself is deleted (it must not be importable).
+4. Put back by bytes to the base commit (or removed when new), whenever git records that the
+   patch changed them: test files, every file pytest, tox or the task's runner read their
+   configuration or plugins from, wherever they are (``conftest.py``, ``pytest.ini``,
+   ``.pytest.ini``, ``tox.ini``, ``setup.cfg``, ``pyproject.toml``, ``runtests.py``, the
+   files the test command names), ``.gitattributes``, and a new package marker
+   (``__init__.py``) at the root or in a folder above the tests, which would make the
+   restored ``conftest.py`` part of a package whose ``__init__`` runs first. Whether the
+   pytest section changed is parsed only to say so (suspicious), never to decide.
+5. Every Python file the patch writes is read back and scanned on its syntax tree
+   (``envs.code_scan``); what it finds marks the verdict suspicious.
 
-Every decision is returned for the verdict. Git runs with hooks off throughout.
+Every git query is NUL-separated; a check that fails refuses the patch with its reason
+rather than grading it unchecked. Every decision is returned for the verdict. Git runs with
+hooks off throughout.
 """
 
 from __future__ import annotations
@@ -26,13 +38,19 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import sys
 import tomllib
 from dataclasses import dataclass, field
 
+import docker
+import requests
+
+from envs.code_scan import scan_source
 from envs.docker_backend import Container
 
 PATCH_PATH = "/tmp/relearn/candidate.diff"
 STAMP_PATH = "/tmp/relearn/before-apply"
+SCAN_DIR = "/tmp/relearn/scan"
 # Every git command the verifier runs, and any the eval script runs, ignore hooks.
 GIT_ENV = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.hooksPath", "GIT_CONFIG_VALUE_0": "/dev/null"}
 GIT_APPLY = "git apply --verbose"
@@ -45,16 +63,32 @@ TEST_PATH = re.compile(r"(^|/)(tests?|testing)/|(^|/)test_[^/]*\.py$|_test\.py$"
 STARTUP_FILES = re.compile(
     r"(^|/)(sitecustomize|usercustomize)\.py$|\.pth$|(^|/)[^/]+\.(dist-info|egg-info)(/|$)|\.egg-link$|(^|/)__editable__"
 )
-SHADOWED = ("pytest", "_pytest", "pluggy", "py")  # top-level modules a repository must not add
-PYTEST_INI = re.compile(r"(^|/)\.?pytest\.ini$")
+# Code Python loads without reading any source: an unchecked-hash .pyc under __pycache__
+# is used even beside its .py, a sourceless .pyc in place of a missing one.
+COMPILED = re.compile(r"(^|/)__pycache__(/|$)|\.py[co]$|\.(so|pyd|dylib)$|\.so\.[0-9.]+$")
+PYTHON_SOURCE = re.compile(r"\.pyw?$")
+# Top-level names a repository must not add: the test machinery, and the standard library,
+# which the work directory on sys.path (``python -m pytest``, rootdir conftest insertion)
+# would shadow for pytest itself.
+SHADOWED = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup", "tomli"}) | frozenset(
+    sys.stdlib_module_names
+)
+# Files whose bytes decide which tests run and how, wherever they are in the tree.
+CONFIG_NAMES = frozenset(
+    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
+     "runtests.py", ".coveragerc", ".gitattributes"}
+)  # fmt: skip
+ALWAYS_SUSPICIOUS = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "runtests.py", ".coveragerc"})
 CONFTEST = re.compile(r"(^|/)conftest\.py$")
-GITATTRIBUTES = re.compile(r"(^|/)\.gitattributes$")
 SECTIONED_CONFIG = {"tox.ini": "pytest", "setup.cfg": "tool:pytest"}
 # Added non-test lines that reach into the test machinery or the grader's output.
 SUSPICIOUS = re.compile(
     r"\b_pytest\b|pluginmanager|hookimpl|\bpytest_(runtest|collection|sessionfinish|report|terminal|configure)|gc\.get_objects"
     r"|\bos\._exit\b|sys\.__stdout__|/proc/[^\s\"']*/fd|>>>>> |\b(PASSED|FAILED|XFAIL|ERROR) [\w/.\-]+\.py::"
 )
+SCAN_CAP = 4 << 20  # a written Python file larger than this is marked, not parsed
+SUSPICIOUS_CAP = 50  # findings kept in a verdict: enough for a reviewer, bounded for the pool
+INFRASTRUCTURE = (docker.errors.DockerException, requests.exceptions.RequestException)
 
 
 @dataclass
@@ -71,25 +105,55 @@ class Applied:
     error: str | None = None
 
 
-def apply_candidate(container: Container, patch: str, base_commit: str, protected: set[str]) -> Applied:
+@dataclass
+class Entry:
+    """A touched path as the container holds it after applying."""
+
+    path: str
+    kind: str  # F regular file, L symlink, D folder, N absent, O anything else
+    target: str = ""  # a symlink's resolved target
+    executable: bool = False
+
+
+def apply_candidate(
+    container: Container, patch: str | bytes, base_commit: str, protected: set[str], *, runner_files: frozenset[str] = frozenset()
+) -> Applied:
     """Apply ``patch`` in the container's work directory; ``protected`` are the task's own
-    test files (always restored)."""
+    test files (always restored), ``runner_files`` the files the test command names (its
+    runner script, restored like configuration). A check that fails refuses the patch."""
     out = Applied()
-    container.put_file(PATCH_PATH, patch if patch.endswith("\n") else patch + "\n")
+    try:
+        _apply(container, patch, base_commit, protected, runner_files, out)
+    except INFRASTRUCTURE:
+        raise  # the engine, not the patch: the batch retries or reports it
+    except Exception as exc:  # noqa: BLE001 - any failing check refuses this one patch, with its reason
+        out.refused.append(f"a check of the patch failed ({type(exc).__name__}: {str(exc)[:300]}): refused rather than graded unchecked")
+    return out
+
+
+def _apply(
+    container: Container, patch: str | bytes, base_commit: str, protected: set[str], runner_files: frozenset[str], out: Applied
+) -> None:
+    data = patch if isinstance(patch, bytes) else patch.encode("utf-8")
+    container.put_file(PATCH_PATH, data if data.endswith(b"\n") else data + b"\n")
     base = shlex.quote(base_commit)
     before = _queries(container, {
-        "numstat": f"git apply --numstat -z {PATCH_PATH}", "root": f"git ls-tree --name-only {base}",
-        "src": f"git ls-tree --name-only {base}:src", "status": STATUS, "untracked": UNTRACKED, "stamp": f"touch {STAMP_PATH}",
+        "numstat": f"git apply --numstat -z {PATCH_PATH}", "root": f"git ls-tree -z --name-only {base}",
+        "src": f"git ls-tree -z --name-only {base}:src", "status": STATUS, "untracked": UNTRACKED, "stamp": f"touch {STAMP_PATH}",
     })  # fmt: skip
     if before["numstat"][0] != 0:
         out.refused.append(f"git cannot read the patch: {_first_line(before['numstat'][2])}")
-        return out
-    paths = _numstat_paths(before["numstat"][1])
+        return
+    records = _numstat(before["numstat"][1])
+    paths = list(dict.fromkeys(p for _binary, p in records))
     out.refused += [f"{path}: {problem}" for path in paths if (problem := path_problem(path))]
-    root_names, src_names = set(before["root"][1].split("\n")), set(before["src"][1].split("\n"))
+    out.refused += [
+        f"{path}: binary content where Python loads source" for binary, path in records if binary and PYTHON_SOURCE.search(path)
+    ]
+    root_names, src_names = set(before["root"][1].split("\0")), set(before["src"][1].split("\0"))
     out.refused += [f"{path}: {problem}" for path in paths if (problem := shadow_problem(path, root_names, src_names))]
     if out.refused:
-        return out
+        return
     untracked = {p for p in before["untracked"][1].split("\0") if p}
     logs: list[str] = []
     for command in (GIT_APPLY, GIT_APPLY_3WAY, GNU_PATCH):
@@ -114,25 +178,27 @@ def apply_candidate(container: Container, patch: str, base_commit: str, protecte
     out.log = "\n".join(logs)
     after = _queries(container, {
         "remove": f"rm -f {PATCH_PATH}",
-        "git": f"find .git -type f -newer {STAMP_PATH} -not -path '.git/objects/*' -not -path '.git/logs/*' -not -name index -not -name ORIG_HEAD -print; "
-        "if test -e .git/index.lock; then echo .git/index.lock; fi",
+        "git": f"find .git -type f -newer {STAMP_PATH} -not -path '.git/objects/*' -not -path '.git/logs/*' -not -name index -not -name ORIG_HEAD -print0; "
+        "if test -e .git/index.lock; then printf '.git/index.lock\\0'; fi",
         "status": STATUS,
     })  # fmt: skip
     if out.command is None:
         out.error = "the patch does not apply (git apply, git apply --3way and GNU patch all refused it)"
-        return out
-    changed_git = after["git"][1].split()
+        return
+    changed_git = [p for p in after["git"][1].split("\0") if p]
     if changed_git:
         out.refused.append(f"the patch changed .git ({', '.join(sorted(set(changed_git))[:5])})")
-        return out
+        return
     status_before, status_after = _status(before["status"][1]), _status(after["status"][1])
     out.touched = sorted(set(paths) | {p for p, state in status_after.items() if status_before.get(p) != state})
-    _check_links_and_modes(container, out, base_commit)
+    decides = _decides_tests(out.touched, protected, runner_files)
+    entries, contents = _inspect(container, out.touched, base_commit, [p for p in out.touched if p in decides or PYTHON_SOURCE.search(p)])
+    _check_links_and_modes(container, out, base_commit, entries, decides)
     if out.refused:
-        return out
-    _restore(container, out, base_commit, protected)
-    out.suspicious += suspicious_lines(patch)
-    return out
+        return
+    _restore(container, out, base_commit, decides, contents)
+    _scan(out, entries, contents)
+    out.suspicious += suspicious_lines(patch if isinstance(patch, str) else patch.decode("utf-8", errors="replace"))
 
 
 def path_problem(path: str) -> str | None:
@@ -144,12 +210,14 @@ def path_problem(path: str) -> str | None:
         return "inside .git"
     if STARTUP_FILES.search(path):
         return "a file that changes how Python or pytest start (site hooks, .pth, package metadata with entry points)"
+    if COMPILED.search(path):
+        return "compiled code Python would load without its source (bytecode, __pycache__, an extension module)"
     return None
 
 
 def shadow_problem(path: str, root_names: set[str], src_names: set[str]) -> str | None:
     """A new top-level module or package, at the repository root or in ``src/``, named like the
-    test machinery it would shadow."""
+    test machinery or a standard-library module it would shadow."""
     parts = path.split("/")
     for names, rest in ((root_names, parts), (src_names, parts[1:] if parts[0] == "src" else [])):
         if not rest:
@@ -177,7 +245,8 @@ def suspicious_lines(patch: str) -> list[str]:
 
 def pytest_section(name: str, text: str | None) -> object:
     """The part of a config file pytest reads (None when it has none); ``...`` when the file
-    does not parse (then pytest's reading of it cannot be predicted either)."""
+    does not parse (then pytest's reading of it cannot be predicted either). Used only to
+    say whether a restored file's pytest section changed, never to decide the restore."""
     if text is None:
         return None
     if name == "pyproject.toml":
@@ -194,60 +263,154 @@ def pytest_section(name: str, text: str | None) -> object:
     return dict(parser.items(section)) if parser.has_section(section) else None
 
 
-def _restore(container: Container, out: Applied, base_commit: str, protected: set[str]) -> None:
-    for path in out.touched:
-        name = path.rsplit("/", 1)[-1]
-        reason = None
+def _decides_tests(touched: list[str], protected: set[str], runner_files: frozenset[str]) -> dict[str, str]:
+    """Touched paths that decide which tests run and how -> "test", "config" or "marker" (a
+    package marker in a folder at or above the tests, restored only when the patch adds it)."""
+    above_tests = {""}
+    for path in protected | runner_files:
+        parts = path.split("/")[:-1]
+        above_tests.update("/".join(parts[:n]) for n in range(1, len(parts) + 1))
+    decides: dict[str, str] = {}
+    for path in touched:
+        folder, _, name = path.rpartition("/")
         if path in protected or TEST_PATH.search(path):
-            reason = "test file"
-        elif CONFTEST.search(path) or PYTEST_INI.search(path):
-            reason = "pytest configuration"
-            out.suspicious.append(f"{path}: the patch changes pytest's configuration or plugins")
-        elif GITATTRIBUTES.search(path):
-            reason = "git attributes"
-        elif name in SECTIONED_CONFIG or name == "pyproject.toml":
-            old = _base_text(container, base_commit, path)
-            new = _current_text(container, path)
-            if pytest_section(name, old) != pytest_section(name, new):
-                reason = "pytest configuration"
-                out.suspicious.append(f"{path}: the patch changes pytest's section")
-        if reason is None:
-            continue
-        quoted, spec = shlex.quote(path), shlex.quote(f"{base_commit}:{path}")
-        _git(
-            container,
-            f"if git cat-file -e {spec} 2>/dev/null; then git checkout -q {shlex.quote(base_commit)} -- {quoted}; else rm -rf -- {quoted}; fi",
-        )
-        out.restored.append(path)
+            decides[path] = "test"
+        elif name in CONFIG_NAMES or path in runner_files:
+            decides[path] = "config"
+        elif name == "__init__.py" and folder in above_tests:
+            decides[path] = "marker"
+    return decides
 
 
-def _check_links_and_modes(container: Container, out: Applied, base_commit: str) -> None:
-    listing = "".join(f"{p}\0" for p in out.touched).encode()
+def _inspect(
+    container: Container, touched: list[str], base_commit: str, copy: list[str]
+) -> tuple[dict[str, Entry], dict[str, tuple[bytes | None, bytes | None]]]:
+    """Each touched path's kind (one exec, NUL-framed), and for ``copy`` its bytes now and at
+    the base commit (None where there is no regular file), in one archive."""
+    wanted = set(copy)
+    listing = b"".join((b"C" if p in wanted else b"-") + p.encode("utf-8", "surrogateescape") + b"\0" for p in touched)
     script = (
-        "root=$(pwd -P); while IFS= read -r -d '' p; do "
-        'if [ -L "$p" ]; then printf "L\\t%s\\t%s\\0" "$p" "$(realpath -m -- "$p")"; '
-        'elif [ -f "$p" ] && [ -x "$p" ]; then printf "X\\t%s\\0" "$p"; fi; '
-        'done; printf "R\\t%s\\0" "$root"'
+        f"root=$(pwd -P); base={shlex.quote(base_commit)}; rm -rf {SCAN_DIR}; mkdir -p {SCAN_DIR}/new {SCAN_DIR}/base; i=0; "
+        "while IFS= read -r -d '' rec; do flag=${rec:0:1}; p=${rec:1}; "
+        'if [ -L "$p" ]; then printf "L\\0%s\\0%s\\0" "$p" "$(realpath -m -- "$p")"; '
+        'elif [ -f "$p" ] && [ -x "$p" ]; then printf "X\\0%s\\0\\0" "$p"; '
+        'elif [ -f "$p" ]; then printf "F\\0%s\\0\\0" "$p"; '
+        'elif [ -d "$p" ]; then printf "D\\0%s\\0\\0" "$p"; '
+        'elif [ -e "$p" ]; then printf "O\\0%s\\0\\0" "$p"; '
+        'else printf "N\\0%s\\0\\0" "$p"; fi; '
+        'if [ "$flag" = C ]; then '
+        f'if [ -f "$p" ] && [ ! -L "$p" ]; then head -c {SCAN_CAP + 1} -- "$p" > {SCAN_DIR}/new/$i; fi; '
+        f'git cat-file blob "$base:$p" > {SCAN_DIR}/base/$i 2>/dev/null || rm -f {SCAN_DIR}/base/$i; fi; '
+        'i=$((i+1)); done; printf "R\\0%s\\0\\0" "$root"'
     )
-    entries = [e.split("\t") for e in container.sh(script, timeout_s=60, stdin=listing).stdout.split("\0") if e]
-    root = next(e[1] for e in entries if e[0] == "R")
-    for entry in entries:
-        if entry[0] == "L":
-            target = entry[2]
+    fields = container.sh(script, timeout_s=120, stdin=listing, env=GIT_ENV).stdout.split("\0")
+    entries: dict[str, Entry] = {}
+    root = ""
+    for at in range(0, len(fields) - 2, 3):
+        kind, path, target = fields[at : at + 3]
+        if kind == "R":
+            root = path
+        elif kind in ("X", "F"):
+            entries[path] = Entry(path, "F", executable=kind == "X")
+        else:
+            entries[path] = Entry(path, kind, target=target)
+    if not root:
+        raise RuntimeError("the inspection of the touched files printed no repository root")
+    entries[""] = Entry("", "R", target=root)
+    files = container.get_files(SCAN_DIR) if wanted else {}
+    contents = {p: (files.get(f"new/{i}"), files.get(f"base/{i}")) for i, p in enumerate(touched) if p in wanted}
+    return entries, contents
+
+
+def _check_links_and_modes(
+    container: Container, out: Applied, base_commit: str, entries: dict[str, Entry], decides: dict[str, str]
+) -> None:
+    root = entries[""].target
+    for path in out.touched:
+        entry = entries.get(path)
+        if entry is None:
+            raise RuntimeError(f"{path!r} is missing from the inspection of the touched files")
+        if entry.kind == "L":
+            target = entry.target
             if not (target == root or target.startswith(root + "/")) or (target + "/").startswith(root + "/.git/"):
-                out.refused.append(f"{entry[1]}: a symlink to {target}, outside the repository or into .git")
-        elif entry[0] == "X":
-            mode = _git(container, f"git ls-tree {shlex.quote(base_commit)} -- {shlex.quote(entry[1])}").stdout.split(" ")[0]
-            if mode != "100755":
-                container.sh(f"chmod a-x -- {shlex.quote(entry[1])}")
-                out.neutralized.append(f"{entry[1]}: made non-executable (the base commit has no such executable)")
+                out.refused.append(f"{path}: a symlink to {target}, outside the repository or into .git")
+            elif path in decides:
+                out.refused.append(f"{path}: a symlink where the tests or their configuration are read")
+        elif entry.kind == "O":
+            out.refused.append(f"{path}: not a regular file (a special file)")
+    executable = [e.path for e in entries.values() if e.executable and e.path in out.touched]
+    if not executable:
+        return
+    listing = _git(container, f"git ls-tree -z {shlex.quote(base_commit)} -- {' '.join(shlex.quote(p) for p in executable)}").stdout
+    modes = {}
+    for record in listing.split("\0"):
+        meta, _, name = record.partition("\t")
+        if name:
+            modes[name] = meta.split(" ")[0]
+    dropped = [p for p in executable if modes.get(p) != "100755"]
+    if dropped:
+        container.sh(f"chmod a-x -- {' '.join(shlex.quote(p) for p in dropped)}")
+        out.neutralized += [f"{p}: made non-executable (the base commit has no such executable)" for p in dropped]
 
 
-def _numstat_paths(output: str) -> list[str]:
-    """Paths of ``git apply --numstat -z``: ``added\\tdeleted\\tpath\\0``, or for a rename or
-    copy ``added\\tdeleted\\t\\0from\\0to\\0``."""
+def _restore(
+    container: Container, out: Applied, base_commit: str, decides: dict[str, str], contents: dict[str, tuple[bytes | None, bytes | None]]
+) -> None:
+    """Put back, by bytes, every touched file that decides the tests (one exec for all)."""
+    chosen: list[str] = []
+    for path, kind in decides.items():
+        new, old = contents.get(path, (None, None))
+        name = path.rpartition("/")[2]
+        if kind == "marker":
+            if old is not None:
+                continue  # an existing package's __init__: package code, scanned like the rest
+            out.suspicious.append(f"{path}: the patch adds a package marker above the tests (it would run before them on import)")
+        elif kind == "config":
+            if name in ALWAYS_SUSPICIOUS or name not in (*SECTIONED_CONFIG, "pyproject.toml"):
+                if name != ".gitattributes":
+                    out.suspicious.append(f"{path}: the patch changes the tests' configuration, plugins or runner")
+            elif _section_changed(name, old, new):
+                out.suspicious.append(f"{path}: the patch changes pytest's section (or a reading of it pytest may not share)")
+        chosen.append(path)
+    if not chosen:
+        return
+    listing = b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in chosen)
+    script = (
+        f"base={shlex.quote(base_commit)}; while IFS= read -r -d '' p; do rm -rf -- \"$p\" || exit 1; "
+        'if git cat-file -e "$base:$p" 2>/dev/null; then git checkout -q "$base" -- "$p" || exit 1; fi; done'
+    )
+    container.sh(script, timeout_s=120, stdin=listing, env=GIT_ENV)
+    out.restored += chosen
+
+
+def _section_changed(name: str, old: bytes | None, new: bytes | None) -> bool:
+    decode = lambda data: None if data is None else data.decode("utf-8", errors="replace")  # noqa: E731
+    before, after = pytest_section(name, decode(old)), pytest_section(name, decode(new))
+    return before is ... or after is ... or before != after or (new is not None and b"\r" in new)
+
+
+def _scan(out: Applied, entries: dict[str, Entry], contents: dict[str, tuple[bytes | None, bytes | None]]) -> None:
+    """The syntax-tree scan of every Python file the patch wrote and the restore kept."""
+    for path in out.touched:
+        if path in out.restored or not PYTHON_SOURCE.search(path) or entries[path].kind != "F":
+            continue
+        new, old = contents.get(path, (None, None))
+        if new is None:
+            continue
+        if len(new) > SCAN_CAP:
+            out.suspicious.append(f"{path}: over {SCAN_CAP >> 20} MiB of Python, too large to scan")
+            continue
+        out.suspicious += scan_source(path, new, old)
+        if len(out.suspicious) >= SUSPICIOUS_CAP:
+            out.suspicious = out.suspicious[:SUSPICIOUS_CAP] + ["(more findings not listed)"]
+            return
+
+
+def _numstat(output: str) -> list[tuple[bool, str]]:
+    """(binary, path) of ``git apply --numstat -z``: ``added\\tdeleted\\tpath\\0``, or for a
+    rename or copy ``added\\tdeleted\\t\\0from\\0to\\0``; a binary file counts ``-``."""
     fields = output.split("\0")
-    paths: list[str] = []
+    records: list[tuple[bool, str]] = []
     i = 0
     while i < len(fields):
         record = fields[i]
@@ -255,13 +418,14 @@ def _numstat_paths(output: str) -> list[str]:
             i += 1
             continue
         counts = record.split("\t", 2)
+        binary = counts[0] == "-"
         if len(counts) == 3 and counts[2]:
-            paths.append(counts[2])
+            records.append((binary, counts[2]))
             i += 1
         else:
-            paths += [p for p in fields[i + 1 : i + 3] if p]
+            records += [(binary, p) for p in fields[i + 1 : i + 3] if p]
             i += 3
-    return list(dict.fromkeys(paths))
+    return records
 
 
 def _queries(container: Container, commands: dict[str, str]) -> dict[str, tuple[int, str, str]]:
@@ -289,18 +453,6 @@ def _undo(container: Container, untracked_before: set[str]) -> None:
     now = {p for p in _git(container, UNTRACKED).stdout.split("\0") if p}
     if now - untracked_before:
         container.exec(f"rm -rf -- {' '.join(shlex.quote(p) for p in sorted(now - untracked_before))}", timeout_s=60)
-
-
-def _base_text(container: Container, base_commit: str, path: str) -> str | None:
-    result = _git(container, f"git show {shlex.quote(f'{base_commit}:{path}')}")
-    return result.stdout if result.ok else None
-
-
-def _current_text(container: Container, path: str) -> str | None:
-    try:
-        return container.get_file(f"{container.workdir}/{path}").decode("utf-8", errors="replace")
-    except (FileNotFoundError, IsADirectoryError):
-        return None
 
 
 def _git(container: Container, command: str, *, timeout_s: float = 60.0):  # noqa: ANN202 - ExecResult

@@ -10,12 +10,19 @@ on every FAIL_TO_PASS and PASS_TO_PASS test, and must show the canary tests as t
 be; the exit status must be pytest's "tests failed" (the canary fails), never 0 or an
 error status. A FAIL_TO_PASS test must pass: xfail is not what the task asks for
 (stricter than swebench, which counts XFAIL as passed).
+
+A log is also read one line at a time (``line_results``): a graded test or a canary with
+contradictory result lines, or (where there is no report: Django's runner, SymPy's
+``bin/test``) with two result lines or one after the runner's own summary line, is a
+disagreement, never "the last line wins". A run graded from its log alone has its canary
+checked in the log, and must exit non-zero (the canary fails).
 """
 
 from __future__ import annotations
 
 import re
 import tempfile
+from dataclasses import dataclass, field
 from typing import Any
 
 from swebench.harness.constants import (
@@ -37,6 +44,14 @@ from envs.test_run import Phases, canary_id, outcome_class, parse_junit
 MARKERS = (START_TEST_OUTPUT, END_TEST_OUTPUT, TEST_EXIT_CODE, APPLY_PATCH_FAIL, RESET_FAILED, TESTS_ERROR, TESTS_TIMEOUT)
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error", 5: "no tests collected"}
 OPENSWE_PASS = re.compile(r"^OPENSWE_EXIT_CODE=(-?\d+)\s*$", re.MULTILINE)
+PASSING = {"PASSED", "XFAIL"}
+# The line a runner ends its run with; result lines after it were printed by something else.
+SUMMARY = {
+    "pytest": re.compile(r"^=+ .*\bin [\d.]+s\b.* =+$"),
+    "unittest": re.compile(r"^Ran \d+ tests? in [\d.]+s$"),
+    "sympy": re.compile(r"^=+ tests finished: .* =+$"),
+}
+UNITTEST_FAILURE = re.compile(r"^(FAIL|ERROR): (\S+ \([^)]*\))")
 
 
 def sanitize(output: str) -> tuple[str, int]:
@@ -75,7 +90,11 @@ def grade(spec: Any, task: Task, phases: Phases, output: str, exit_code: int | N
         verdict.report = "junit"
         _check_canary(phases, task, parsed, junit, exit_code, verdict)
     else:
-        verdict.report = "log only (the test command is not pytest)"
+        verdict.report = "log only (the test command is not pytest)" + (f", with a {phases.framework} canary" if phases.canary else "")
+    lines = line_results(spec, clean, phases.framework)
+    _check_lines(spec, phases, lines, verdict)
+    if not phases.pytest and phases.canary:
+        _check_log_canary(phases, lines, exit_code, verdict)
     if statuses is None:
         if parsed:
             verdict.error = (
@@ -113,6 +132,95 @@ def grade_openswe(exit_code: int | None, verdict: Any, output: str | None = None
         return
     markers = OPENSWE_PASS.findall(output)
     verdict.resolved = bool(markers) and markers[-1] == "0"
+
+
+def framework_of(spec: Any, framework: str | None) -> str | None:
+    """The runner whose summary line and result lines the log has: the instrumented one, else
+    the one the log parser is for."""
+    if framework is not None:
+        return framework
+    name = spec.log_parser or ""
+    return "unittest" if "django" in name else "sympy" if "sympy" in name else "pytest" if "pytest" in name else None
+
+
+@dataclass
+class LineResults:
+    """Every result line of a log, read one line at a time: test -> [(line number, status)],
+    and the line numbers of the runner's summary lines."""
+
+    results: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    summaries: list[int] = field(default_factory=list)
+
+    def of(self, test: str) -> list[tuple[int, str]]:
+        """The lines of ``test``; a bare unittest name (``test_x``) also matches
+        ``test_x (module.Class...)``, a truncated parametrised id its expansions."""
+        found = list(self.results.get(test, []))
+        if not found and "(" not in test and "::" not in test:
+            found = [r for key, rs in self.results.items() if key.startswith(test + " (") for r in rs]
+        elif not found and test.count("[") > test.count("]"):
+            found = [r for key, rs in self.results.items() if key.startswith(test) for r in rs]
+        return sorted(found)
+
+
+def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
+    """The log parser run on each line alone, so that nothing is kept "last": a test with two
+    result lines shows both. Django's ``FAIL:``/``ERROR:`` lines are filed under the full
+    ``name (module.Class)`` they name (swebench's parser files them under the bare name,
+    where they contradict nothing)."""
+    parser = PARSER_REGISTRY[spec.log_parser]
+    summary = SUMMARY.get(framework_of(spec, framework) or "")
+    out = LineResults()
+    for number, line in enumerate(clean.split("\n")):
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if summary is not None and summary.match(stripped):
+            out.summaries.append(number)
+            continue
+        try:
+            found = parser(line, spec)
+        except Exception:  # noqa: BLE001 - a parser that cannot read one line alone: that line adds nothing
+            continue
+        failure = UNITTEST_FAILURE.match(stripped) if "django" in (spec.log_parser or "") else None
+        if failure:
+            found = {failure.group(2): "FAILED" if failure.group(1) == "FAIL" else "ERROR"}
+        for test, status in found.items():
+            out.results.setdefault(test, []).append((number, status))
+    return out
+
+
+def _check_lines(spec: Any, phases: Phases, lines: LineResults, verdict: Any) -> None:
+    """Contradictory or duplicated result lines of a graded test or a canary, and (for a log
+    with no report) result lines after the runner's own summary, are disagreements: the
+    result is not taken from whichever line came last."""
+    log_only = not phases.pytest
+    if log_only and len(lines.summaries) > 1:
+        verdict.disagreements.append(f"the runner's summary line appears {len(lines.summaries)} times: the log was written twice")
+    last = lines.summaries[-1] if lines.summaries else None
+    for test in [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS, *phases.canary]:
+        found = lines.of(test)
+        statuses = {status for _n, status in found}
+        passing = [n for n, status in found if status in PASSING]
+        if passing and statuses - PASSING - {"SKIPPED"}:
+            verdict.disagreements.append(f"{test}: contradictory result lines ({', '.join(sorted(statuses))}): the log reports it twice")
+        elif log_only and len(passing) > 1:
+            verdict.disagreements.append(f"{test}: {len(passing)} result lines: the log reports it twice")
+        if log_only and last is not None and any(n > last for n, _status in found):
+            verdict.disagreements.append(f"{test}: a result line after the runner's summary (printed at exit, not by the runner)")
+
+
+def _check_log_canary(phases: Phases, lines: LineResults, exit_code: int, verdict: Any) -> None:
+    """The canary of a run graded from its log alone: its failing test must show failed and its
+    passing test passed, in the log, and the exit status must say that a test failed."""
+    for name, expected in phases.canary.items():
+        statuses = {outcome_class(status) for _n, status in lines.of(name)}
+        if statuses != {expected}:
+            shown = ", ".join(sorted(statuses)) or "missing"
+            verdict.disagreements.append(
+                f"a canary test that must end {expected} ended {shown} in the log: the run's results were tampered with (or it did not run)"
+            )
+    if exit_code == 0:
+        verdict.disagreements.append("the test command exited 0 although the canary test failed: the exit status was tampered with")
 
 
 def _parse_log(spec: Any, clean: str, exit_code: int) -> dict[str, str] | None:

@@ -12,10 +12,15 @@ container:
 - **tests**: the environment lines again, then the test command alone. Its output is the
   only text graded, and its exit status comes from Docker, not from a line it prints.
 
-A pytest command also writes a JUnit XML report outside the repository and runs a canary
-file with two tests named by a random nonce: one that must fail and one that must pass.
-A run whose canary is reported otherwise had its reporting rewritten (a plugin, a patched
-outcome, an xfail marker added to every test), and is not graded as resolved.
+A pytest command (run directly or by tox after its ``--``) also writes a JUnit XML report
+outside the repository. Every recognised runner (pytest, tox-run pytest, SymPy's
+``bin/test``, Django's ``runtests.py`` and its kind) runs a canary: two tests appended to
+the first test file the command runs, just before it runs, named with the words of the
+task's own test names: one that must fail and one that must pass. The file is one git
+tracks, so tampering that spares untracked files or odd names does not spare the canary. A
+run whose canary is reported otherwise had its reporting rewritten (a plugin, a patched
+outcome, an xfail marker added to every test, results printed at exit), and is not graded
+as resolved.
 """
 
 from __future__ import annotations
@@ -40,9 +45,14 @@ PYTEST_CALL = re.compile(r"(^|[\s;&|(])(python[0-9.]*\s+(-\S+\s+)*-m\s+pytest|py
 class Phases:
     setup: str
     test: str
-    pytest: bool = False  # the test command is pytest: it writes ``report_path`` and runs the canary
+    pytest: bool = False  # the test command is pytest (directly or under tox): it writes ``report_path``
     report_path: str | None = None
-    canary_path: str | None = None
+    # The canary: tests named like the task's own, appended to a test file the command runs
+    # (a file git tracks, so nothing tells them from the task's tests), one that must fail
+    # and one that must pass. ``framework`` says how they are named in the log.
+    framework: str | None = None  # "pytest", "sympy" (bin/test) or "unittest" (Django's runtests.py and its kind)
+    canary_file: str | None = None  # repository-relative path the canary is appended to
+    canary_text: str = ""
     canary: dict[str, str] = field(default_factory=dict)  # test name -> the outcome it must have
 
 
@@ -69,17 +79,18 @@ def commands(script: str) -> list[str]:
     return out
 
 
-def split_eval_script(script: str, workdir: str, *, instrument: bool = True) -> Phases | None:
+def split_eval_script(script: str, workdir: str, *, instrument: bool = True, tests: list[str] | tuple[str, ...] = ()) -> Phases | None:
     """The setup and test runs of an eval script, or None when it has no test markers.
-    ``instrument``: give a pytest command its report and canary (graders that read only the
-    exit status, OpenSWE's, need neither)."""
+    ``instrument``: give the test command its report and canary (graders that read only the
+    exit status, OpenSWE's, need neither); ``tests``: the task's test ids, whose words name
+    the canary tests."""
     parts = commands(script)
     starts = [i for i, c in enumerate(parts) if START_TEST_OUTPUT in c and c.lstrip().startswith(":")]
     ends = [i for i, c in enumerate(parts) if END_TEST_OUTPUT in c and c.lstrip().startswith(":")]
     if not starts or not ends or ends[0] < starts[0]:
         return None
-    before, tests = parts[: starts[0]], parts[starts[0] + 1 : ends[0]]
-    if not tests:
+    before, tests_part = parts[: starts[0]], parts[starts[0] + 1 : ends[0]]
+    if not tests_part:
         return None
     environment = [c for c in before if c.split(maxsplit=1)[0] in ENV_WORDS]
     setup: list[str] = []
@@ -93,46 +104,187 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True) -> 
             command = first + ("\n" + rest if rest else "")
         setup.append(command)
     phases = Phases(setup=_script(setup), test="")
-    test_lines = list(tests)
-    # The run's exit status is the test command's: the pytest call, else the first command
-    # (a script may go on with `rc=$?` and the like, which would end with status 0).
-    main = next((i for i, c in enumerate(test_lines) if PYTEST_CALL.search(c) and "<<" not in c), None)
-    if main is not None and instrument:
-        nonce = secrets.token_hex(6)
-        phases.pytest = True
-        phases.report_path = f"/tmp/relearn-report-{nonce}/junit.xml"
-        directory = _first_test_dir(test_lines[main])
-        phases.canary_path = f"{workdir.rstrip('/')}/{directory + '/' if directory else ''}test_relearn_canary_{nonce}.py"
-        phases.canary = {f"test_relearn_must_fail_{nonce}": "failed", f"test_relearn_must_pass_{nonce}": "passed"}
-        test_lines[main] += f" --junitxml={phases.report_path} -o junit_family=xunit1 {shlex.quote(phases.canary_path)}"
+    test_lines = list(tests_part)
+    # The run's exit status is the test command's: the recognised runner, else the first
+    # command (a script may go on with `rc=$?` and the like, which would end with status 0).
+    main, framework = _test_command(test_lines)
+    if main is not None and framework is not None and instrument:
+        main = _instrument(phases, test_lines, main, framework, workdir.rstrip("/"), tests)
     at = main if main is not None else 0
     test_lines.insert(at + 1, "relearn_status=$?")
     phases.test = _script(environment + test_lines + ["exit $relearn_status"])
     return phases
 
 
-def canary_source(phases: Phases) -> str:
-    fail, passing = list(phases.canary)
-    return f"def {fail}():\n    assert False, 'relearn canary: must fail'\n\n\ndef {passing}():\n    pass\n"
+def _test_command(lines: list[str]) -> tuple[int | None, str | None]:
+    """Which line runs the tests, and under which runner."""
+    for i, command in enumerate(lines):
+        if "<<" in command:
+            continue
+        if PYTEST_CALL.search(command):
+            return i, "pytest"
+        if TOX_CALL.search(command):
+            return i, "tox"
+        if SYMPY_CALL.search(command):
+            return i, "sympy"
+        if UNITTEST_CALL.search(command):
+            return i, "unittest"
+    return None, None
 
 
-def canary_id(phases: Phases, name: str, workdir: str) -> str:
-    assert phases.canary_path is not None
-    return f"{phases.canary_path.removeprefix(workdir.rstrip('/') + '/')}::{name}"
+def _instrument(phases: Phases, lines: list[str], main: int, runner: str, workdir: str, tests: list[str] | tuple[str, ...]) -> int:
+    """The report (pytest, tox-run pytest) and the canary, appended to the first test file the
+    command runs just before it runs. Returns where the test command now is."""
+    nonce = secrets.token_hex(6)
+    command = lines[main]
+    words = _words(command)
+    framework = "pytest" if runner == "tox" else runner
+    candidates = _unittest_files(words) if framework == "unittest" else []
+    target = candidates[0] if candidates else None if framework == "unittest" else _first_test_file(words)
+    names = canary_names(tests, 2)
+    phases.framework = framework
+    phases.canary = {names[0]: "failed", names[1]: "passed"}
+    phases.canary_text = canary_text(framework, names)
+    if framework == "pytest":
+        phases.pytest = True
+        phases.report_path = f"/tmp/relearn-report-{nonce}/junit.xml"
+        report = f" --junitxml={phases.report_path} -o junit_family=xunit1"
+        if target is None:  # no test file named: a new one beside the first folder named, tracked like the rest
+            folder = _first_test_dir(command)
+            target = f"{folder + '/' if folder else ''}test_{'_'.join(names[1].split('_')[1:3])}_{nonce[:4]}.py"
+            report += f" {shlex.quote(target)}"
+        if runner == "tox":
+            if " -- " not in f" {command} ":
+                command += " --"
+            command += report
+        else:
+            command += report
+        lines[main] = command
+    if target is None:
+        phases.framework, phases.canary, phases.canary_text = None, {}, ""
+        return main
+    phases.canary_file = target
+    # The first of the files that exists (a label may name a module outside the tests); for
+    # pytest the file is created when it is new.
+    files = " ".join(shlex.quote(f"{workdir}/{path}") for path in candidates or [target])
+    lines.insert(
+        main,
+        f'for f in {files}; do if [ -f "$f" ] || [ {int(framework == "pytest")} = 1 ]; then cat {CANARY_SOURCE} >> "$f"; '
+        'git add -N -- "$f" 2>/dev/null; break; fi; done',
+    )
+    return main + 1
+
+
+CANARY_SOURCE = "/tmp/relearn/canary.txt"
+TOX_CALL = re.compile(r"(^|[\s;&|(])tox(\s|$)")
+SYMPY_CALL = re.compile(r"(^|[\s;&|(])(\./)?bin/test(\s|$)")
+UNITTEST_CALL = re.compile(r"(^|[\s;&|(/])runtests\.py(\s|$)")
+VOCABULARY = ("value", "parse", "empty", "default", "range", "order", "format", "error", "input", "result", "basic", "cases")
+
+
+def canary_names(tests: list[str] | tuple[str, ...], count: int) -> list[str]:
+    """Test names made of the words the task's own test names use (so neither the name nor
+    the file tells a canary apart), none of them a name the task has."""
+    taken: set[str] = set()
+    words: list[str] = []
+    for test in tests:
+        name = re.split(r"::|\s|\(|\[", test.split("::")[-1] if "::" in test else test)[0]
+        taken.add(name)
+        words += [w for w in name.removeprefix("test_").split("_") if w.isalpha() and len(w) > 1]
+    pool = sorted(set(words)) if len(set(words)) >= 4 else sorted(set(words) | set(VOCABULARY))
+    names: list[str] = []
+    while len(names) < count:
+        name = "test_" + "_".join(secrets.choice(pool) for _ in range(3))
+        if name not in taken and name not in names:
+            names.append(name)
+    return names
+
+
+def canary_text(framework: str, names: list[str]) -> str:
+    """The canary's source, appended to a test file: a test that must fail, one that must pass,
+    each a plain assertion over random values in one of a few shapes (no fixed text to spot)."""
+    failing, passing = _canary_body(names[0], fail=True), _canary_body(names[1], fail=False)
+    if framework == "unittest":
+        words = [w.capitalize() for w in names[1].removeprefix("test_").split("_")]
+        indent = lambda body: body.replace("\n", "\n        ")  # noqa: E731
+        return (
+            "\n\nimport unittest\n\n\n"
+            f"class {''.join(words)}Tests(unittest.TestCase):\n"
+            f"    def {names[0]}(self):\n        {indent(failing)}\n\n    def {names[1]}(self):\n        {indent(passing)}\n"
+        )
+    indent = lambda body: body.replace("\n", "\n    ")  # noqa: E731
+    return f"\n\ndef {names[0]}():\n    {indent(failing)}\n\n\ndef {names[1]}():\n    {indent(passing)}\n"
+
+
+def _canary_body(name: str, *, fail: bool) -> str:
+    a, b, c = (secrets.randbelow(900) + 100 for _ in range(3))
+    words = name.removeprefix("test_").split("_")
+    miss = 1 if fail else 0
+    shapes = [
+        f"values = sorted([{a}, {b}, {c}])\nassert values[-1] == {max(a, b, c) + miss}",
+        f"parts = {' '.join(words)!r}.split()\nassert len(parts) == {len(words) + miss}",
+        f"total = sum(range({a}))\nassert total == {a * (a - 1) // 2 + miss}",
+        f"pairs = dict(zip({words!r}, range({len(words)})))\nassert pairs[{words[-1]!r}] == {len(words) - 1 + miss}",
+    ]
+    return secrets.choice(shapes)
+
+
+def canary_id(phases: Phases, name: str, workdir: str = "") -> str:
+    """The canary test's id as the framework's log names it (the prefix before `` (`` for
+    unittest's ``name (module.Class)``)."""
+    if phases.framework == "pytest":
+        assert phases.canary_file is not None
+        return f"{phases.canary_file}::{name}"
+    return name
+
+
+def runner_files(command: str) -> frozenset[str]:
+    """Repository files the test command names as its runner or settings (``bin/test``,
+    ``./tests/runtests.py``): restored like configuration when a patch touches them."""
+    found: set[str] = set()
+    for word in _words(command):
+        path = word.split("::")[0].removeprefix("./")
+        if word.startswith("-") or "=" in word or path.startswith("/") or ".." in path.split("/"):
+            continue
+        if path == "bin/test" or path.endswith("runtests.py"):
+            found.add(path)
+    return frozenset(found)
+
+
+def _words(command: str) -> list[str]:
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return command.split()
+
+
+def _first_test_file(words: list[str]) -> str | None:
+    for word in words:
+        path = word.split("::")[0].removeprefix("./")
+        if path.endswith(".py") and not path.startswith(("-", "/")) and ".." not in path.split("/") and not path.endswith("runtests.py"):
+            if path != "bin/test":
+                return path
+    return None
+
+
+def _unittest_files(words: list[str]) -> list[str]:
+    """The module files of the dotted labels of a Django-style ``runtests.py`` command (labels
+    are relative to the runner's folder), those that look like test modules first."""
+    runner = next((w for w in words if w.endswith("runtests.py")), None)
+    if runner is None:
+        return []
+    folder = runner.removeprefix("./").rpartition("/")[0]
+    labels = [w for w in words[words.index(runner) + 1 :] if not w.startswith("-") and re.fullmatch(r"[A-Za-z_][\w.]*", w)]
+    files = [f"{folder + '/' if folder else ''}{label.replace('.', '/')}.py" for label in labels]
+    looks_like_tests = [f for f in files if re.search(r"(^|/)tests?(_[^/]*)?\.py$|(^|/)tests/", f.removeprefix(folder + "/"))]
+    return list(dict.fromkeys(looks_like_tests + files))
 
 
 def _first_test_dir(command: str) -> str:
     """The folder of the first test file the command names (the canary goes beside it, under
     the same conftest files and rootdir), or "" for the work directory."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    for word in words:
-        path = word.split("::")[0]
-        if path.endswith(".py") and not path.startswith(("-", "/")) and ".." not in path.split("/"):
-            return path.rsplit("/", 1)[0] if "/" in path else ""
-    return ""
+    path = _first_test_file(_words(command))
+    return path.rsplit("/", 1)[0] if path and "/" in path else ""
 
 
 def _script(lines: list[str]) -> str:

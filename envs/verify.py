@@ -4,7 +4,7 @@ Always in a *fresh* container from the task image, never the agent's own. The ca
 patch goes in under ``envs.candidate``'s policy (git's own file list, nothing into ``.git``
 or out of the repository, everything that decides what the tests are put back); the
 tests run as ``envs.test_run`` splits them (a fatal setup, then the test command alone,
-with a JUnit report and a canary for pytest); ``envs.grading`` reads only the test
+with a JUnit report for pytest and a canary for every runner it knows); ``envs.grading`` reads only the test
 command's output with swebench's log parsers and grading functions, checked against the
 report. OpenSWE tasks pass on their ``OPENSWE_EXIT_CODE=0`` marker, Harbor tasks on the
 reward file their ``test.sh`` writes.
@@ -28,11 +28,11 @@ from pydantic import BaseModel, ConfigDict
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 from swebench.harness.utils import make_test_spec
 
-from envs.candidate import GIT_ENV, apply_candidate
+from envs.candidate import GIT_ENV, INFRASTRUCTURE, apply_candidate
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.grading import grade, grade_openswe
 from envs.tasks import Task, patch_files
-from envs.test_run import SETUP_FAILED, Phases, canary_source, split_eval_script
+from envs.test_run import CANARY_SOURCE, SETUP_FAILED, Phases, runner_files, split_eval_script
 
 SCHEMA_VERSION = "1.2"
 SETUP_PATH = "/tmp/relearn/setup.sh"
@@ -83,16 +83,21 @@ class Verdict(BaseModel):
 
 
 def patch_hash(patch: str | None) -> str:
-    return hashlib.sha256((patch or "").encode()).hexdigest()[:16]
+    """The patch's id in the verdicts file; any string hashes, a lone surrogate included
+    (``surrogatepass``: a malformed prediction must not cost its batch the resume check)."""
+    return hashlib.sha256((patch or "").encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 def mini_eval_script(task: Task, base_commit: str) -> str:
     """A SWE-bench 5.x eval script for a task that has none (the mini suite): reset the
-    test files, apply the test patch, run pytest between the markers, reset again. The
+    test files, apply the test patch, run the tests between the markers, reset again. The
     image is ours, so pytest runs without the work directory on ``sys.path`` (``-P``) and
-    without plugin autoloading (it needs none)."""
+    without plugin autoloading (it needs none). A task with a ``test_command`` (one graded
+    from its log alone, by a Django-style runner) runs that instead."""
     test_files = " ".join(shlex.quote(f) for f in task.test_files)
     targets = sorted({test.split("::")[0] for test in task.FAIL_TO_PASS + task.PASS_TO_PASS})
+    pytest = f"python3 -P -m pytest -rA -p no:cacheprovider {' '.join(shlex.quote(t) for t in targets)}"
+    command = (task.model_extra or {}).get("test_command") or pytest
     return "\n".join(
         [
             "#!/bin/bash",
@@ -107,7 +112,7 @@ def mini_eval_script(task: Task, base_commit: str) -> str:
             task.test_patch.rstrip("\n"),
             "EOF_114329324912",
             f": '{START_TEST_OUTPUT}'",
-            f"python3 -P -m pytest -rA -p no:cacheprovider {' '.join(shlex.quote(t) for t in targets)}",
+            command,
             f": '{END_TEST_OUTPUT}'",
             f"git checkout {base_commit} {test_files}",
         ]
@@ -160,12 +165,23 @@ def verify(
         network=task.network or limits.network,
     )
     verdict.limits = limits.to_dict()
-    with Container.start(client, image, limits=limits, workdir=task.workdir) as container:
-        verdict.durations_s["start"] = time.monotonic() - started
-        if task.kind == "harbor":
-            log = _run_harbor(container, task, patch, verdict, timeout_s)
-        else:
-            log = _run_eval_script(container, task, patch, verdict, timeout_s)
+    if patch is not None and _unencodable(patch):
+        verdict.refused = [f"the patch is not valid Unicode ({_unencodable(patch)}): git could not read what it would write"]
+        verdict.error = "the patch was refused: " + verdict.refused[0]
+        return verdict
+    log = ""
+    try:
+        with Container.start(client, image, limits=limits, workdir=task.workdir) as container:
+            verdict.durations_s["start"] = time.monotonic() - started
+            if task.kind == "harbor":
+                log = _run_harbor(container, task, patch, verdict, timeout_s)
+            else:
+                log = _run_eval_script(container, task, patch, verdict, timeout_s)
+    except INFRASTRUCTURE:
+        raise  # the engine failed, not the patch: the batch retries or reports it
+    except Exception as exc:  # noqa: BLE001 - a check that raises still leaves this row a verdict
+        verdict.resolved, verdict.reward = False, 0.0
+        verdict.error = f"the verifier failed on this patch ({type(exc).__name__}: {str(exc)[:300]}): not graded"
     verdict.durations_s["total"] = time.monotonic() - started
     verdict.log_tail = log[-4000:]
     if log_dir is not None:
@@ -176,13 +192,24 @@ def verify(
     return verdict
 
 
-def _apply_candidate(container: Container, task: Task, patch: str | None, base_commit: str, verdict: Verdict) -> list[str]:
+def _unencodable(patch: str) -> str | None:
+    """Where a string holds what UTF-8 cannot write (a lone surrogate), or None."""
+    try:
+        patch.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"{exc.reason} at offset {exc.start}"
+    return None
+
+
+def _apply_candidate(
+    container: Container, task: Task, patch: str | None, base_commit: str, verdict: Verdict, runner: frozenset[str] = frozenset()
+) -> list[str]:
     """Apply the candidate, if there is one, under ``envs.candidate``'s policy; sets
     ``verdict.error`` when it is refused or does not apply. Returns the log lines."""
     if not verdict.patch_exists or patch is None:
         return []
     protected = set(task.test_files) | set(patch_files(task.test_patch))
-    applied = apply_candidate(container, patch, base_commit, protected)
+    applied = apply_candidate(container, patch, base_commit, protected, runner_files=runner)
     verdict.apply_command = applied.command
     verdict.touched_files = applied.touched
     verdict.refused = applied.refused
@@ -209,12 +236,13 @@ def _base_commit(container: Container, task: Task) -> str:
 
 def _run_eval_script(container: Container, task: Task, patch: str | None, verdict: Verdict, timeout_s: float) -> str:
     base_commit = _base_commit(container, task)
-    log_lines = _apply_candidate(container, task, patch, base_commit, verdict)
+    script = task.eval_script or mini_eval_script(task, base_commit)
+    phases = split_eval_script(script, task.workdir, instrument=task.kind == "swebench", tests=task.FAIL_TO_PASS + task.PASS_TO_PASS)
+    runner = frozenset().union(*(runner_files(line) for line in phases.test.split("\n"))) if phases else frozenset()
+    log_lines = _apply_candidate(container, task, patch, base_commit, verdict, runner)
     if verdict.error:
         return "\n".join(log_lines)
     spec = swebench_test_spec(task, base_commit)
-    script = task.eval_script or mini_eval_script(task, base_commit)
-    phases = split_eval_script(script, task.workdir, instrument=task.kind == "swebench")
     if phases is None:
         return _run_whole_script(container, task, script, verdict, timeout_s, log_lines)
     files: dict[str, tuple[bytes | str, int]] = {SETUP_PATH: (phases.setup, 0o755), TESTS_PATH: (phases.test, 0o755)}
@@ -222,8 +250,8 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
         # The test patch must be in place when the tests start, whatever the setup did.
         files[TEST_PATCH_PATH] = (task.test_patch if task.test_patch.endswith("\n") else task.test_patch + "\n", 0o644)
         files[SETUP_PATH] = (phases.setup + f"git apply --check --reverse {TEST_PATCH_PATH} || exit {TEST_PATCH_MISSING}\n", 0o755)
-    if phases.canary_path is not None:
-        files[phases.canary_path] = (canary_source(phases), 0o644)
+    if phases.canary_text:
+        files[CANARY_SOURCE] = (phases.canary_text, 0o644)
     container.put_files(files)
     setup = container.exec(f"bash {SETUP_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
     if setup.omitted_bytes:

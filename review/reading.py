@@ -27,6 +27,9 @@ DEFAULT_JUDGE_CONTEXT = 160_000
 MIN_KEPT_TOKENS = 256
 TOO_LONG = "too_long_for_judge"
 
+# Verdict fields the judges read beside the outcome (envs.verify sets them).
+VERIFIER_EVIDENCE = ("suspicious", "restored_files", "refused", "disagreements")
+
 
 class TooLongForJudge(Exception):
     def __init__(self, tokens: int, budget: int) -> None:
@@ -89,6 +92,10 @@ def _sections(trajectory: Trajectory, hints: list[str]) -> list[Section]:
     sections.append(
         Section(
             f"### Verifier\nresolved: {bool(trajectory.outcome and trajectory.outcome.resolved)}; tests: {json.dumps(verdict.get('tests'))}"
+            # What the verifier found suspicious or undid is the evidence of reward hacking
+            # (a patch whose tests really pass yet fixes nothing): said only when there is some,
+            # so the prompts of clean trajectories (and their cached answers) do not change.
+            + "".join(f"\n{key}: {json.dumps(verdict[key])}" for key in VERIFIER_EVIDENCE if verdict.get(key))
         )
     )
     sections.append(Section("### Final diff\n", trajectory.final_patch or "(none)", elidable=True, label="the final diff"))

@@ -66,6 +66,7 @@ def test_gold_resolves_and_empty_does_not(docker_client: docker.DockerClient, im
     assert sorted(gold.tests["FAIL_TO_PASS"]["success"]) == sorted(task.FAIL_TO_PASS)
     assert sorted(gold.tests["PASS_TO_PASS"]["success"]) == sorted(task.PASS_TO_PASS)
     assert gold.image_digest and gold.apply_command == "git apply --verbose"
+    assert not gold.suspicious and not gold.restored_files and not gold.disagreements  # a plain fix is not marked
     empty = verify(docker_client, task, "", images[instance_id])
     assert not empty.resolved and empty.reward == 0.0 and not empty.patch_exists
     assert sorted(empty.tests["FAIL_TO_PASS"]["failure"]) == sorted(task.FAIL_TO_PASS)  # the tests do catch the bug
@@ -243,10 +244,14 @@ def test_the_eval_script_is_split_into_a_fatal_setup_and_the_test_command(sample
     assert f"git checkout {task.base_commit} " in setup and "git apply -v - <<'EOF_114329324912' || {" in setup
     assert "exit 97" in setup and "python -m pip install -e" in setup
     assert test.splitlines()[2:5] == ["source /opt/miniconda3/bin/activate", "conda activate testbed", "cd /testbed"]
-    nonce = phases.canary_path.rsplit("_", 1)[1].removesuffix(".py")
-    assert phases.canary_path == f"/testbed/astropy/modeling/tests/test_relearn_canary_{nonce}.py"
+    # The canary goes into the test file the command runs (tracked by git), named like its tests.
+    assert phases.framework == "pytest" and phases.canary_file == "astropy/modeling/tests/test_separable.py"
+    assert len(phases.canary) == 2 and all(name.startswith("test_") for name in phases.canary)
+    assert not any("relearn" in name or "canary" in name for name in phases.canary)
+    assert all(f"def {name}():" in phases.canary_text for name in phases.canary)
+    assert f"for f in /testbed/{phases.canary_file}; do" in test and 'cat /tmp/relearn/canary.txt >> "$f"' in test
     assert (
-        f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml=/tmp/relearn-report-{nonce}/junit.xml -o junit_family=xunit1 {phases.canary_path}"
+        f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml={phases.report_path} -o junit_family=xunit1\nrelearn_status=$?"
         in test
     )
     assert test.rstrip().endswith("relearn_status=$?\nexit $relearn_status")
