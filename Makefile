@@ -1,11 +1,12 @@
 # The two commands a new user runs:
 #   make demo   set up, then run the main job
 #   make test   set up, start the Docker engine, run the tests
+#   (make test-fast: the tests that need neither Docker nor Ray, nor take long)
 PYTHON ?= python3.11
 VENV   := .venv
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-fast test-docker test-ray bench clean
 
 setup: $(STAMP)
 
@@ -32,6 +33,22 @@ test: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/python -m pytest -q
+
+# Pieces of the suite (markers in pyproject.toml, applied in tests/conftest.py). test-fast needs
+# neither the Docker engine nor Ray; CI runs `make test`, which is all of it.
+test-fast: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/python -m pytest -q -m "not docker and not ray and not slow"
+
+test-docker: setup
+	bash scripts/ensure-docker.sh
+	$(VENV)/bin/python -m pytest -q -m "docker and not ray"
+
+test-ray: setup
+	bash scripts/ensure-docker.sh
+	$(VENV)/bin/python -m pytest -q -m ray
 
 bench: setup
 	$(VENV)/bin/python bench/bench_import.py

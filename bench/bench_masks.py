@@ -18,9 +18,12 @@ defects per trajectory, written to a pool file and a review file.
   both, take the difference), O(turns x length), on the first trajectories only.
 
 Also prints the time per token at 1/4, 1/2 and the full length (one trajectory compiled,
-render to mask), to show that it grows linearly, and the peak memory of the ``relearn masks``
-command on a pool of one shard and on a pool four times larger (``--memory-shard`` records per
-shard), to show that memory holds one shard whatever the pool's size.
+render to mask), to show that it grows linearly, and the peak memory of the masks operation
+(``relearn.ops.masks.run_masks``: `relearn masks` and the pipeline's masks stages) on a pool of
+N trajectories and on one of 4N (``--memory-pool N``, default one shard of ``--memory-shard``
+records), to show that memory holds one shard and the reviews' offsets whatever the pool's size:
+
+    python bench/bench_masks.py --memory-only --tokens 4000 --memory-shard 64 --memory-pool 500
 """
 
 from __future__ import annotations
@@ -186,28 +189,19 @@ def with_workers(pool: list[Trajectory], reviews: list[Review], tok, root: Path,
 
 
 def peak_rss(pool: list[Trajectory], reviews: list[Review], shard_size: int, root: Path) -> tuple[int, int]:
-    """Peak resident memory of the ``relearn masks`` command on this pool, and the pool's size."""
+    """Peak resident memory of the masks operation (``relearn.ops.masks.run_masks``, what
+    `relearn masks` and the pipeline's masks stages run) on this pool, in a process of its own,
+    and the pool's size."""
     write_atomic(root / "mem.jsonl", pool)
     (root / "mem-reviews.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in reviews))
     shutil.rmtree(root / "mem-dataset", ignore_errors=True)
-    relearn = str(Path(sys.executable).with_name("relearn"))
-    command = [
-        relearn,
-        "masks",
-        str(root / "mem.jsonl"),
-        "-r",
-        str(root / "mem-reviews.jsonl"),
-        "-o",
-        str(root / "mem-dataset"),
-        "--shard-size",
-        str(shard_size),
-        "--ctx",
-        str(10**7),
-    ]
-    # A fresh parent per run: RUSAGE_CHILDREN is the largest child so far, so each run gets its own.
-    probe = "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True, capture_output=True); print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
-    result = subprocess.run([sys.executable, "-c", probe, *command], check=True, capture_output=True, text=True)
-    return int(result.stdout.strip()) * 1024, (root / "mem.jsonl").stat().st_size
+    run = (
+        "import resource, sys; from pathlib import Path; from relearn.ops.masks import MasksOptions, run_masks; "
+        "p = Path(sys.argv[1]); run_masks(MasksOptions(pool=p / 'mem.jsonl', output=p / 'mem-dataset', reviews=p / 'mem-reviews.jsonl', "
+        "shard_size=int(sys.argv[2]), ctx=10**7)); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    result = subprocess.run([sys.executable, "-c", run, str(root), str(shard_size)], check=True, capture_output=True, text=True)
+    return int(result.stdout.strip().splitlines()[-1]) * 1024, (root / "mem.jsonl").stat().st_size
 
 
 def tokenizer_alone(pool: list[Trajectory], tok, *, batched: bool = False) -> tuple[float, int]:  # noqa: ANN001
@@ -222,6 +216,51 @@ def tokenizer_alone(pool: list[Trajectory], tok, *, batched: bool = False) -> tu
     return time.perf_counter() - start, tokens
 
 
+def speed(args: argparse.Namespace, pool: list[Trajectory], reviews: list[Review], tok, root: Path) -> None:  # noqa: ANN001
+    """Throughput against the tokenizer alone and the per-turn baseline, and the scaling in length."""
+    end_to_end(pool[:1], reviews[:1], tok, root)  # warm: the template compiles once per process
+    ours_s, tokens = end_to_end(pool, reviews, tok, root)
+    limit_s, limit_tokens = tokenizer_alone(pool, tok)
+    batch_s, batch_tokens = tokenizer_alone(pool, tok, batched=True)
+    assert limit_tokens == batch_tokens == tokens, (limit_tokens, batch_tokens, tokens)
+    few = pool[: args.baseline_trajectories]
+    base_s = sum(timed(per_turn_baseline, t, tok)[0] for t in few)
+    base_tokens = sum(ours(t, r, tok) for t, r in zip(few, reviews, strict=False))
+    turns = sum(1 for m in pool[0].messages if m.role == "assistant")
+    print(f"pool: {len(pool)} trajectories, {tokens} tokens ({tokens // len(pool)} each, {turns} assistant turns each)")
+    print(f"{'':52s}{'seconds':>9s}{'tokens/s':>12s}")
+    print(f"{'relearn masks, end to end (files -> shards)':52s}{ours_s:9.2f}{tokens / ours_s:12.0f}")
+    print(f"{'HF fast tokenizer with offsets alone, one text a call':52s}{limit_s:9.2f}{tokens / limit_s:12.0f}")
+    print(f"{'HF fast tokenizer with offsets alone, one batch call':52s}{batch_s:9.2f}{tokens / batch_s:12.0f}")
+    print(f"{f'per-turn re-render ({len(few)} trajectories)':52s}{base_s:9.2f}{base_tokens / base_s:12.0f}")
+    print(
+        f"relearn masks runs at {limit_s / ours_s:.0%} of the tokenizer's throughput one text a call, {batch_s / ours_s:.0%} of its batch throughput;"
+        f" {tokens / ours_s / (base_tokens / base_s):.1f}x the per-turn baseline"
+    )
+
+    print("\nscaling (one trajectory compiled): length -> microseconds per token")
+    for fraction in (4, 2, 1):
+        trajectory = make_trajectory(random.Random(1), args.tokens // fraction, 99)
+        seconds, n = timed(ours, trajectory, review_for(trajectory, random.Random(2)), tok)
+        print(f"  {n:7d} tokens: {seconds / n * 1e6:6.2f} us/token")
+
+
+def memory(args: argparse.Namespace, root: Path) -> None:
+    """Peak RSS of the ``relearn masks`` command (``relearn.ops.masks.run_masks``) on N and 4N
+    trajectories: memory holds one shard and the reviews' offsets, whatever the pool's size."""
+    count = args.memory_pool or args.memory_shard
+    print(f"\npeak memory of `relearn masks` (--shard-size {args.memory_shard}, trajectories of ~{args.tokens} tokens)")
+    rng = random.Random(3)
+    big = [make_trajectory(rng, args.tokens, 1000 + seed) for seed in range(4 * count)]
+    big_reviews = [review_for(t, rng) for t in big]
+    figures = []
+    for n in (count, 4 * count):
+        rss, size = peak_rss(big[:n], big_reviews[:n], args.memory_shard, root)
+        figures.append(rss)
+        print(f"  {n:6d} trajectories, pool of {size / 1e6:7.1f} MB: peak RSS {rss / 1e6:6.0f} MB")
+    print(f"  4N / N: {figures[1] / figures[0]:.2f}x")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=int, default=60000)
@@ -232,6 +271,10 @@ def main() -> None:
         "--workers", type=int, default=0, help="also compare --workers 1 with N worker processes, shards of --trajectories/(2N) (0: skip)"
     )
     parser.add_argument("--workers-only", action="store_true", help="only the --workers comparison")
+    parser.add_argument(
+        "--memory-pool", type=int, default=0, help="trajectories N of the smaller memory run, the larger has 4N (default: --memory-shard)"
+    )
+    parser.add_argument("--memory-only", action="store_true", help="only the memory runs")
     args = parser.parse_args()
     tok = load_tokenizer("qwen3.6")
     rng = random.Random(0)
@@ -255,40 +298,10 @@ def main() -> None:
             shutil.rmtree(root, ignore_errors=True)
             return
     try:
-        end_to_end(pool[:1], reviews[:1], tok, root)  # warm: the template compiles once per process
-        ours_s, tokens = end_to_end(pool, reviews, tok, root)
-        limit_s, limit_tokens = tokenizer_alone(pool, tok)
-        batch_s, batch_tokens = tokenizer_alone(pool, tok, batched=True)
-        assert limit_tokens == batch_tokens == tokens, (limit_tokens, batch_tokens, tokens)
-        few = pool[: args.baseline_trajectories]
-        base_s = sum(timed(per_turn_baseline, t, tok)[0] for t in few)
-        base_tokens = sum(ours(t, r, tok) for t, r in zip(few, reviews, strict=False))
-        turns = sum(1 for m in pool[0].messages if m.role == "assistant")
-        print(f"pool: {len(pool)} trajectories, {tokens} tokens ({tokens // len(pool)} each, {turns} assistant turns each)")
-        print(f"{'':52s}{'seconds':>9s}{'tokens/s':>12s}")
-        print(f"{'relearn masks, end to end (files -> shards)':52s}{ours_s:9.2f}{tokens / ours_s:12.0f}")
-        print(f"{'HF fast tokenizer with offsets alone, one text a call':52s}{limit_s:9.2f}{tokens / limit_s:12.0f}")
-        print(f"{'HF fast tokenizer with offsets alone, one batch call':52s}{batch_s:9.2f}{tokens / batch_s:12.0f}")
-        print(f"{f'per-turn re-render ({len(few)} trajectories)':52s}{base_s:9.2f}{base_tokens / base_s:12.0f}")
-        print(
-            f"relearn masks runs at {limit_s / ours_s:.0%} of the tokenizer's throughput one text a call, {batch_s / ours_s:.0%} of its batch throughput;"
-            f" {tokens / ours_s / (base_tokens / base_s):.1f}x the per-turn baseline"
-        )
-
-        print("\nscaling (one trajectory compiled): length -> microseconds per token")
-        for fraction in (4, 2, 1):
-            trajectory = make_trajectory(random.Random(1), args.tokens // fraction, 99)
-            seconds, n = timed(ours, trajectory, review_for(trajectory, random.Random(2)), tok)
-            print(f"  {n:7d} tokens: {seconds / n * 1e6:6.2f} us/token")
-
+        if not args.memory_only:
+            speed(args, pool, reviews, tok, root)
         if args.memory_shard:
-            print(f"\npeak memory of `relearn masks` (--shard-size {args.memory_shard}, trajectories of ~{args.tokens} tokens)")
-            rng = random.Random(3)
-            big = [make_trajectory(rng, args.tokens, 1000 + seed) for seed in range(4 * args.memory_shard)]
-            big_reviews = [review_for(t, rng) for t in big]
-            for count in (args.memory_shard, 4 * args.memory_shard):
-                rss, size = peak_rss(big[:count], big_reviews[:count], args.memory_shard, root)
-                print(f"  {count:4d} trajectories, pool of {size / 1e6:6.1f} MB: peak RSS {rss / 1e6:6.0f} MB")
+            memory(args, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -33,6 +33,7 @@ import multiprocessing
 import os
 import socket
 import sys
+from collections import deque
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -309,6 +310,9 @@ class RayBackend:
             self._ray.shutdown()
 
 
+_END = object()  # the end of a unit iterator
+
+
 @dataclass
 class UnitRun(Generic[U]):
     """What ``run_units`` left: the units it never started (``admit`` said no)."""
@@ -330,34 +334,54 @@ def run_units(
     thread: ``on_result(unit, record)``, or ``on_error(unit, exception, tries)`` which
     returns True to run the unit again (it goes to the back of the queue). ``admit`` is
     asked before each start; once it says no, nothing more starts. On any exception here
-    (Ctrl-C) the units in flight are cancelled before it propagates."""
-    queue = list(units)
-    running: dict[Any, U] = {}
-    tries: dict[int, int] = {}
+    (Ctrl-C) the units in flight are cancelled before it propagates.
+
+    ``units`` is read lazily, as slots free up: a stage can pass a generator over a pool of
+    any size and hold only the units in flight (and those waiting for a retry)."""
+    fresh = iter(units)
+    retries: deque[tuple[U, int]] = deque()
+    ahead: list[tuple[U, int]] = []  # the next unit, once taken from ``fresh`` (admit looks at it first)
+    running: dict[Any, tuple[U, int]] = {}
     per_node: dict[str, int] = {}
     stopped = False
+
+    def next_unit() -> tuple[U, int] | None:
+        if not ahead:
+            if retries:
+                ahead.append(retries.popleft())
+            else:
+                unit = next(fresh, _END)
+                if unit is _END:
+                    return None
+                ahead.append((unit, 0))  # type: ignore[arg-type]
+        return ahead[0]
+
     try:
-        while (queue and not stopped) or running:
-            while queue and not stopped and len(running) < max(1, backend.slots()):
-                if admit is not None and not admit(queue[0]):
+        while not stopped or running:
+            while not stopped and len(running) < max(1, backend.slots()):
+                waiting = next_unit()
+                if waiting is None:
+                    break
+                if admit is not None and not admit(waiting[0]):
                     stopped = True
                     break
-                unit = queue.pop(0)
-                tries[id(unit)] = tries.get(id(unit), 0) + 1
-                running[backend.submit(fn, unit)] = unit
+                unit, tries = ahead.pop()
+                running[backend.submit(fn, unit)] = (unit, tries + 1)
             if not running:
                 break
             for handle in backend.wait(list(running)):
-                unit = running.pop(handle)
+                unit, tries = running.pop(handle)
                 try:
                     record, node = backend.result(handle)
                 except Exception as exc:  # the stage decides: retry, record apart, or stop
-                    if on_error(unit, exc, tries[id(unit)]):
-                        queue.append(unit)
+                    if on_error(unit, exc, tries):
+                        retries.append((unit, tries))
                     continue
                 per_node[node] = per_node.get(node, 0) + 1
                 on_result(unit, record)
     except BaseException:
         backend.cancel(list(running))
         raise
-    return UnitRun(not_started=queue, per_node=per_node)
+    # Only a refusal by ``admit`` leaves units behind; they are counted, so listing them is fine.
+    left = [unit for unit, _ in ahead] + [unit for unit, _ in retries] + (list(fresh) if stopped else [])
+    return UnitRun(not_started=left, per_node=per_node)

@@ -12,15 +12,25 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from harness.importers import FORMATS
+from harness.importers import FORMATS, chat
 from harness.importers.base import Importer, ImportResult, conversion_error
 from records.pools import JsonlWriter, RecordError, dump_line, iter_lines, loads, write_atomic
 from records.trajectory import content_id, dump_record, record_content_id
+
+# The one list of import formats (the keys of harness.importers.FORMATS, in its order): the
+# `relearn import` FORMAT argument and the pipeline's [pool.import] format are made from it.
+ImportFormat = StrEnum("ImportFormat", {name.replace("-", "_"): name for name in FORMATS})  # type: ignore[misc]
+# Formats whose files hold many trajectories: a damaged row is rejected and the file read on.
+ROW_FORMATS = frozenset({"openhands", "chat", "nemo-gym", "verl"})
+# The chat format's presets (the columns of published sets) and the columns a run can rename.
+ChatPreset = StrEnum("ChatPreset", {name.replace("-", "_"): name for name in chat.PRESETS})  # type: ignore[misc]
+CHAT_COLUMNS = ("messages", "tools", "id", "task_id", "resolved", "patch")
 
 
 @dataclass

@@ -279,7 +279,7 @@ def synthetic(
     """The estimate for a pool described by its sizes alone: ``tasks`` × ``rollouts``
     trajectories of ``tokens`` judge-1 tokens each, whose first ``shared_pool`` tokens
     (instructions and agent system prompt) are the same for all and first ``shared_task``
-    for a task's rollouts; judge 2 reads ``judge2_tokens`` a request. (The README's figures.)"""
+    for a task's rollouts; judge 2 reads ``judge2_tokens`` a request. (The figures in docs/review.md.)"""
     a = table.assumptions
     first = JudgeEstimate("judge1", models[0], table.price(models[0]))
     second = JudgeEstimate("judge2", models[1], table.price(models[1]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,16 +30,22 @@ from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached
 
 @dataclass
 class ReviewSummary:
-    reviewed: list[Review] = field(default_factory=list)
+    """What a review run did, as counts: the reviews themselves are in the output file, and a
+    run over a pool of any size holds none of them."""
+
+    reviewed: int = 0  # reviews written now that stand (judge_error ones are retried, not counted)
+    decisions: Counter[str] = field(default_factory=Counter)  # "accept", or "reject: REASON"
+    categories: Counter[str] = field(default_factory=Counter)  # the errors' categories
+    defects: int = 0
+    grounded: int = 0  # quoted spans that grounded in the trajectory
+    rejected_spans: int = 0  # quoted spans that did not
+    cost_usd: float = 0.0  # what the reviews written now cost
     skipped: int = 0  # already in the output
     not_reviewed: int = 0  # spend cap reached, or the judge could not be called
     errors: list[str] = field(default_factory=list)
     unreadable: list[RecordError] = field(default_factory=list)
     batch: BatchSummary | None = None  # with batch mode
     per_node: dict[str, int] = field(default_factory=dict)  # reviews by node
-
-    def decisions(self) -> Counter[str]:
-        return Counter(r.decision if r.decision == "accept" else f"reject: {(r.reason or '').split(':')[0]}" for r in self.reviewed)
 
     def count(self, review: Review) -> None:
         """Count a review just written. A judge_error review is written too (the file says
@@ -48,8 +54,15 @@ class ReviewSummary:
         if (review.reason or "").startswith(JUDGE_ERROR):
             self.not_reviewed += 1
             self.errors.append(f"{review.trajectory_id}: {review.reason} (a rerun reviews it again)")
-        else:
-            self.reviewed.append(review)
+            return
+        self.reviewed += 1
+        self.decisions[review.decision if review.decision == "accept" else f"reject: {(review.reason or '').split(':')[0]}"] += 1
+        self.categories.update(str(e.get("category")) for e in review.errors)
+        self.defects += len(review.defects)
+        grounding = (review.model_extra or {}).get("grounding", {})
+        self.grounded += grounding.get("grounded", len(review.defects))
+        self.rejected_spans += grounding.get("rejected", 0)
+        self.cost_usd += review.cost_usd or 0.0
 
 
 def reviewed_ids(path: Path) -> set[str]:
@@ -131,12 +144,17 @@ def review_pool(
     summary = ReviewSummary()
     ledger = Ledger(cap_usd=spend_cap_usd)
     done = reviewed_ids(output)
-    todo: list[Trajectory] = []
-    for trajectory in read_trajectories_lenient(pool, summary.unreadable):
-        if trajectory.id in done:
-            summary.skipped += 1
-        else:
-            todo.append(trajectory)
+
+    def todo(counted: bool) -> Iterator[Trajectory]:
+        """The pool's trajectories still to review, read as they are needed (never the whole
+        pool in memory); the pass that reviews them counts what it skips and cannot read."""
+        unreadable: list[RecordError] = summary.unreadable if counted else []
+        for trajectory in read_trajectories_lenient(pool, unreadable):
+            if trajectory.id not in done:
+                yield trajectory
+            elif counted:
+                summary.skipped += 1
+
     cache = CallCache(output.with_name(output.name + ".calls.jsonl")) if judges else None
 
     def one(trajectory: Trajectory) -> Review:
@@ -150,14 +168,15 @@ def review_pool(
 
     try:
         if batch is not None and judges is not None and cache is not None:
-            judged = [t for t in todo if is_verified_positive(t, allow_suspicious=include_suspicious)]
+            # A batch holds every request it sends, so this mode holds the judged trajectories.
+            judged = [t for t in todo(counted=False) if is_verified_positive(t, allow_suspicious=include_suspicious)]
             try:
                 summary.batch = batch_prefill(judged, judges, cache, ledger, BatchState(batch_state_path(output)), batch)
             except (BatchError, SpendCapReached) as exc:
                 # Nothing is reviewed: what the batches answered stays in the cache, and a
                 # rerun polls the batches still recorded as open.
                 summary.errors.append(str(exc))
-                summary.not_reviewed += len(todo)
+                summary.not_reviewed += sum(1 for _ in todo(counted=True))
                 return summary, ledger
         runner = backend or LocalBackend(workers)
         work: Callable[[Trajectory], Review] | NodeReview = one
@@ -213,7 +232,7 @@ def review_pool(
                         stop = True
                     return not stop
 
-                left = run_units(runner, todo, work, on_result=finished, on_error=failed, admit=admit)
+                left = run_units(runner, todo(counted=True), work, on_result=finished, on_error=failed, admit=admit)
                 summary.not_reviewed += len(left.not_started)
                 summary.per_node = left.per_node
         finally:

@@ -71,3 +71,19 @@ def images(docker_client: docker.DockerClient, base_image: str) -> dict[str, str
     """The mini suite's task images, by instance id (built once per engine)."""
     tasks, _errors = load_tasks(MINI_SUITE)
     return {t.instance_id: task_image(docker_client, t, base_image) for t in tasks}
+
+
+# Pieces of the suite: a test is `docker` when it asks for the engine through these
+# fixtures (directly or through another fixture), `ray` when its module starts a cluster;
+# `slow` is marked by hand in the modules (pytestmark or per test).
+DOCKER_FIXTURES = frozenset({"docker_client", "base_image", "images"})
+RAY_MODULES = frozenset({"test_cluster"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if DOCKER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+        module = getattr(item, "module", None)
+        if module is not None and module.__name__.rsplit(".", 1)[-1] in RAY_MODULES:
+            item.add_marker(pytest.mark.ray)

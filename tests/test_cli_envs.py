@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from envs.tasks import load_tasks
 from tests.test_cli import run
 
@@ -41,6 +43,7 @@ def test_audit_command_flags_the_leaky_build(relearn_bin: str, base_image: str) 
     assert clean.returncode == 0 and "clean" in clean.stdout
 
 
+@pytest.mark.docker  # `envs gc` asks the engine, through no fixture
 def test_envs_usage_errors(relearn_bin: str, tmp_path: Path) -> None:
     assert run(relearn_bin, "envs", "build", "--id", "no-such-task").returncode == 2
     assert run(relearn_bin, "verify", "-p", str(tmp_path / "missing.jsonl")).returncode == 2

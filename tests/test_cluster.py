@@ -262,13 +262,11 @@ def test_run_units_returns_records_and_unit_errors(cluster, where: str) -> None:
     assert errors == [(-1, "negative: -1", 1), (-1, "negative: -1", 2)]  # the unit's own exception, unwrapped
     assert sum(run.per_node.values()) == 2 and not run.not_started
     if where == "ray":
-        # The live progress column shows the backend's counts by node as units finish.
-        from relearn.cli.cluster import NodesColumn, nodes_text
+        # The live progress fields show the backend's counts by node as units finish.
+        from relearn.ops.containers import node_counts
 
-        column = NodesColumn()
-        column.backend = backend  # type: ignore[assignment]
-        assert column.per_node() == run.per_node and column.render(None).plain == nodes_text(run.per_node)  # type: ignore[arg-type]
-        assert all(f"node {node[:8]}: {count}" in column.render(None).plain for node, count in run.per_node.items())  # type: ignore[arg-type]
+        assert node_counts(backend) == {f"node {node[:8]}:": count for node, count in run.per_node.items()}
+        assert node_counts(None) == {}
 
 
 def stateless_judges(request: dict) -> ScriptedTurn:
@@ -751,3 +749,65 @@ def test_gc_sweeps_every_node_and_the_pipeline_file_names_the_cluster(cluster, r
     backend = context.backend(Needs(docker=1))
     assert isinstance(backend, RayBackend) and backend.slots() == 2
     assert context.registry == "reg.example:5000/team"  # what the collect stage's nodes pull from
+
+
+# ---------------------------------------------------------------- the pipeline on the cluster
+
+CLUSTER_PIPELINE = """
+workdir = "work-{where}"
+tasks = "mini"
+[pool.import]
+format = "chat"
+paths = ["rows.jsonl"]
+[masks]
+variants = ["ross"]
+"""
+
+
+def test_the_pipeline_grades_an_imported_pool_through_ray_as_it_does_here(
+    cluster, docker_client: docker.DockerClient, base_image: str, tmp_path: Path
+) -> None:  # noqa: ANN001
+    """`relearn run` with [cluster]: the verify stage grades the imported patches as units on the
+    worker nodes (the head offers no docker), and the verified pool holds, trajectory for
+    trajectory, the outcomes the local run gives."""
+    from rich.console import Console
+
+    from relearn.pipeline.config import load_pipeline
+    from relearn.pipeline.runner import run_stages
+    from relearn.pipeline.stages import Context, plan, verified_path
+
+    made, workers = cluster
+    messages = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
+    rows = [
+        {"id": "gold-calc", "instance_id": "mini__calc-1", "patch": TASKS["mini__calc-1"].patch},
+        {"id": "gold-pager", "instance_id": "mini__pager-1", "patch": TASKS["mini__pager-1"].patch},
+        {"id": "wrong-calc", "instance_id": "mini__calc-1", "patch": TASKS["mini__pager-1"].patch},  # does not apply here
+        {"id": "nowhere", "instance_id": "no__such-1", "patch": TASKS["mini__calc-1"].patch},
+    ]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({**row, "messages": messages}) + "\n" for row in rows))
+
+    def run(where: str, cluster_table: str) -> tuple[dict[str, Any], dict[str, tuple]]:
+        path = tmp_path / f"{where}.toml"
+        path.write_text(CLUSTER_PIPELINE.format(where=where) + cluster_table)
+        ctx = Context(load_pipeline(path), Console(file=io.StringIO()))
+        stages = [s for s in plan(ctx, dict) if s.name in ("pool", "verify")]
+        results = run_stages(stages, ctx.workdir, ctx.console)
+        assert [(r.name, r.status, r.error) for r in results] == [("pool", "ran", None), ("verify", "ran", None)]
+        outcomes = {
+            t.id: (t.outcome.resolved, t.outcome.reward, t.outcome.verdict.get("tests"), t.outcome.verdict.get("patch_applied"))
+            if t.outcome
+            else None
+            for t in read_trajectories(verified_path(ctx))
+        }
+        return results[1].counts, outcomes
+
+    here_counts, here = run("here", "")
+    there_counts, there = run("there", f'[cluster]\naddress = "{made.address}"\n')
+    assert there == here and len(here) == len(rows)
+    resolved = {t_id.removeprefix("chat-"): outcome[0] if outcome else None for t_id, outcome in here.items()}
+    assert resolved == {"gold-calc": True, "gold-pager": True, "wrong-calc": False, "nowhere": None}
+    assert here_counts["graded now"] == there_counts["graded now"] == 3 and there_counts["resolved"] == 2
+    # Graded on the worker nodes, not here: every verdict came from a node offering docker.
+    assert set(there_counts["graded by node"]) <= {w.node_id for w in workers} and sum(there_counts["graded by node"].values()) == 3
+    assert "graded by node" not in here_counts
+    assert not ours(docker_client)

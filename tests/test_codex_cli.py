@@ -23,7 +23,6 @@ from typing import Any
 
 import docker
 import pytest
-import typer
 
 from envs.docker_backend import Container
 from envs.images import task_image
@@ -46,8 +45,9 @@ from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
 from records.pools import JsonlWriter, read_trajectories
 from records.trajectory import ExitStatus, Source, Trajectory, tool_call_pairs
-from relearn.cli.harness import agent_options
-from relearn.cli.pool import check_trajectory
+from relearn.ops.collect import AgentOptions
+from relearn.ops.reporting import OpError
+from relearn.ops.validate import check_trajectory
 from tests.model_servers import ModelServer, ScriptedTurn
 from tests.scripted import solving_script, to_apply_patch
 
@@ -753,6 +753,5 @@ def test_collect_and_eval_with_either_agent_into_one_format(
     assert evaluated_trajectory.source.meta["tools_digest"] == scaffold["tools_digest"] and evaluated_trajectory.outcome.resolved
     assert json.loads((run / "report.json").read_text())["resolved"] == 1
     # The agent options refuse what cannot work, before any container starts.
-    with pytest.raises(typer.Exit) as refused:
-        agent_options("codex-cli", "chat", "medium")
-    assert refused.value.exit_code == 2
+    with pytest.raises(OpError, match="codex-cli speaks the Responses API"):
+        AgentOptions("codex-cli", "chat").resolve()

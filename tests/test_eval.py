@@ -148,6 +148,7 @@ def test_a_killed_run_resumes_to_the_same_report(relearn_bin: str, runs: dict[st
     assert code == 2 and "budget.max_turns: 3 vs 9" in " ".join(stderr.split())
 
 
+@pytest.mark.slow  # loads the 500 Verified rows and builds swebench test specs
 def test_verified_parquet_and_its_eval_scripts(samples: Path) -> None:
     tasks, errors = load_dataset_tasks(str(samples / "swebench_verified.parquet"))
     assert len(tasks) == 500 and not errors

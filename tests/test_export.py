@@ -18,9 +18,18 @@ from records.review import Review
 from relearn.cli.main import app
 from relearn.export.source import ExportError, iter_samples, open_dataset
 from relearn.export.spans import sample_spans
-from relearn.export.trainers import FORMATS, export_dataset
+from relearn.export.trainers import FORMATS
 from relearn.masks.compile import MaskOptions
 from relearn.masks.shards import build_dataset
+from relearn.ops.export import (
+    DatasetExportOptions,
+    MasksExportOptions,
+    PoolExportOptions,
+    run_export_dataset,
+    run_export_masks,
+    run_export_pool,
+)
+from relearn.ops.reporting import OpError
 from tests.test_masks import BASE, call, defect, trajectory
 
 MODES = ("ross", "ross-nomask", "positive")
@@ -126,7 +135,7 @@ def read_back(fmt: str, out: Path) -> list[tuple[np.ndarray, np.ndarray]]:
 def test_every_format_supervises_exactly_the_shards_loss_mask(tmp_path: Path, datasets: dict[str, Path], fmt: str) -> None:
     for mode in MODES:
         out = tmp_path / f"{fmt}-{mode}"
-        summary = export_dataset(open_dataset(datasets[mode]), fmt, out)
+        summary = run_export_dataset(DatasetExportOptions(datasets[mode], fmt, out))
         expected = shard_masks(datasets[mode])
         got = read_back(fmt, out)
         assert len(got) == len(expected) == summary.rows == 3
@@ -154,17 +163,26 @@ def test_a_tokenizer_that_is_not_the_datasets_is_refused(tmp_path: Path, dataset
     (other / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     config.pop("chat_template", None)
     (other / "tokenizer_config.json").write_text(json.dumps(config))
+    with pytest.raises(OpError, match="chat template"):
+        run_export_dataset(DatasetExportOptions(datasets["ross"], "trl", tmp_path / "out", tokenizer=str(other)))
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(OpError, match="chat template"):
+        run_export_masks(MasksExportOptions(datasets["ross"], tmp_path / "spans.jsonl", tokenizer=str(other)))
+    assert not (tmp_path / "spans.jsonl").exists()
+    same = run_export_dataset(DatasetExportOptions(datasets["ross"], "trl", tmp_path / "ok", tokenizer="qwen3.6"))
+    assert same.rows == 3 and same.manifest.is_file()
+    with pytest.raises(OpError, match="--overwrite"):
+        run_export_dataset(DatasetExportOptions(datasets["ross"], "trl", tmp_path / "ok"))
+    again = run_export_dataset(DatasetExportOptions(datasets["ross"], "axolotl", tmp_path / "ok", overwrite=True))
+    assert again.files == ["train-00000.parquet"] and json.loads(again.manifest.read_text())["format"] == "axolotl"
+    # The command line: the same refusal is exit 2 with the op's one line.
     runner = CliRunner()
     result = runner.invoke(
         app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "out"), "--tokenizer", str(other)]
     )
     assert result.exit_code == 2 and "chat template" in result.output and not (tmp_path / "out").exists()
-    same = runner.invoke(
-        app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok"), "--tokenizer", "qwen3.6"]
-    )
-    assert same.exit_code == 0, same.output
-    again = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "trl", "-o", str(tmp_path / "ok")])
-    assert again.exit_code == 2 and "--overwrite" in again.output
+    unknown = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "megatron", "-o", str(tmp_path / "m")])
+    assert unknown.exit_code == 2 and "trl, axolotl, verl, llamafactory, hf" in unknown.output
     stats = json.loads((datasets["ross"] / "stats.json").read_text())
     old = tmp_path / "old"
     old.mkdir()
@@ -175,8 +193,11 @@ def test_a_tokenizer_that_is_not_the_datasets_is_refused(tmp_path: Path, dataset
 
 def test_spans_select_the_same_tokens_by_token_runs_and_by_characters(tmp_path: Path, datasets: dict[str, Path], tok) -> None:  # noqa: ANN001
     out = tmp_path / "spans.jsonl"
-    result = CliRunner().invoke(app, ["export", "masks", str(datasets["ross"]), "-o", str(out)])
-    assert result.exit_code == 0, result.output
+    summary = run_export_masks(MasksExportOptions(datasets["ross"], out))
+    assert summary.samples == 3 and summary.tokenizer == "qwen3.6"
+    result = CliRunner().invoke(app, ["export", "masks", str(datasets["ross"]), "-o", str(tmp_path / "cli.jsonl")])
+    assert result.exit_code == 0 and "spans of 3 samples" in result.output, result.output
+    assert (tmp_path / "cli.jsonl").read_bytes() == out.read_bytes()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     for line, (sample_id, ids, mask) in zip(lines, shard_masks(datasets["ross"]), strict=True):
         assert line["sample_id"] == sample_id and tok(line["text"], add_special_tokens=False)["input_ids"] == ids.tolist()
@@ -192,6 +213,7 @@ def test_spans_select_the_same_tokens_by_token_runs_and_by_characters(tmp_path: 
     assert sample_spans(first, tok)["supervised"] == first.supervised
 
 
+@pytest.mark.slow
 def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn_train(
     tmp_path: Path, datasets: dict[str, Path], tok
 ) -> None:  # noqa: ANN001
@@ -207,7 +229,7 @@ def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn
     start = tmp_path / "start"
     build_model(tiny="qwen3", seed=0).save_pretrained(start)
     tok.save_pretrained(start)
-    export_dataset(open_dataset(datasets["ross"]), "trl", tmp_path / "trl")
+    run_export_dataset(DatasetExportOptions(datasets["ross"], "trl", tmp_path / "trl"))
     rows = hf_datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "train-00000.parquet"), split="train")
     expected = shard_masks(datasets["ross"])
 
@@ -236,8 +258,108 @@ def test_trl_sft_trainer_trains_the_same_positions_with_the_same_loss_as_relearn
 def test_rows_stream_into_files_of_the_asked_size(tmp_path: Path, datasets: dict[str, Path]) -> None:
     import datasets as hf_datasets
 
-    summary = export_dataset(open_dataset(datasets["ross"]), "trl", tmp_path / "trl", rows_per_file=2)
+    summary = run_export_dataset(DatasetExportOptions(datasets["ross"], "trl", tmp_path / "trl", rows_per_file=2))
     assert summary.files == ["train-00000.parquet", "train-00001.parquet"]
     assert [pq.read_metadata(tmp_path / "trl" / f).num_rows for f in summary.files] == [2, 1]
     rows = hf_datasets.load_dataset("parquet", data_files=str(tmp_path / "trl" / "*.parquet"), split="train")
     assert [r["input_ids"] for r in rows] == [ids.tolist() for _s, ids, _m in shard_masks(datasets["ross"])]
+
+
+class Recording:
+    """A reporter that keeps what the operation told it."""
+
+    def __init__(self) -> None:
+        self.begun: list[tuple[str, float | None]] = []
+        self.advanced = 0.0
+        self.ended = 0
+
+    def begin(self, label: str, total: float | None = None) -> None:
+        self.begun.append((label, total))
+
+    def advance(self, amount: float = 1, **fields: object) -> None:
+        self.advanced += amount
+
+    def end(self) -> None:
+        self.ended += 1
+
+    def note(self, message: str) -> None:
+        pass
+
+
+def test_dataset_export_reports_one_advance_per_sample(tmp_path: Path, datasets: dict[str, Path]) -> None:
+    reporter = Recording()
+    summary = run_export_dataset(DatasetExportOptions(datasets["ross"], "verl", tmp_path / "verl"), reporter)
+    assert reporter.begun == [("exporting for verl", 3)] and reporter.advanced == 3 == summary.rows and reporter.ended == 1
+    assert "relearn_verl_dataset.py" in summary.files and (tmp_path / "verl" / "relearn_verl_dataset.py").is_file()
+    with pytest.raises(OpError, match="rows per file 0"):
+        run_export_dataset(DatasetExportOptions(datasets["ross"], "trl", tmp_path / "zero", rows_per_file=0))
+    with pytest.raises(OpError, match="no stats.json"):
+        run_export_dataset(DatasetExportOptions(tmp_path, "trl", tmp_path / "none"))
+
+
+@pytest.fixture
+def pool_with_a_bad_record(tmp_path: Path) -> Path:
+    """The three trajectories of ``_pool`` and, on line 4, a record that is not one."""
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, _pool()[0])
+    with open(pool, "a", encoding="utf-8") as f:
+        f.write('{"id": 3}\n')
+    return pool
+
+
+def test_pool_exports_write_every_trajectory_and_name_the_records_they_reject(tmp_path: Path, pool_with_a_bad_record: Path) -> None:
+    from harness.import_run import import_files
+    from records.pools import read_trajectories
+
+    pool = pool_with_a_bad_record
+    ids = [t.id for t in _pool()[0]]
+    reporter = Recording()
+    hf = run_export_pool(PoolExportOptions([pool], tmp_path / "hf.jsonl", "hf"), reporter)
+    assert hf.exported == 3 and reporter.advanced == 3 and reporter.ended == 1 and not hf.complete
+    assert len(hf.rejected) == 1 and hf.rejected[0].startswith(f"{pool}:4: id:")
+    rows = [json.loads(line) for line in (tmp_path / "hf.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ids and all(r["messages"][0]["role"] == "system" for r in rows)
+
+    atif = run_export_pool(PoolExportOptions([pool, pool], tmp_path / "atif", "atif"))
+    assert atif.exported == 6 and len(atif.rejected) == 2  # a pool named twice is read twice; the files are the same three
+    assert sorted(p.name for p in (tmp_path / "atif").iterdir()) == sorted(f"{i}.trajectory.json" for i in ids)
+
+    chat = run_export_pool(PoolExportOptions([pool], tmp_path / "chat.jsonl", "chat"))
+    assert chat.exported == 3 and chat.refused == []
+    back = import_files("chat", [tmp_path / "chat.jsonl"], tmp_path / "back.jsonl")
+    assert back.imported == 3
+    assert [len(t.messages) for t in read_trajectories(tmp_path / "back.jsonl")] == [len(t.messages) for t in _pool()[0]]
+
+    # The text-only nebius rows cannot hold the two trajectories with tool calls: refused by id, never written in part.
+    nebius = run_export_pool(PoolExportOptions([pool], tmp_path / "nebius.jsonl", "chat", "nebius-swe-agent"))
+    assert nebius.exported == 1 and sorted(r.split(":")[0] for r in nebius.refused) == sorted(ids[:2])
+    assert len((tmp_path / "nebius.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (lambda d: PoolExportOptions([d / "missing.jsonl"], d / "o.jsonl", "hf"), "missing.jsonl: no such pool file"),
+        (lambda d: PoolExportOptions([], d / "o.jsonl", "hf"), "no pool to export"),
+        (lambda d: PoolExportOptions([d / "pool.jsonl"], d / "o.jsonl", "hf", "swe-smith"), "only the chat export has presets"),
+        (lambda d: PoolExportOptions([d / "pool.jsonl"], d / "o.jsonl", "chat", "swe-gymnasium"), "expected one of swe-gym, "),
+        (lambda d: PoolExportOptions([d / "pool.jsonl"], d / "pool.jsonl", "atif"), "is not a folder"),
+        (lambda d: PoolExportOptions([d / "pool.jsonl"], d, "chat"), "is a folder"),
+        (lambda d: PoolExportOptions([d / "pool.jsonl"], d / "o.jsonl", "sharegpt"), "expected one of atif, hf, chat"),  # type: ignore[arg-type]
+    ],
+)
+def test_unusable_pool_export_options_are_refused_before_anything_is_written(
+    tmp_path: Path, pool_with_a_bad_record: Path, options, message: str
+) -> None:  # noqa: ANN001
+    before = sorted(tmp_path.iterdir())
+    with pytest.raises(OpError, match=message):
+        run_export_pool(options(tmp_path))
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_export_cli_renders_the_summary_and_exits_by_what_was_rejected(tmp_path: Path, pool_with_a_bad_record: Path) -> None:
+    runner = CliRunner()
+    partial = runner.invoke(app, ["export", "hf", str(pool_with_a_bad_record), "-o", str(tmp_path / "hf.jsonl")])
+    assert partial.exit_code == 1 and "exported 3 trajectories as hf" in partial.output and "1 records rejected" in partial.output
+    missing = runner.invoke(app, ["export", "chat", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "c.jsonl")])
+    assert missing.exit_code == 2 and "no such pool file" in missing.output

@@ -422,6 +422,7 @@ def _rows(stdout: str) -> dict[str, str]:
     return {line.split("│")[1].strip(): line.split("│")[2].strip() for line in stdout.splitlines() if line.count("│") == 3}
 
 
+@pytest.mark.slow
 def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Path, tok, tokenizer_cache: Path) -> None:  # noqa: ANN001
     import os
     import subprocess
@@ -473,6 +474,7 @@ def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Pa
     assert _rows(again.stdout)["shards (reused)"] == "2 (2)"
 
 
+@pytest.mark.slow
 def test_cli_masks_never_reuses_shards_of_other_inputs(relearn_bin: str, tmp_path: Path, tok, tokenizer_cache: Path) -> None:  # noqa: ANN001
     """Into a folder that holds shards: a changed review rebuilds exactly its shard; a later
     unreadable review line rejects its trajectory (no fallback to the earlier review); a

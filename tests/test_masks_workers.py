@@ -7,10 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from envs.executor import LocalBackend
 from relearn.masks.compile import MaskOptions
 from relearn.masks.shards import build_dataset, load_reviews
 from tests.test_outputs_unchanged import masks_pool
+
+pytestmark = pytest.mark.slow  # worker processes each load the tokenizer
 
 
 def files(folder: Path) -> dict[str, bytes]:

@@ -162,7 +162,7 @@ def test_a_batch_review_of_200_trajectories_equals_the_live_one(tmp_path: Path, 
     live = tmp_path / "live.jsonl"
     with ModelServer(kind, answer) as server:  # type: ignore[arg-type]
         live_summary, live_ledger = review_pool(pool, live, judges=judges(server.base_url, kind), workers=4)
-    assert len(live_summary.reviewed) == count and not live_summary.errors
+    assert live_summary.reviewed == count and not live_summary.errors
     judge2_total = sum(JUDGE2_CALLS[n % 5] for n in range(count))
     assert live_ledger.calls == count + judge2_total
 
@@ -195,7 +195,7 @@ def test_a_batch_review_of_200_trajectories_equals_the_live_one(tmp_path: Path, 
     batched_cost = (count - 3) * COST1 + (creates[1] - 1) * COST2
     assert ledger.spent_usd == pytest.approx(0.5 * batched_cost + 3 * COST1 + online_judge2 * COST2)
     assert ledger.spent_usd == pytest.approx(live_ledger.spent_usd - 0.5 * batched_cost)
-    assert sum(r.cost_usd or 0.0 for r in summary.reviewed) == pytest.approx(ledger.spent_usd)
+    assert summary.cost_usd == pytest.approx(ledger.spent_usd)
     state = json.loads(batch_state_path(batched).read_text())
     assert [(b["stage"], b["state"]) for b in state["batches"]] == [("judge1", "collected"), ("judge2", "collected")]
 
@@ -306,7 +306,12 @@ def test_answers_cached_before_the_layout_are_still_used(tmp_path: Path) -> None
         output.with_name(output.name + ".calls.jsonl").write_text(json.dumps(old) + "\n")
         summary, ledger = review_pool(pool, output, judges=(judge1, judge2), workers=1)
         assert server.requests == []
-    assert ledger.calls == 0 and ledger.cached == 1 and summary.reviewed[0].reason == "from the old cache"
+    assert (
+        ledger.calls == 0
+        and ledger.cached == 1
+        and summary.reviewed == 1
+        and Review.model_validate_json(output.read_text().splitlines()[0]).reason == "from the old cache"
+    )
 
 
 def test_a_batch_over_the_spend_cap_is_not_submitted(tmp_path: Path) -> None:

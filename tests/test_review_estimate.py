@@ -134,17 +134,25 @@ def test_the_readme_pool_4048_tasks_by_8_rollouts_of_60k_tokens() -> None:
     assert totals == [6552, 6227, 3276, 3113]  # the README's claude-sonnet-4-5 row
 
 
-def test_the_pipeline_prints_the_estimate_before_its_review_stage(tmp_path: Path) -> None:
-    from types import SimpleNamespace
-
+def test_the_review_op_hands_over_the_estimate_before_anything_is_paid(tmp_path: Path) -> None:
+    """What the pipeline's review stage prints before its judges are paid (relearn.ops.review)."""
     from rich.console import Console
 
-    from relearn.pipeline.stages import print_review_estimate, verified_path
+    from relearn.ops.reporting import OpError
+    from relearn.ops.review import JudgeOptions, ReviewOptions, run_review
 
-    ctx = SimpleNamespace(workdir=tmp_path, console=Console(record=True, width=250))
-    write_atomic(verified_path(ctx), [rollout(n) for n in range(4)])  # type: ignore[arg-type]
-    print_review_estimate(ctx, judges())  # type: ignore[arg-type]
-    print_review_estimate(ctx, judges("mystery-model"))  # type: ignore[arg-type]
-    shown = ctx.console.export_text()
+    pool = tmp_path / "verified.jsonl"
+    write_atomic(pool, [rollout(n) for n in range(4)])
+    console = Console(record=True, width=250)
+
+    def options(model: str) -> ReviewOptions:
+        judges = JudgeOptions(judge1=model, base_url="http://127.0.0.1:9")  # nothing may be sent
+        return ReviewOptions(pool, tmp_path / "reviews.jsonl", judges, estimate=True)
+
+    summary = run_review(options("claude-sonnet-4-5"), on_estimate=lambda e: console.print(e.render()))
+    assert summary.run is None and summary.estimate is not None and summary.estimate.trajectories == 4
+    shown = console.export_text()
     assert "estimate for 4 trajectories" in shown and "claude-sonnet-4-5" in shown and "$ batch+cached" in shown
-    assert "no cost estimate: no price for model 'mystery-model'" in shown
+    with pytest.raises(OpError, match="no price for model 'mystery-model'"):
+        run_review(options("mystery-model"), on_estimate=lambda e: console.print(e.render()))
+    assert not (tmp_path / "reviews.jsonl").exists()

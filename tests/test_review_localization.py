@@ -144,7 +144,10 @@ def reviewed(
         summary, _ledger = review_pool(pool, tmp_path / "reviews.jsonl", judges=judges(server, kind, context), workers=1)
         requests = list(server.requests)
     by_task = {t.id: t.task_id for t in trajectories}
-    return {by_task[r.trajectory_id]: r for r in summary.reviewed}, requests
+    written = [Review.model_validate_json(line) for line in (tmp_path / "reviews.jsonl").read_text().splitlines()]
+    standing = [r for r in written if not (r.reason or "").startswith("judge_error")]
+    assert len(standing) == summary.reviewed
+    return {by_task[r.trajectory_id]: r for r in standing}, requests
 
 
 @pytest.fixture(scope="module")

@@ -159,9 +159,9 @@ def test_a_pool_review_resumes_and_a_rerun_makes_no_call(rollouts, tmp_path: Pat
         calls = len(server.requests)
         again, _ = review_single_turn_pool(pool, tmp_path / "reviews.jsonl", judge, audit)
         assert len(server.requests) == calls
-    assert again.skipped == len(rollouts) and again.reviewed == []
+    assert again.skipped == len(rollouts) and again.reviewed == 0
     reviews = list(iter_reviews(tmp_path / "reviews.jsonl"))
-    assert len(reviews) == len(rollouts) and summary.decisions()["accept"] >= 4 and calls == ledger.calls
+    assert len(reviews) == len(rollouts) and summary.decisions["accept"] >= 4 and calls == ledger.calls
     assert {r.reason.split(":")[0] for r in reviews if r.decision == "reject"} >= {"not verified positive", "no_clean_solution"}
 
 
@@ -186,52 +186,34 @@ def test_the_viewer_shows_kept_intervals_and_the_audit_verdict(rollouts, tmp_pat
     assert "audit pass (self_contained: yes, correct: yes)" in shown
 
 
-def test_the_review_command_runs_the_judges_over_http_and_resumes(rollouts, relearn_bin: str, tmp_path: Path) -> None:  # noqa: ANN001
-    import subprocess
+def test_the_review_command_runs_the_judges_over_http_and_resumes(rollouts, tmp_path: Path) -> None:  # noqa: ANN001
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
 
     pool = tmp_path / "verified.jsonl"
     with JsonlWriter(pool) as writer:
         writer.write(rollouts[("math-m01", 1)])
         writer.write(rollouts[("if-i02", 82)])
-    command = [
-        relearn_bin,
-        "single-turn",
-        "review",
-        str(pool),
-        "-o",
-        str(tmp_path / "reviews.jsonl"),
-        "--judge",
-        "keep-judge",
-        "--backend",
-        "chat",
-    ]
+    command = ["single-turn", "review", str(pool), "-o", str(tmp_path / "reviews.jsonl"), "--judge", "keep-judge", "--backend", "chat"]
     with ModelServer("chat", judges) as server:
-        first = subprocess.run(
-            [*command, "--base-url", server.base_url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"OPENAI_API_KEY": "test", "PATH": ""},
-        )
-        second = subprocess.run(
-            [*command, "--base-url", server.base_url],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={"OPENAI_API_KEY": "test", "PATH": ""},
-        )
+        first = CliRunner().invoke(app, [*command, "--base-url", server.base_url], env={"OPENAI_API_KEY": "test"})
+        second = CliRunner().invoke(app, [*command, "--base-url", server.base_url], env={"OPENAI_API_KEY": "test"})
         assert len(server.requests) == 2
-    assert first.returncode == 0, first.stderr
-    assert "accept" in first.stdout and "judge calls" in first.stdout
-    assert second.returncode == 0 and "already reviewed (skipped)" in second.stdout
+    assert first.exit_code == 0, first.output
+    text = " ".join(first.output.replace("│", " ").split())
+    assert "reviewed 2" in text and "accept 2" in text and "judge calls 2" in text
+    assert second.exit_code == 0 and "already reviewed (skipped) 2" in " ".join(second.output.replace("│", " ").split())
     assert [r.decision for r in iter_reviews(tmp_path / "reviews.jsonl")] == ["accept", "accept"]
+    refused = CliRunner().invoke(app, [*command[:-2], "--backend", "grpc"])
+    assert refused.exit_code == 2 and "--backend must be anthropic, chat or responses" in refused.output
 
 
 def test_the_no_thinking_form_supervises_the_visible_response_and_not_the_empty_think_block(tok) -> None:  # noqa: ANN001
     from harness.importers.single_turn import split_response
     from records.review import Review
     from records.trajectory import Message, Outcome
-    from relearn.pipeline.single_turn import NO_THINKING
+    from relearn.ops.masks import MasksOptions
 
     reasoning, content = split_response("<think>\nAdd them: 2 + 2 = 4.\n</think>\n\nThe answer is $\\boxed{4}$.", split_thinking=False)
     assert reasoning is None
@@ -240,7 +222,10 @@ def test_the_no_thinking_form_supervises_the_visible_response_and_not_the_empty_
         outcome=Outcome(resolved=True, reward=1.0, verdict={"kind": "math"}),
     )
     (sample,) = compile_trajectory(
-        trajectory, Review(trajectory_id=trajectory.id, decision="accept"), tok, MaskOptions(mode="ross", template_kwargs=NO_THINKING)
+        trajectory,
+        Review(trajectory_id=trajectory.id, decision="accept"),
+        tok,
+        MasksOptions(Path(), Path(), mode="ross", no_thinking=True).mask_options(),
     )
     supervised = tok.decode(sample.input_ids[sample.loss_mask == 1])
     assert supervised == "Add them: 2 + 2 = 4.\n\nThe answer is $\\boxed{4}$.<|im_end|>"

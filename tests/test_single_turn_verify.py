@@ -138,27 +138,23 @@ def test_grade_reads_the_final_answer_and_refuses_what_is_not_single_turn() -> N
     assert grade(_rollout("if-i01", "No commas here."), tasks["if-i01"]).verdict["constraints"] == {"punctuation:no_comma": True}
 
 
-def test_the_import_and_verify_commands_grade_a_pool_and_list_unknown_tasks(relearn_bin: str, tmp_path: Path) -> None:
-    import subprocess
+def test_the_import_and_verify_commands_grade_a_pool_and_list_unknown_tasks(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
 
     rows = [json.loads(line) for line in MINI_ROLLOUTS.read_text().splitlines() if json.loads(line)["task_id"] in ("math-m04", "if-i01")]
     rows.append({"prompt": "?", "response": "42", "reward": 1.0, "step": 5, "task_id": "math-unknown"})
     (tmp_path / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    imported = subprocess.run(
-        [relearn_bin, "single-turn", "import", str(tmp_path / "rollouts.jsonl"), "-o", str(tmp_path / "pool.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert imported.returncode == 0, imported.stderr
-    verified = subprocess.run(
-        [relearn_bin, "single-turn", "verify", str(tmp_path / "pool.jsonl"), "-o", str(tmp_path / "verified.jsonl")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert verified.returncode == 1 and "math-unknown" in verified.stderr  # listed, left ungraded
+    imported = CliRunner().invoke(app, ["single-turn", "import", str(tmp_path / "rollouts.jsonl"), "-o", str(tmp_path / "pool.jsonl")])
+    assert imported.exit_code == 0, imported.output
+    verified = CliRunner().invoke(app, ["single-turn", "verify", str(tmp_path / "pool.jsonl"), "-o", str(tmp_path / "verified.jsonl")])
+    text = " ".join(verified.output.replace("│", " ").split())  # the table's cells as words
+    assert verified.exit_code == 1 and "ungradable (1):" in text and "math-unknown" in text  # listed, left ungraded
+    assert "math passed 1" in text and "if failed 1" in text and "positive in the output 2" in text
     graded = {t.policy.step: t.outcome for t in read_trajectories_lenient(tmp_path / "verified.jsonl", [])}
     assert len(graded) == 5 and graded[5].verdict["imported_from"] == "single-turn"  # the unknown task keeps its imported grade
     assert graded[84].resolved and graded[4].resolved is False and graded[81].resolved and graded[1].resolved is False
     assert graded[4].verdict["logged_reward"] == 0.0 and graded[4].verdict["extracted"] == "-1"
+    missing = CliRunner().invoke(app, ["single-turn", "verify", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "v.jsonl")])
+    assert missing.exit_code == 2 and "none.jsonl: no such pool" in missing.output

@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from typer.testing import CliRunner
 
-from relearn.masks.shards import SCHEMA
+from relearn.masks.rows import SCHEMA, ShardRow
 from relearn.train.checkpoints import read_metrics, step_at
-from relearn.train.data import Sample, collate, load_samples, shard_sequence
+from relearn.train.data import collate, load_samples, shard_sequence
 from relearn.train.loop import train
 from relearn.train.loss import masked_loss, step_denominator
 from relearn.train.model import QWEN_VOCAB, RossLM, build_model, enable_activation_checkpointing
@@ -213,11 +213,8 @@ def test_all_masked_sequence_gives_finite_loss_and_gradient(lm: torch.nn.Module)
     assert abs(both - alone) < 1e-5
 
 
-def _samples(rows: list[tuple[list[int], list[int]]]) -> list[Sample]:
-    return [
-        Sample(f"s{i}", f"t{i}", np.array(ids, dtype=np.int32), np.array(m, dtype=np.uint8), int(sum(m[1:])))
-        for i, (ids, m) in enumerate(rows)
-    ]
+def _samples(rows: list[tuple[list[int], list[int]]]) -> list[ShardRow]:
+    return [ShardRow(f"s{i}", f"t{i}", np.array(ids, dtype=np.int32), np.array(m, dtype=np.uint8)) for i, (ids, m) in enumerate(rows)]
 
 
 def _run(ross: RossLM, batch) -> torch.Tensor:  # type: ignore[no-untyped-def]

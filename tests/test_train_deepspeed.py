@@ -24,6 +24,8 @@ from relearn.train.loop import train
 from relearn.train.options import TrainOptions
 from tests.test_train import random_rows, write_dataset
 
+pytestmark = pytest.mark.slow  # torchrun starts two DeepSpeed processes per test
+
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = Path(sys.executable).parent / "torchrun"
 COMMON = ["--tiny", "qwen3", "--epochs", "1", "--lr", "2e-3", "--warmup", "1", "--chunk", "4", "--ctx", "64", "--no-progress"]
@@ -112,3 +114,21 @@ def test_ulysses_sequence_parallel_two_ranks_match_single_process(data: Path, re
     result = torchrun(str(data), "--out", str(out), *COMMON, "--zero", "3", "--sp", "2", "--grad-accum", "2")
     assert "sequence parallel 2" in " ".join(result.stderr.split())
     assert_close([m["loss"] for m in read_metrics(out)], reference)
+
+
+def test_a_build_lock_left_by_a_killed_build_is_cleared_and_a_live_one_kept(tmp_path: Path) -> None:
+    """A JIT build killed part way leaves its lock, and torch waits on it forever: every later
+    DeepSpeed run would hang at start (seen after a timed-out test)."""
+    import time
+
+    from relearn.train.deepspeed_config import STALE_BUILD_LOCK_S, clear_stale_build_locks
+
+    stale, live = tmp_path / "deepspeed_shm_comm" / "lock", tmp_path / "other_op" / "lock"
+    for lock in (stale, live):
+        lock.parent.mkdir()
+        lock.touch()
+    old = time.time() - STALE_BUILD_LOCK_S - 60
+    os.utime(stale, (old, old))
+    assert clear_stale_build_locks(tmp_path) == [stale]
+    assert not stale.exists() and live.exists()
+    assert clear_stale_build_locks(tmp_path / "missing") == []

@@ -35,7 +35,7 @@ import hashlib
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,13 +52,14 @@ from relearn.analyze.split import (
     review_key,
     split_sequence,
 )
-from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_one, compile_trajectory
+from relearn.masks.compile import CONTEXT_TOKENS, MaskOptions, Rejected, Sample, compile_one, compile_trajectory
 from relearn.masks.shards import BUILD
 from relearn.masks.template import RenderError, context_segments, render
+from relearn.train.options import TrainOptions
 
 # The latest review of each trajectory (``relearn.masks.shards.load_reviews``): its Review, or
 # the located error of that line when it cannot be read.
-Reviews = dict[str, Review | RecordError]
+Reviews = Mapping[str, Review | RecordError]
 
 SCORES_FILE = "nll-scores.jsonl"
 TOO_LONG = "longer than ctx"
@@ -133,7 +134,7 @@ def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dic
 class Scorer:
     """Per-token NLL of the eligible targets of one sequence under a causal LM."""
 
-    def __init__(self, lm: Any, *, device: str = "cpu", chunk: int = 1024) -> None:
+    def __init__(self, lm: Any, *, device: str = "cpu", chunk: int = TrainOptions.chunk) -> None:
         from relearn.train.model import RossLM
 
         self.device = device
@@ -168,10 +169,10 @@ class ModelSpec:
     tiny: str | None
     seed: int
     tokenizer: str
-    attn: str = "sdpa"
+    attn: str = TrainOptions.attn
     bf16: bool = False
     device: str = "cpu"
-    chunk: int = 1024
+    chunk: int = TrainOptions.chunk
 
     def __call__(self) -> tuple[Any, Scorer]:
         import torch
@@ -290,7 +291,7 @@ def score_pools(
     load: Callable[[], tuple[Any, Scorer]],
     out_dir: Path,
     *,
-    ctx: int = 65536,
+    ctx: int = CONTEXT_TOKENS,
     limit: int | None = None,
     positive_only: bool = False,
     reviews: Reviews | None = None,

@@ -8,19 +8,17 @@ write a JSON, a Markdown table and a PNG into ``--out``.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from records.pools import count_records, write_text_atomic
 from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
-from relearn.cli.cluster import NodesColumn, RayArg, ray_backend, show_nodes
+from relearn.cli.cluster import RayArg, show_nodes
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.ops.analyze import NllOptions, PasskOptions, run_nll, run_passk
+from relearn.ops.reporting import SILENT, OpError, RichReporter
 
 analyze_app = typer.Typer(
     name="analyze",
@@ -35,32 +33,12 @@ PoolsOption = Annotated[list[str] | None, typer.Option("--pool", "-p", metavar="
 LimitOption = Annotated[int | None, typer.Option(min=1, help="Read at most the first N records of each pool.")]
 
 
-class UsageError(Exception):
-    """Nothing can be done as asked (exit 2)."""
-
-
 def _pools(specs: list[str] | None) -> list[NamedPool]:
     try:
         return parse_pools(specs or [])
     except PoolSpecError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
-
-
-def _progress(label: str, show: bool = True, nodes: NodesColumn | None = None) -> Progress:
-    columns = [TextColumn(f"[bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), *([nodes] if nodes else [])]
-    return Progress(*columns, console=err, transient=True, disable=not show)
-
-
-def _check_device(device: str) -> None:
-    if device == "cpu":
-        return
-    if not device.startswith("cuda"):
-        raise UsageError(f"--device must be cpu or cuda[:N], not {device!r}")
-    import torch
-
-    if not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: no CUDA device is available here")
 
 
 @analyze_app.command("nll")
@@ -76,33 +54,41 @@ def nll_command(
             "-r",
             help="reviews.jsonl (relearn review): also split each pool's eligible tokens into kept (A \\ E) and excluded (E, by category) as `relearn masks --mode ross` does; the latest review line of a trajectory is used.",
         ),
-    ] = None,
+    ] = NllOptions.reviews,
     defect_scope: Annotated[
         str,
         typer.Option(
             help="With --reviews: action (a defect in a tool call excludes the whole call, as `relearn masks` does by default) | minimal (only the quoted text)."
         ),
-    ] = "action",
-    model: Annotated[str | None, typer.Option(help="Model folder: any Hugging Face causal LM (the current policy, say).")] = None,
-    tiny: Annotated[str | None, typer.Option(help="Tiny random model instead of --model: qwen3 | qwen3-moe | qwen3.5-moe (tests).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of a --tiny model's init.")] = 0,
+    ] = NllOptions.defect_scope,
+    model: Annotated[
+        str | None, typer.Option(help="Model folder: any Hugging Face causal LM (the current policy, say).")
+    ] = NllOptions.model,
+    tiny: Annotated[
+        str | None, typer.Option(help="Tiny random model instead of --model: qwen3 | qwen3-moe | qwen3.5-moe (tests).")
+    ] = NllOptions.tiny,
+    seed: Annotated[int, typer.Option(help="Seed of a --tiny model's init.")] = NllOptions.seed,
     tokenizer: Annotated[
         str | None,
         typer.Option(help="`qwen3.6` (built in, offline) or a tokenizer folder (default: the --model folder's; qwen3.6 with --tiny)."),
-    ] = None,
-    ctx: Annotated[int, typer.Option(min=2, help="Longest trajectory in tokens; longer ones are skipped and counted, never cut.")] = 65536,
-    limit: LimitOption = None,
+    ] = NllOptions.tokenizer,
+    ctx: Annotated[
+        int, typer.Option(min=2, help="Longest trajectory in tokens; longer ones are skipped and counted, never cut.")
+    ] = NllOptions.ctx,
+    limit: LimitOption = NllOptions.limit,
     positive_only: Annotated[
         bool, typer.Option("--positive-only", help="Score only verified-positive trajectories (what SFT would train on).")
-    ] = False,
-    device: Annotated[str, typer.Option(help="cpu | cuda | cuda:N.")] = "cpu",
-    bf16: Annotated[bool, typer.Option("--bf16", help="Run the model in bf16 (the softmax stays fp32).")] = False,
-    attn: Annotated[str, typer.Option(help="Attention implementation: sdpa | flash_attention_2 | eager.")] = "sdpa",
-    chunk: Annotated[int, typer.Option(min=1, help="Eligible positions per LM-head chunk (memory ~ chunk x vocab x 4 bytes).")] = 1024,
+    ] = NllOptions.positive_only,
+    device: Annotated[str, typer.Option(help="cpu | cuda | cuda:N.")] = NllOptions.device,
+    bf16: Annotated[bool, typer.Option("--bf16", help="Run the model in bf16 (the softmax stays fp32).")] = NllOptions.bf16,
+    attn: Annotated[str, typer.Option(help="Attention implementation: sdpa | flash_attention_2 | eager.")] = NllOptions.attn,
+    chunk: Annotated[
+        int, typer.Option(min=1, help="Eligible positions per LM-head chunk (memory ~ chunk x vocab x 4 bytes).")
+    ] = NllOptions.chunk,
     preserve_thinking: Annotated[
         bool, typer.Option(help="Keep reasoning on every turn (Qwen3.6's preserve_thinking), as `relearn masks` does.")
-    ] = True,
-    bootstrap: Annotated[int, typer.Option(min=100, help="Bootstrap resamples for the 95% intervals.")] = 10_000,
+    ] = NllOptions.preserve_thinking,
+    bootstrap: Annotated[int, typer.Option(min=100, help="Bootstrap resamples for the 95% intervals.")] = NllOptions.bootstrap,
     progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
     workers: Annotated[
         int,
@@ -110,124 +96,45 @@ def nll_command(
             min=1,
             help="Worker processes scoring on CPU at once (each loads the model once; batches of trajectories are their work units). 1: score here.",
         ),
-    ] = 1,
-    ray: RayArg = None,
+    ] = NllOptions.workers,
+    ray: RayArg = NllOptions.ray,
     batch: Annotated[
         int,
         typer.Option(
             min=1,
             help="With --workers or --ray: trajectories per work unit (larger: less overhead per unit; smaller: spread over more workers).",
         ),
-    ] = 8,
+    ] = NllOptions.batch,
 ) -> None:
     """Compatibility: token-level NLL of each pool's eligible tokens under one model.
 
-    Each trajectory is rendered over the chat template and scored on its eligible tokens A
-    (generated assistant turns, as `relearn masks` finds them; defects are not removed),
-    everything else staying as context. Per pool: NLL per token (token-weighted, 95%
-    bootstrap CI), perplexity, the distribution of per-trajectory means (mean with CI,
-    median, p10-p90) and the difference from the first pool. Lower means more compatible:
-    historical rollouts of the same policy line, current-policy rollouts and an external
-    teacher's can be compared side by side. Scores are cached in --out; a rerun is free.
+    Each trajectory is rendered over the chat template and scored on its eligible tokens A (generated assistant turns, as `relearn masks` finds them; defects are not removed), everything else staying as context. Per pool: NLL per token (token-weighted, 95% bootstrap CI), perplexity, the distribution of per-trajectory means (mean with CI, median, p10-p90) and the difference from the first pool. Lower means more compatible: historical rollouts of the same policy line, current-policy rollouts and an external teacher's can be compared side by side. Scores are cached in --out; a rerun is free.
 
-    With --reviews, each trajectory's eligible tokens are also split by the ROSS mask its
-    latest review gives: kept (A \\ E, what ROSS trains on) and excluded (E), with the NLL
-    of each, of each defect category's excluded tokens and of the excluded - kept gap
-    (95% bootstrap over trajectories). A trajectory the review rejects, or that the mask
-    compiler refuses, is scored but not split, and counted by reason; one whose latest
-    review line is unreadable is listed too (never split by an earlier review). A changed
-    review is split again; everything else comes from the cache.
+    With --reviews, each trajectory's eligible tokens are also split by the ROSS mask its latest review gives: kept (A \\ E, what ROSS trains on) and excluded (E), with the NLL of each, of each defect category's excluded tokens and of the excluded - kept gap (95% bootstrap over trajectories). A trajectory the review rejects, or that the mask compiler refuses, is scored but not split, and counted by reason; one whose latest review line is unreadable is listed too (never split by an earlier review). A changed review is split again; everything else comes from the cache.
 
-    With --workers N (CPU) or --ray ADDRESS, batches of trajectories are scored by worker
-    processes or on a Ray cluster's nodes (--device cuda: each unit asks Ray for a GPU, and
-    this machine needs none); each worker process loads the model once. Only this process
-    writes the score cache and the results, which equal a run here.
+    With --workers N (CPU) or --ray ADDRESS, batches of trajectories are scored by worker processes or on a Ray cluster's nodes (--device cuda: each unit asks Ray for a GPU, and this machine needs none); each worker process loads the model once. Only this process writes the score cache and the results, which equal a run here.
     """
-    from envs.executor import LocalBackend, Needs
-    from relearn.analyze.nll import ModelLoadError, ModelSpec, Settings, folder_fingerprint, score_pools
-    from relearn.analyze.nll_report import analyze, markdown
-    from relearn.analyze.plots import nll_chart
-
-    named = _pools(pools)
-    review_problems: list[str] = []
-    latest = None
-    if reviews is not None:
-        from relearn.masks.shards import load_reviews
-
-        if not reviews.is_file():
-            err.print(f"[red]error:[/red] --reviews {reviews}: no such file", highlight=False)
-            raise typer.Exit(EXIT_USAGE)
-        latest = load_reviews(reviews, review_problems)
-    if (model is None) == (tiny is None):
-        err.print("[red]error:[/red] give exactly one of --model FOLDER or --tiny NAME")
-        raise typer.Exit(EXIT_USAGE)
-    if model is not None and not Path(model).is_dir():
-        err.print(f"[red]error:[/red] --model {model}: no such folder")
-        raise typer.Exit(EXIT_USAGE)
-    tokenizer_name = tokenizer or model or "qwen3.6"
+    options = NllOptions(
+        pools=_pools(pools), out=out_dir, model=model, tiny=tiny, seed=seed, tokenizer=tokenizer, reviews=reviews, defect_scope=defect_scope,
+        ctx=ctx, limit=limit, positive_only=positive_only, device=device, bf16=bf16, attn=attn, chunk=chunk,
+        preserve_thinking=preserve_thinking, bootstrap=bootstrap, workers=workers, ray=ray, batch=batch,
+    )  # fmt: skip
     try:
-        if workers > 1 and device != "cpu":
-            raise UsageError("--workers runs CPU processes: score on GPUs with --ray")
-        if ray is None or not device.startswith("cuda"):  # on a cluster, the nodes' GPUs count, not this machine's
-            _check_device(device)
-        if defect_scope not in ("action", "minimal"):
-            raise UsageError(f"--defect-scope must be action or minimal, not {defect_scope!r}")
-    except UsageError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    settings = Settings(
-        model=f"tiny:{tiny}:seed={seed}" if tiny else str(Path(str(model)).resolve()),
-        tokenizer=tokenizer_name if tokenizer_name == "qwen3.6" else str(Path(tokenizer_name).resolve()),
-        dtype="bfloat16" if bf16 else "float32",
-        template_kwargs={"preserve_thinking": preserve_thinking},
-        fingerprint=folder_fingerprint(*([model] if model else []), tokenizer_name),
-        defect_scope=defect_scope,
-    )
-    # A Ray unit sees the GPU Ray gave it as cuda (cuda:0), whatever index was named here.
-    load = ModelSpec(
-        model, tiny, seed, tokenizer_name, attn, bf16, "cuda" if ray is not None and device.startswith("cuda") else device, chunk
-    )
-    total = sum(count_records(p.path, limit) for p in named)
-    nodes = NodesColumn()
-    bar_view = _progress("scoring NLL", progress, nodes)
-    backend = ray_backend(ray, Needs(gpus=1) if device.startswith("cuda") else Needs(cpus=1), nodes)
-    if backend is None and workers > 1:
-        backend = LocalBackend(workers, processes=True, threads_per_process=max(1, (os.cpu_count() or 1) // workers))
-    try:
-        with bar_view:
-            bar = bar_view.add_task("nll", total=total)
-            results = score_pools(
-                named, settings, load, out_dir, ctx=ctx, limit=limit, positive_only=positive_only, reviews=latest, on_record=lambda: bar_view.advance(bar), backend=backend, batch=batch
-            )  # fmt: skip
-    except ModelLoadError as exc:
+        summary = run_nll(options, RichReporter(err) if progress else SILENT)
+    except OpError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     except RuntimeError as exc:  # a batch a worker could not score
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_PARTIAL) from None
-    finally:
-        if backend is not None:
-            backend.close()
-    show_nodes(nodes.per_node(), "NLL batches")
-    rejected = [str(e) for r in results for e in r.rejected]
-    show_problems("rejected", rejected)
-    review_problems += [problem for r in results for problem in r.review_errors]
-    show_problems("unreadable reviews", review_problems)
-    if not any(r.scores for r in results):
-        skipped = {reason: n for r in results for reason, n in r.skipped.items()}
-        err.print(
-            f"[red]error:[/red] no trajectory could be scored (skipped: {skipped or 'none'}, rejected: {len(rejected)})", highlight=False
-        )
-        raise typer.Exit(EXIT_USAGE)
-    result = analyze(results, settings, ctx, samples=bootstrap)
-    write_text_atomic(out_dir / "nll.json", json.dumps(result, indent=1))
-    write_text_atomic(out_dir / "nll.md", markdown(result))
-    nll_chart(result, out_dir / "nll.png")
-    out.print(_nll_table(result))
-    if latest is not None:
-        out.print(_split_table(result))
+    show_nodes(summary.per_node, "NLL batches")
+    show_problems("rejected", summary.rejected)
+    show_problems("unreadable reviews", summary.review_problems)
+    out.print(_nll_table(summary.result))
+    if reviews is not None:
+        out.print(_split_table(summary.result))
     out.print(f"written: {out_dir / 'nll.md'}, {out_dir / 'nll.json'}, {out_dir / 'nll.png'}")
-    raise typer.Exit(EXIT_PARTIAL if rejected or review_problems else EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
 
 
 def _nll_table(result: dict[str, Any]) -> Table:
@@ -293,45 +200,23 @@ def passk_command(
             min=1,
             help="Largest k of the curves (default: the fewest attempts any problem of the pool has, so every point averages the same problems).",
         ),
-    ] = None,
-    limit: LimitOption = None,
+    ] = PasskOptions.max_k,
+    limit: LimitOption = PasskOptions.limit,
 ) -> None:
     """Complementarity: per-problem success rates, unbiased pass@k curves, problems solved by one pool only.
 
-    Success is the verifier's (resolved, or a positive reward); trajectories without a
-    verifier result or a task_id are rejected and listed, never counted as failures. Over
-    the problems all pools attempted: problems solved only by each pool, and by any; for
-    each pair of pools, problems solved by both, only one, or neither.
+    Success is the verifier's (resolved, or a positive reward); trajectories without a verifier result or a task_id are rejected and listed, never counted as failures. Over the problems all pools attempted: problems solved only by each pool, and by any; for each pair of pools, problems solved by both, only one, or neither.
     """
-    from relearn.analyze.passk import analyze, markdown, read_outcomes
-    from relearn.analyze.plots import passk_chart
-
-    named = _pools(pools)
-    bar_view = _progress("reading pools")
-    with bar_view:
-        bar = bar_view.add_task("passk", total=sum(count_records(p.path, limit) for p in named))
-        outcomes = [read_outcomes(p, limit, on_record=lambda: bar_view.advance(bar)) for p in named]
-    rejected = [str(e) for o in outcomes for e in o.rejected]
-    show_problems("rejected", rejected)
-    if not any(o.table for o in outcomes):
-        err.print(f"[red]error:[/red] no verified trajectory with a task_id in any pool (rejected: {len(rejected)})")
-        raise typer.Exit(EXIT_USAGE)
-    result = analyze(outcomes, max_k)
-    for p in result["pools"]:
-        fewer = [point for point in p["curve"] if point["problems"] < p["problems"]]
-        if fewer:
-            err.print(
-                f"note: {p['name']}: from k={fewer[0]['k']} on, pass@k averages only the problems with at least k attempts "
-                f"({fewer[-1]['problems']} of {p['problems']} at k={fewer[-1]['k']})",
-                highlight=False,
-            )
-    write_text_atomic(out_dir / "passk.json", json.dumps(result, indent=1))
-    write_text_atomic(out_dir / "passk.md", markdown(result))
-    passk_chart(result, out_dir / "passk.png")
-    for table in _passk_tables(result):
+    try:
+        summary = run_passk(PasskOptions(_pools(pools), out_dir, max_k=max_k, limit=limit), RichReporter(err))
+    except OpError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+    show_problems("rejected", summary.rejected)
+    for table in _passk_tables(summary.result):
         out.print(table)
     out.print(f"written: {out_dir / 'passk.md'}, {out_dir / 'passk.json'}, {out_dir / 'passk.png'}")
-    raise typer.Exit(EXIT_PARTIAL if rejected else EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
 
 
 SHOWN_PER_PROBLEM = 40

@@ -7,27 +7,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from envs import docker_backend
-from envs.executor import Needs
-from harness.budget import Budget
-from records.trajectory import Trajectory
-from relearn.cli.cluster import NodesColumn, RayArg, RegistryArg, prepare_tasks, ray_backend, show_nodes
-from relearn.cli.envs import docker_client, terminate_cleanly
-from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, agent_options, check_apply_patch
-from relearn.cli.image_options import (
-    DEFAULT_CPUS,
-    DEFAULT_MEMORY,
-    CpusArg,
-    ImageMapArg,
-    ImageTemplateArg,
-    MemoryArg,
-    PullArg,
-    image_choice,
-    limits_from,
-)
+from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
+from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, usage_error
+from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.ops.collect import AgentOptions
+from relearn.ops.containers import ContainerOptions
+from relearn.ops.evaluate import EvalOptions, run_evaluation
+from relearn.ops.reporting import OpError, RichReporter
 
 eval_app = typer.Typer(
     help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True
@@ -43,11 +31,11 @@ def run_command(
         typer.Option(
             help="`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name."
         ),
-    ] = "mini",
-    agent: AgentArg = "builtin",
-    apply_patch: ApplyPatchArg = "codex",
+    ] = EvalOptions.dataset,
+    agent: AgentArg = AgentOptions.agent,
+    apply_patch: ApplyPatchArg = AgentOptions.apply_patch,
     policy: Annotated[str | None, typer.Option(help="chat (the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
-    reasoning_effort: ReasoningEffortArg = "medium",
+    reasoning_effort: ReasoningEffortArg = AgentOptions.reasoning_effort,
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Checkpoint served (recorded in the manifest).")] = None,
@@ -58,19 +46,19 @@ def run_command(
     temperature: Annotated[float | None, typer.Option(help="Sampling temperature.")] = None,
     max_output_tokens: Annotated[int | None, typer.Option(help="Per-call output token limit.")] = None,
     seed: Annotated[int | None, typer.Option(help="Sampling seed, sent to the endpoint and recorded.")] = None,
-    workers: Annotated[int, typer.Option(help="Instances at once.")] = 1,
-    max_turns: Annotated[int | None, typer.Option(help="Budget: model calls per instance.")] = 50,
+    workers: Annotated[int, typer.Option(min=1, help="Instances at once.")] = EvalOptions.workers,
+    max_turns: Annotated[int | None, typer.Option(help="Budget: model calls per instance.")] = EvalOptions.max_turns,
     max_tokens: Annotated[int | None, typer.Option(help="Budget: tokens per instance.")] = None,
     max_seconds: Annotated[float | None, typer.Option(help="Budget: seconds per instance.")] = None,
     max_cost: Annotated[float | None, typer.Option(help="Budget: USD per instance.")] = None,
     spend_cap: Annotated[float | None, typer.Option(help="Stop starting instances once the run has spent this many USD.")] = None,
-    price_in: Annotated[float, typer.Option(help="USD per million input tokens.")] = 0.0,
-    price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = 0.0,
+    price_in: Annotated[float, typer.Option(help="USD per million input tokens.")] = EvalOptions.price_in,
+    price_out: Annotated[float, typer.Option(help="USD per million output tokens.")] = EvalOptions.price_out,
     image_map: ImageMapArg = None,
     image_template: ImageTemplateArg = None,
-    pull: PullArg = False,
-    cpus: CpusArg = DEFAULT_CPUS,
-    memory: MemoryArg = DEFAULT_MEMORY,
+    pull: PullArg = ContainerOptions.pull,
+    cpus: CpusArg = ContainerOptions.cpus,
+    memory: MemoryArg = ContainerOptions.memory,
     ray: RayArg = None,
     registry: RegistryArg = None,
 ) -> None:
@@ -79,95 +67,29 @@ def run_command(
     Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance
     reports and report.md/json. Resumable: rerun the same command to finish a killed run.
     """
-    # The SDKs and swebench take seconds to import: only the verb that runs loads them.
-    from eval.dataset import Selection
-    from eval.report import write_report
-    from eval.run import ManifestMismatch, RunConfig, run_eval
-    from harness.policies.base import PolicySpec
-
-    policy, codex = agent_options(agent, policy, reasoning_effort)
-    check_apply_patch(apply_patch)
-    choice = image_choice(image_map, image_template)
-    limits = limits_from(cpus, memory)
-    client = docker_client()
-    terminate_cleanly()
-    docker_backend.gc(client)
-    sampling = {k: v for k, v in (("temperature", temperature), ("max_tokens", max_output_tokens)) if v is not None}
-    spec = PolicySpec(
-        kind=policy,
-        model=model,
-        base_url=base_url,
-        api_key_env=api_key_env,
-        sampling=sampling,
-        price_in_per_mtok=price_in,
-        price_out_per_mtok=price_out,
-        checkpoint=checkpoint,
-    )  # type: ignore[arg-type]
-    config = RunConfig(
-        dataset=dataset,
-        spec=spec,
-        budget=Budget(max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost_usd=max_cost),
-        selection=Selection(tuple(ids or ()), tuple(repos or ()), tuple(difficulties or ()), slice_),
-        seed=seed,
-        workers=workers,
-        spend_cap_usd=spend_cap,
-        codex=codex,
-        apply_patch=apply_patch,  # type: ignore[arg-type]
-        images=choice,
-        pull=pull,
-        limits=limits,
-        registry=registry,
-    )
-    resolved = 0
-    nodes = NodesColumn()
-    progress = Progress(
-        TextColumn("[bold]evaluating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[resolved]} resolved"),
-        TimeElapsedColumn(),
-        nodes,
-        console=err,
-        transient=True,
-    )
-
+    options = EvalOptions(
+        out=out_dir, model=model, dataset=dataset, agent=AgentOptions(agent, policy, apply_patch, reasoning_effort), base_url=base_url,
+        api_key_env=api_key_env, checkpoint=checkpoint, ids=ids, repos=repos, difficulties=difficulties, slice=slice_,
+        temperature=temperature, max_output_tokens=max_output_tokens, seed=seed, workers=workers, max_turns=max_turns,
+        max_tokens=max_tokens, max_seconds=max_seconds, max_cost=max_cost, spend_cap=spend_cap, price_in=price_in, price_out=price_out,
+        containers=ContainerOptions(image_map, image_template, pull, cpus, memory, ray, registry),
+    )  # fmt: skip
     try:
-        with progress:
-            bar = progress.add_task("eval", total=None, resolved=0)
-
-            def done(trajectory: Trajectory | None) -> None:
-                nonlocal resolved
-                resolved += bool(trajectory and trajectory.outcome and trajectory.outcome.resolved)
-                progress.update(bar, advance=1, resolved=resolved)
-
-            backend = ray_backend(ray, Needs(docker=1), nodes)
-            try:
-                summary, selected = run_eval(
-                    client,
-                    config,
-                    out_dir,
-                    on_done=done,
-                    prepare=lambda tasks: prepare_tasks(client, tasks, choice, pull=pull, need_base=codex is not None, registry=registry),
-                    backend=backend,
-                )
-            finally:
-                if backend is not None:
-                    backend.close()
-    except (ManifestMismatch, ValueError, RuntimeError) as exc:  # ClusterError among them
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
-    show_nodes(summary.per_node, "instances")
-    show_problems("infrastructure failures (kept apart from model failures)", summary.errors)
-    report = write_report(out_dir)
+        summary = run_evaluation(options, RichReporter(err))
+    except OpError as exc:
+        raise usage_error(exc) from None
+    show_nodes(summary.collect.per_node, "instances")
+    show_problems("infrastructure failures (kept apart from model failures)", summary.collect.errors)
+    report = summary.report
     low, high = report["resolved_rate_ci95"]
     out.print(
-        f"{selected} instances: {summary.skipped} already done, {len(summary.finished)} run now, {summary.capped} not started (spend cap), "
+        f"{summary.selected} instances: {summary.collect.skipped} already done, {len(summary.collect.finished)} run now, {summary.collect.capped} not started (spend cap), "
         f"{len(report['infra_errors'])} infrastructure failures"
     )
     out.print(
         f"resolved {report['resolved']}/{report['graded']} = {report['resolved_rate']:.1%} (95% CI {low:.1%}–{high:.1%}); report: {out_dir / 'report.md'}"
     )
-    raise typer.Exit(EXIT_PARTIAL if summary.errors else EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
 
 
 @eval_app.command("report")

@@ -1,25 +1,17 @@
-"""The options every verb that runs tasks in containers shares: which image a task uses
-(``--image-map``, ``--image-template``, ``--pull``) and the containers' limits
-(``--cpus``, ``--memory``)."""
+"""The options every verb that runs tasks in containers shares: which tasks (``--tasks``), which
+image a task uses (``--image-map``, ``--image-template``, ``--pull``) and the containers' limits
+(``--cpus``, ``--memory``), as typer options; their defaults and the work are
+``relearn.ops.containers``'s. And, for `relearn run`, SIGTERM as Ctrl-C for the whole process."""
 
 from __future__ import annotations
 
-import re
+import signal
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
-from envs.docker_backend import DEFAULT_LIMITS, Limits
-from envs.image_choice import TEMPLATE_FIELDS, ImageChoice
-from records.pools import RecordError
-from relearn.cli.output import EXIT_USAGE, err, show_problems
-
-if TYPE_CHECKING:
-    import docker
-
-    from envs.images import Prepared
-    from envs.tasks import Task
+from envs.image_choice import TEMPLATE_FIELDS
 
 ImageMapArg = Annotated[
     Path | None,
@@ -47,72 +39,15 @@ PullArg = Annotated[
 ]
 CpusArg = Annotated[float, typer.Option("--cpus", min=0.1, help="CPUs per container (recorded in each verdict).")]
 MemoryArg = Annotated[str, typer.Option("--memory", help="Memory per container, e.g. 4g, 4096m, or MiB (recorded in each verdict).")]
-DEFAULT_CPUS = DEFAULT_LIMITS.cpus
-DEFAULT_MEMORY = f"{DEFAULT_LIMITS.memory_mb // 1024}g"
+TasksArg = Annotated[
+    str, typer.Option("--tasks", "-t", help="Task file (.jsonl/.json/.parquet), task folder(s), or `mini` for the bundled suite.")
+]
 
 
-def image_choice(image_map: Path | None, template: str | None) -> ImageChoice:
-    try:
-        return ImageChoice.from_options(image_map, template)
-    except (RecordError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+def terminate_cleanly() -> None:
+    """For the whole process: SIGTERM unwinds like Ctrl-C, so every `with Container` removes its container."""
 
+    def handler(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
 
-def memory_mb(value: str) -> int:
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", value.lower())
-    if not match:
-        raise ValueError(f"--memory {value!r}: expected a size such as 4g, 4096m or 4096 (MiB)")
-    number, unit = float(match.group(1)), match.group(2) or "m"
-    mb = number * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
-    if mb < 64:
-        raise ValueError(f"--memory {value!r}: at least 64 MiB")
-    return int(mb)
-
-
-def limits_from(cpus: float, memory: str, base: Limits = DEFAULT_LIMITS) -> Limits:
-    try:
-        return Limits(cpus=cpus, memory_mb=memory_mb(memory), pids=base.pids, network=base.network)
-    except ValueError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(EXIT_USAGE) from None
-
-
-def prepare(client: docker.DockerClient, tasks: list[Task], choice: ImageChoice, *, pull: bool, need_base: bool = False) -> Prepared:
-    """Route the tasks to their images, pull what is missing (with ``--pull``, a progress
-    bar per image), build the base image only when a task needs it; shows what failed."""
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    from envs.images import prepare_images
-
-    progress = Progress(
-        TextColumn("[bold]pulling[/bold] {task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        console=err,
-        transient=True,
-    )
-    bars: dict[str, object] = {}
-
-    def on_progress(state) -> None:  # noqa: ANN001
-        if state.image not in bars:
-            bars[state.image] = progress.add_task(state.image, total=None)
-        progress.update(bars[state.image], total=state.total or None, completed=state.current)  # type: ignore[arg-type]
-
-    try:
-        with progress:
-            prepared = prepare_images(
-                client,
-                tasks,
-                choice,
-                pull=pull,
-                need_base=need_base,
-                log=lambda m: err.print(f"[dim]{m}[/dim]", highlight=False),
-                on_pull_progress=on_progress,
-            )
-    except (RuntimeError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
-    show_problems("images", prepared.problems)
-    return prepared
+    signal.signal(signal.SIGTERM, handler)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, single_turn, stats, train, view
+from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, single_turn, stats, train, verify, view
 
 app = typer.Typer(
     name="relearn",
@@ -18,6 +18,7 @@ app = typer.Typer(
 pool.register(app)
 export.register(app)
 envs.register(app)
+verify.register(app)
 masks.register(app)
 harness.register(app)
 evaluate.register(app)

@@ -1,277 +1,50 @@
-"""``relearn review bench``: score a reviewer configuration on a labelled review benchmark.
-
-Reached through ``relearn review bench [BENCH] -o DIR [judge options]`` (``relearn.cli.review``
-passes its parsed options on). Writes into DIR:
-
-- ``pool.jsonl``: the cases' trajectories, the reviewer's input;
-- ``reviews.jsonl`` (and ``reviews.jsonl.calls.jsonl`` with judges): what the reviewer said,
-  appended and resumable as ``relearn review`` writes them, so a rerun pays for nothing twice;
-- ``timings.jsonl``: seconds per reviewed trajectory;
-- ``bench-config.json``: which cases and which reviewer; a DIR is never reused for another;
-- ``bench.json`` and ``bench.md``: the figures (``review.bench.score``).
-"""
+"""``relearn review bench`` (rendering; the work is ``relearn.ops.review_bench``) and
+``relearn review label``."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from records.pools import JsonlWriter, RecordError, iter_lines, write_atomic, write_text_atomic
+from records.pools import RecordError
 from records.review import Review, iter_reviews
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
-from review.bench import SHIPPED
-from review.bench.cases import BenchCase, read_cases
-from review.bench.score import score
-
-if TYPE_CHECKING:
-    from review.judges import Judge, Ledger
-
-# The overall figures shown at the end and in bench.md, in this order.
-SHOWN = [
-    ("decision_accuracy", "decision accuracy"),
-    ("decision_kappa", "decision Cohen's κ"),
-    ("step_precision", "error steps: precision"),
-    ("step_recall", "error steps: recall"),
-    ("category_precision", "(step, category): precision"),
-    ("category_recall", "(step, category): recall"),
-    ("span_precision", "span precision (words)"),
-    ("span_recall", "span recall (words)"),
-    ("span_f1", "span F1 (words)"),
-    ("minimality", "minimality (gold share of an error's excluded words)"),
-    ("outside_words_per_error", "excluded words outside gold, per error"),
-    ("collateral_damage", "collateral damage (gold-kept words excluded)"),
-    ("collateral_words_per_trajectory", "gold-kept words excluded per trajectory"),
-    ("no_valid_target_rate", "no_valid_target rate"),
-    ("grounding_failure_case_rate", "cases with a quote that did not ground"),
-    ("grounding_failure_quote_rate", "quotes that did not ground"),
-    ("judge_error_rate", "judge errors / not reviewed"),
-    ("cost_usd_per_trajectory", "cost per trajectory (USD)"),
-    ("judge1_prompt_tokens_per_trajectory", "judge 1 prompt tokens per trajectory"),
-    ("input_tokens_per_trajectory", "judge input tokens per trajectory"),
-    ("cached_input_tokens_per_trajectory", "of which read from the prompt cache"),
-    ("output_tokens_per_trajectory", "judge output tokens per trajectory"),
-    ("latency_s_per_trajectory", "seconds per trajectory"),
-]
-# What the review ledger counts of the judges' billed tokens.
-TOKENS = ("input_tokens", "cached_input_tokens", "output_tokens")
-KIND_COLUMNS = [
-    ("cases", "cases"),
-    ("decision_accuracy", "decision"),
-    ("step_recall", "step R"),
-    ("category_recall", "cat. R"),
-    ("span_f1", "span F1"),
-    ("minimality", "minimality"),
-    ("collateral_damage", "collateral"),
-    ("no_valid_target_rate", "no target"),
-]
+from relearn.ops.reporting import OpError, RichReporter
+from relearn.ops.review_bench import SHOWN, BenchOptions, BenchSummary, fmt, run_review_bench
+from review.bench.cases import BenchCase
 
 
-def fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4f}" if abs(value) < 0.01 and value else f"{value:.3f}"
-    return str(value)
-
-
-def reviewer_identity(judges: tuple[Judge, Judge] | None) -> dict[str, Any]:
-    if judges is None:
-        from review.heuristic import PROMPTS_VERSION
-
-        return {"reviewer": "heuristic", "version": PROMPTS_VERSION}
-    from review.judges import prompts_hash
-
-    return {
-        "reviewer": "judges",
-        "prompts_hash": prompts_hash(),
-        **{j.role: {"kind": j.spec.kind, "model": j.spec.model, "base_url": j.spec.base_url, "context": j.context} for j in judges},
-    }
-
-
-def run_bench(
-    bench: Path | None,
-    directory: Path,
-    judges: tuple[Judge, Judge] | None,
-    *,
-    workers: int,
-    spend_cap: float | None,
-    include_suspicious: bool,
-) -> int:
-    # The judges' SDKs take seconds to import: loaded only when benchmarking.
-    from review.run import review_pool
-
-    source = bench or SHIPPED
-    if not source.exists():
-        err.print(f"[red]error:[/red] no such bench: {source}")
+def bench(options: BenchOptions) -> int:
+    """``relearn review bench [BENCH] -o DIR``: run the bench, print its figures; the exit code."""
+    try:
+        summary = run_review_bench(options, RichReporter(err))
+    except OpError as exc:
+        err.print(f"[red]error:[/red] {exc}", highlight=False)
         return EXIT_USAGE
-    problems: list[RecordError] = []
-    cases = read_cases(source, problems)
-    show_problems("unreadable cases", [str(p) for p in problems])
-    if not cases:
-        err.print(f"[red]error:[/red] {source} holds no readable case")
-        return EXIT_USAGE
-    digest = hashlib.sha256("\n".join(sorted(c.id + ":" + c.trajectory.id for c in cases)).encode())
-    for case in cases:
-        digest.update(case.gold.model_dump_json().encode())
-    config = {"bench": str(source), "cases": len(cases), "cases_digest": digest.hexdigest()[:16], **reviewer_identity(judges)}
-    directory.mkdir(parents=True, exist_ok=True)
-    config_path = directory / "bench-config.json"
-    if config_path.exists():
-        previous = json.loads(config_path.read_text())
-        if previous != config:
-            err.print(f"[red]error:[/red] {directory} holds a bench of another reviewer or case set ({config_path}); choose another -o")
-            return EXIT_USAGE
-    else:
-        write_text_atomic(config_path, json.dumps(config, indent=2) + "\n")
-    pool = directory / "pool.jsonl"
-    write_atomic(pool, [c.trajectory for c in cases])
-    reviews_path = directory / "reviews.jsonl"
-    timings_path = directory / "timings.jsonl"
-    # One worker measures each trajectory exactly: its seconds and the tokens the ledger counted
-    # between two finished reviews. With more, only the run's totals are known.
-    with (
-        Progress(
-            TextColumn("[bold]bench"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("${task.fields[spent]:.4f} spent"),
-            TimeElapsedColumn(),
-            console=err,
-            transient=True,
-        ) as progress,
-        JsonlWriter(timings_path) as timings,
-    ):
-        bar = progress.add_task("bench", total=len(cases), spent=0.0)
-        last: dict[str, float] = {"latency_s": time.monotonic()}
+    out.print(bench_table(summary, options.output))
+    out.print(f"figures per kind and per case: {options.output / 'bench.md'}, {options.output / 'bench.json'}")
+    return EXIT_PARTIAL if summary.partial else EXIT_OK
 
-        def done(review: Review | None, ledger: Ledger) -> None:
-            now = {"latency_s": time.monotonic(), **{key: getattr(ledger, key, 0) for key in TOKENS}}
-            if review is not None and workers == 1:
-                timings.write({"trajectory_id": review.trajectory_id, **{key: round(now[key] - last.get(key, 0), 4) for key in now}})
-            last.update(now)
-            progress.update(bar, advance=1, spent=ledger.spent_usd)
 
-        started = time.monotonic()
-        summary, ledger = review_pool(
-            pool, reviews_path, judges=judges, workers=workers, spend_cap_usd=spend_cap, on_done=done, include_suspicious=include_suspicious
-        )
-        wall = time.monotonic() - started
-    reviews: dict[str, Review] = {}
-    unreadable: list[str] = [str(e) for e in summary.unreadable]
-    for item in iter_reviews(reviews_path):
-        if isinstance(item, Review):
-            reviews[item.trajectory_id] = item
-        else:
-            unreadable.append(str(item))
-    measured: dict[str, dict[str, float]] = {}
-    for _number, text in iter_lines(timings_path) if timings_path.exists() else []:
-        record = json.loads(text)
-        measured[record.pop("trajectory_id")] = record
-    result = score(cases, reviews, measured)
-    result["config"] = config
-    result["run"] = {
-        "reviewed_now": len(summary.reviewed),
-        "already_reviewed": summary.skipped,
-        "not_reviewed": summary.not_reviewed,
-        "wall_s": round(wall, 3),
-        "workers": workers,
-        "judge_calls": ledger.calls,
-        "judge_calls_from_cache": ledger.cached,
-        "spent_usd": ledger.spent_usd,
-        **{key: getattr(ledger, key, None) for key in TOKENS},
-    }
-    write_text_atomic(directory / "bench.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    write_text_atomic(directory / "bench.md", markdown(result))
-    show_problems("unreadable reviews", unreadable)
-    show_problems("not reviewed", summary.errors)
-    table = Table(title=f"relearn review bench: {len(cases)} cases, {config['reviewer']} -> {directory}", show_header=False)
+def bench_table(summary: BenchSummary, directory: Path) -> Table:
+    show_problems("unreadable cases", summary.case_problems)
+    show_problems("unreadable reviews", summary.unreadable)
+    show_problems("not reviewed", summary.not_reviewed)
+    table = Table(title=f"relearn review bench: {summary.cases} cases, {summary.reviewer} -> {directory}", show_header=False)
     for key, label in SHOWN:
-        table.add_row(label, fmt(result["overall"][key]))
-    out.print(table)
-    out.print(f"figures per kind and per case: {directory / 'bench.md'}, {directory / 'bench.json'}")
-    return EXIT_PARTIAL if problems or unreadable or summary.errors else EXIT_OK
+        table.add_row(label, fmt(summary.result["overall"][key]))
+    return table
 
 
-def markdown(result: dict[str, Any]) -> str:
-    config = result["config"]
-    who = (
-        config["reviewer"]
-        if config["reviewer"] == "heuristic"
-        else f"judge 1 {config['judge1']['model']} ({config['judge1']['kind']}), judge 2 {config['judge2']['model']} ({config['judge2']['kind']})"
-    )
-    lines = [
-        f"# Review bench: {config['cases']} cases from `{config['bench']}`",
-        "",
-        f"Reviewer: {who}.",
-        "",
-        "| figure | value |",
-        "|---|---|",
-    ]
-    lines += [f"| {label} | {fmt(result['overall'][key])} |" for key, label in SHOWN]
-    lines += [
-        "",
-        "## By kind of case",
-        "",
-        "| kind | " + " | ".join(label for _k, label in KIND_COLUMNS) + " |",
-        "|---|" + "---|" * len(KIND_COLUMNS),
-    ]
-    lines += [
-        f"| {kind} | " + " | ".join(fmt(figures[k]) for k, _label in KIND_COLUMNS) + " |" for kind, figures in result["by_kind"].items()
-    ]
-    lines += ["", "## Error detection by gold category", "", "| category | gold | found | precision | recall |", "|---|---|---|---|---|"]
-    lines += [
-        f"| {c} | {f['gold']} | {f['found']} | {fmt(f['precision'])} | {fmt(f['recall'])} |" for c, f in result["by_category"].items()
-    ]
-    lines += [
-        "",
-        "## Cases",
-        "",
-        "| case | gold | decision | gold errors | found errors | span TP/FP/FN words |",
-        "|---|---|---|---|---|---|",
-    ]
-    for row in result["cases"]:
-        found = ", ".join(f"{s}:{c}" for s, c in row["errors"]) or "–"
-        gold = ", ".join(f"{s}:{c}" for s, c in row["gold_errors"]) or "–"
-        decision = row["decision"] + (f" ({row['reason'].split(':')[0]})" if row["decision"] == "reject" and row["reason"] else "")
-        lines.append(
-            f"| {row['case']} | {row['gold_decision']} | {decision} | {gold} | {found} | {row['word_tp']}/{row['word_fp']}/{row['word_fn']} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-def bench_from_options(
-    args: list[str], *, output: Path, judges: tuple[Judge, Judge] | None, workers: int, spend_cap: float | None, include_suspicious: bool
-) -> None:
-    """``relearn review bench [BENCH] -o DIR``, from the options ``relearn review`` parsed;
-    ``args`` are what follows ``bench``. Exits with the bench's exit code."""
-    if len(args) > 1:
-        err.print("[red]error:[/red] usage: relearn review bench [BENCH] -o DIR [--judge1 M --judge2 M --backend ...]")
-        raise typer.Exit(EXIT_USAGE)
-    raise typer.Exit(
-        run_bench(
-            Path(args[0]) if args else None, output, judges, workers=workers, spend_cap=spend_cap, include_suspicious=include_suspicious
-        )
-    )
-
-
-def label_from_options(args: list[str], *, output: Path) -> None:
+def label_from_options(pool: Path, reviews_path: Path, *, output: Path) -> None:
     """``relearn review label POOL REVIEWS -o CASES.jsonl``: every trajectory of POOL that REVIEWS
     reviews becomes a labelled case whose gold is that review (its latest line). Exits 0 when
     every one converted, 1 when some were refused (listed), 2 when none was."""
     from records.pools import read_trajectories_lenient
     from review.bench.cases import case_from_review, write_cases
 
-    if len(args) != 2:
-        err.print("[red]error:[/red] usage: relearn review label POOL REVIEWS -o CASES.jsonl")
-        raise typer.Exit(EXIT_USAGE)
-    pool, reviews_path = Path(args[0]), Path(args[1])
     for path in (pool, reviews_path):
         if not path.is_file():
             err.print(f"[red]error:[/red] no such file: {path}")
@@ -303,4 +76,4 @@ def label_from_options(args: list[str], *, output: Path) -> None:
     raise typer.Exit(EXIT_PARTIAL if problems else EXIT_OK)
 
 
-__all__ = ["BenchCase", "bench_from_options", "label_from_options", "run_bench"]
+__all__ = ["BenchCase", "bench", "label_from_options"]

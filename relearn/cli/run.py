@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from relearn.cli.cluster import RayArg
-from relearn.cli.envs import terminate_cleanly
+from relearn.cli.image_options import terminate_cleanly
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out
 from relearn.pipeline.config import ClusterConfig, PipelineError, load_pipeline
 from relearn.pipeline.runner import StageResult
@@ -34,22 +34,15 @@ def _summary(results: list[StageResult], title: str) -> int:
 
 
 def run_command(
-    pipeline: Annotated[
-        Path, typer.Argument(metavar="PIPELINE.toml", help="The pipeline file (see relearn/pipeline/config.py for every field).")
-    ],
+    pipeline: Annotated[Path, typer.Argument(metavar="PIPELINE.toml", help="The pipeline file (every field is in docs/pipeline.md).")],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Say which stages would run and why; run nothing.")] = False,
     ray: RayArg = None,
 ) -> None:
     """Run collect/import -> verify -> review -> masks -> train -> eval -> report from one file.
 
-    With --ray ADDRESS (or a cluster table in the file, address = "auto" or HOST:PORT;
-    --ray wins), collect, review and masks run their units on that Ray cluster.
+    With --ray ADDRESS (or a cluster table in the file, address = "auto" or HOST:PORT; --ray wins), collect, verify, review, masks and analyze run their units on that Ray cluster (eval runs its containers on this machine, where the model is served).
 
-    Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/):
-    rerunning a finished pipeline does nothing, deleting one stage's output redoes that
-    stage and those after it, changing a stage's settings redoes it and what follows (its
-    old outputs are moved to WORKDIR/.pipeline/stale/, never deleted). A stage that was
-    interrupted resumes. Exit codes: 0 done, 2 unusable pipeline file, 3 a stage failed.
+    Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/): rerunning a finished pipeline does nothing, deleting one stage's output redoes that stage and those after it, changing a stage's settings redoes it and what follows (its old outputs are moved to WORKDIR/.pipeline/stale/, never deleted). A stage that was interrupted resumes. Exit codes: 0 done, 2 unusable pipeline file, 3 a stage failed.
     """
     try:
         config = load_pipeline(pipeline)
@@ -60,7 +53,7 @@ def run_command(
         err.print(f"[red]error:[/red] {pipeline}: pool.collect.base_url: the policy endpoint is needed to collect")
         raise typer.Exit(EXIT_USAGE)
     if ray is not None:
-        config.cluster = ClusterConfig(address=ray)
+        config.cluster = ClusterConfig(address=ray, registry=config.cluster.registry if config.cluster is not None else None)
     terminate_cleanly()
     from relearn.pipeline.stages import run_pipeline
 

@@ -1,6 +1,7 @@
 """``relearn single-turn import | verify | review``: the single-turn half of the protocol (Math,
 Code and instruction-following RL rollouts) one stage at a time; ``relearn masks`` compiles
-their reviews (``--mode ross`` = A ∩ K) and ``relearn stats --by-step-window`` reads them."""
+their reviews (``--mode ross`` = A ∩ K) and ``relearn stats --by-step-window`` reads them.
+The work is ``relearn.ops.single_turn``, which also runs a ``[pool.single_turn]`` pipeline."""
 
 from __future__ import annotations
 
@@ -10,7 +11,17 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems
+from relearn.cli.review import ApiKeyEnv, BaseUrl, PriceCachedIn, PriceIn, PriceOut, Prices, SpendCap
+from relearn.ops.review import JudgeOptions
+from relearn.ops.single_turn import (
+    SingleTurnImportOptions,
+    SingleTurnReviewOptions,
+    SingleTurnVerifyOptions,
+    run_single_turn_import,
+    run_single_turn_review,
+    run_single_turn_verify,
+)
 
 app = typer.Typer(
     help="Single-turn RL rollouts (Math, Code, instruction following): import the row dumps, grade each response with its task's verifier, review with keep intervals.",
@@ -34,55 +45,37 @@ def import_command(
     preset: Annotated[
         str,
         typer.Option(
-            help="Column layout: rows (prompt, response, reward, step, task_id, checkpoint), verl ({step}.jsonl dumps: input, output, score, step) or openrlhf (prompt, output, reward, global_step)."
+            help="Column layout: rows (prompt, response, reward, step, task_id, checkpoint), verl ({step}.jsonl dumps: input, output, score, step), openrlhf (prompt, output, reward, global_step), or chat (records of chat messages with one assistant turn; no column flags)."
         ),
-    ] = "rows",
+    ] = SingleTurnImportOptions.format,
     prompt: Annotated[str | None, typer.Option(help="The prompt column (dotted paths reach nested or JSON-text columns).")] = None,
     response: Annotated[str | None, typer.Option(help="The response column (reasoning and final answer).")] = None,
     reward: Annotated[str | None, typer.Option(help="The column of the reward the RL run logged.")] = None,
     step: Annotated[str | None, typer.Option(help="The column of the RL step that sampled the response.")] = None,
     task_id: Annotated[str | None, typer.Option("--task-id", help="The column naming the task (default: a digest of the prompt).")] = None,
     id_column: Annotated[str | None, typer.Option("--id", help="The column of the rollout's own id (default: a content hash).")] = None,
-    no_thinking: Annotated[
+    checkpoint: Annotated[str | None, typer.Option(help="The column naming the checkpoint that sampled the response.")] = None,
+    token_ids: Annotated[str | None, typer.Option("--token-ids", help="The column of the response's sampled token ids.")] = None,
+    logprobs: Annotated[str | None, typer.Option(help="The column of the sampled tokens' log-probabilities.")] = None,
+    thinking: Annotated[
         bool,
         typer.Option(
-            "--no-thinking",
-            help="Keep the response whole as visible text (for training in the template's no-thinking form) instead of splitting its <think> block into reasoning.",
+            "--thinking/--no-thinking",
+            help="Split a response's <think> block into reasoning (the template's thinking form, as sampled), or keep the response whole as visible text (for training in the template's no-thinking form).",
         ),
-    ] = False,
+    ] = SingleTurnImportOptions.thinking,
 ) -> None:
     """Import single-turn rollouts into a pool: one user prompt and one generated response per row.
 
-    A response's <think>...</think> block (or its text up to a lone </think>) becomes the
-    reasoning and the rest the final answer. The logged reward is kept as the imported outcome
-    until `relearn single-turn verify` grades the response. A damaged row is rejected with its
-    file, line and field and the rows after it are read; a rerun adds nothing already in the pool.
+    A response's <think>...</think> block (or its text up to a lone </think>) becomes the reasoning and the rest the final answer. The logged reward is kept as the imported outcome until `relearn single-turn verify` grades the response. A damaged row is rejected with its file, line and field and the rows after it are read; a rerun adds nothing already in the pool.
     """
-    from harness.import_run import import_files
-    from harness.importers.single_turn import PRESETS, SingleTurnImporter, options_for
-
-    if preset not in PRESETS:
-        err.print(f"[red]error:[/red] --preset must be one of {', '.join(PRESETS)}")
-        raise typer.Exit(EXIT_USAGE)
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        err.print(f"[red]error:[/red] no such file or directory: {', '.join(missing)}")
-        raise typer.Exit(EXIT_USAGE)
-    importer = SingleTurnImporter(
-        options_for(
-            preset,
-            prompt=prompt,
-            response=response,
-            reward=reward,
-            step=step,
-            task_id=task_id,
-            id=id_column,
-            split_thinking=not no_thinking,
-        )
-    )
-    files = [f for p in paths for f in (importer.discover(p) if p.is_dir() else [p])]
-    with err.status(f"importing {len(files)} file(s)"):
-        summary = import_files("single-turn", files, output, importer=importer)
+    given = {
+        "prompt": prompt, "response": response, "reward": reward, "step": step, "task_id": task_id, "id": id_column,
+        "checkpoint": checkpoint, "token_ids": token_ids, "logprobs": logprobs,
+    }  # fmt: skip
+    columns = {name: value for name, value in given.items() if value is not None}
+    options = SingleTurnImportOptions(paths, output, preset, columns, thinking)  # type: ignore[arg-type]  # the operation checks it
+    summary = run_op(run_single_turn_import, options)
     show_problems("rejected", [str(e) for e in summary.rejected])
     out.print(
         _table(
@@ -106,52 +99,22 @@ def verify_command(
     ],
     tasks: Annotated[
         str, typer.Option(help="Tasks .jsonl (id, kind, prompt, answer | tests | constraints), or `mini` for the shipped suite.")
-    ] = "mini",
+    ] = SingleTurnVerifyOptions.tasks,
 ) -> None:
     """Grade every response with its task's verifier: Math by math-verify against the reference answer, Code by the task's unit tests (visible and hidden) on the last ```python block, in a fresh container without network, IF by IFEval's checkers for the prompt's constraints.
 
-    The verdict replaces the reward the RL run logged (kept as `verdict.logged_reward`).
-    Graded rollouts are appended to OUTPUT.partial as they are graded, so a killed run
-    resumes without grading them again; the file is renamed into place at the end.
-    A rollout whose task is unknown is listed and left ungraded (exit 1). Code tasks need the
-    Docker engine; the offline base image is built on first use.
+    The verdict replaces the reward the RL run logged (kept as `verdict.logged_reward`). Graded rollouts are appended to OUTPUT.partial as they are graded, so a killed run resumes without grading them again; the file is renamed into place at the end. A rollout whose task is unknown is listed and left ungraded (exit 1). Code tasks need the Docker engine; the offline base image is built on first use.
     """
-    from envs.single_turn.tasks import MINI_TASKS, load_tasks
-    from envs.single_turn.verify import GradeSummary, grade_all
-    from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
-
-    task_file = MINI_TASKS if tasks == "mini" else Path(tasks)
-    if not pool.is_file() or not task_file.is_file():
-        err.print(f"[red]error:[/red] no such file: {pool if not pool.is_file() else task_file}")
-        raise typer.Exit(EXIT_USAGE)
-    known, task_errors = load_tasks(task_file)
-    show_problems("unreadable tasks", [str(e) for e in task_errors])
-    errors: list[RecordError] = []
-    summary = GradeSummary()
-    engine: list[tuple[object, str]] = []
-
-    def client_image() -> tuple[object, str]:
-        from envs.docker_backend import client_from_env
-        from envs.images import build_base
-
-        client = client_from_env()
-        engine.append((client, build_base(client, log=lambda m: err.print(f"[dim]{m}[/dim]"))))
-        return engine[0]
-
-    # Graded rollouts are appended to a partial file first: a killed run resumes where it stopped.
-    partial = output.with_name(output.name + ".partial")
-    done = {t.id for t in read_trajectories_lenient(partial, [])} if partial.exists() else set()
-    todo = (t for t in read_trajectories_lenient(pool, errors) if t.id not in done)
-    with JsonlWriter(partial, fsync=True) as writer, err.status("grading responses"):
-        for trajectory in grade_all(todo, known, summary, client_image=client_image):
-            writer.write(trajectory)
-    partial.replace(output)
-    if done:
-        summary.counts["graded before (resumed)"] += len(done)
+    summary = run_op(run_single_turn_verify, SingleTurnVerifyOptions(pool, output, tasks))
+    show_problems("unreadable tasks", summary.task_problems)
     show_problems("ungradable", summary.ungradable)
-    show_problems("unreadable records", [str(e) for e in errors])
-    out.print(_table(f"relearn single-turn verify -> {output}", sorted(summary.counts.items())))
-    raise typer.Exit(EXIT_PARTIAL if summary.ungradable or errors or task_errors else EXIT_OK)
+    show_problems("unreadable records", summary.unreadable)
+    rows: list[tuple[str, object]] = sorted(summary.graded.items())
+    if summary.resumed:
+        rows.append(("graded before (resumed)", summary.resumed))
+    rows.append(("positive in the output", summary.positive))
+    out.print(_table(f"relearn single-turn verify -> {output}", rows))
+    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
 
 
 @app.command("review")
@@ -161,50 +124,35 @@ def review_command(
     judge: Annotated[str, typer.Option(help="Model of the keep judge, which selects the keep intervals.")],
     auditor: Annotated[
         str | None, typer.Option(help="Model of the auditor, which checks the kept text alone (default: the judge's model).")
-    ] = None,
-    backend: Annotated[str, typer.Option(help="anthropic | chat (OpenAI-compatible) | responses.")] = "anthropic",
-    base_url: Annotated[str | None, typer.Option(help="The judges' endpoint (default: the provider's).")] = None,
-    api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
-    workers: Annotated[int, typer.Option(min=1, help="Rollouts reviewed at once.")] = 4,
-    spend_cap: Annotated[float | None, typer.Option("--spend-cap", help="Stop asking the judges once this many USD are spent.")] = None,
+    ] = JudgeOptions.judge2,
+    backend: Annotated[str, typer.Option(help="anthropic | chat (OpenAI-compatible) | responses.")] = JudgeOptions.backend,
+    base_url: BaseUrl = JudgeOptions.base_url,
+    auditor_base_url: Annotated[str | None, typer.Option(help="The auditor's endpoint, when it differs.")] = JudgeOptions.judge2_base_url,
+    api_key_env: ApiKeyEnv = JudgeOptions.api_key_env,
+    workers: Annotated[int, typer.Option(min=1, help="Rollouts reviewed at once.")] = SingleTurnReviewOptions.workers,
+    spend_cap: SpendCap = SingleTurnReviewOptions.spend_cap,
+    price_in: PriceIn = JudgeOptions.price_in,
+    price_out: PriceOut = JudgeOptions.price_out,
+    price_cached_in: PriceCachedIn = JudgeOptions.price_cached_in,
+    prices: Prices = JudgeOptions.prices,
 ) -> None:
     """Review verifier-positive single-turn rollouts: keep intervals for Math and Code, full supervision for instruction following.
 
-    The keep judge quotes the correct, self-contained reasoning and the complete final answer
-    (leaving out wrong steps, abandoned approaches and repeated answer emission) or drops the
-    response when no clean solution can be assembled from its own text; every quote is grounded
-    to exact offsets, and one that does not ground drops the response. The auditor then reads the
-    kept text alone and must find it self-contained and correct. Instruction-following positives
-    are accepted whole without a call. Answers are cached beside the output, so a rerun costs
-    nothing for what was reviewed; `relearn masks --mode ross` compiles A ∩ K from the reviews.
+    The keep judge quotes the correct, self-contained reasoning and the complete final answer (leaving out wrong steps, abandoned approaches and repeated answer emission) or drops the response when no clean solution can be assembled from its own text; every quote is grounded to exact offsets, and one that does not ground drops the response. The auditor then reads the kept text alone and must find it self-contained and correct. Instruction-following positives are accepted whole without a call. Answers are cached beside the output, so a rerun costs nothing for what was reviewed; `relearn masks --mode ross` compiles A ∩ K from the reviews.
     """
-    from review.estimate import judge_specs, load_prices
-    from review.judges import Judge
-    from review.keep import review_single_turn_pool
-
-    if backend not in ("anthropic", "chat", "responses"):
-        err.print("[red]error:[/red] --backend must be anthropic, chat or responses")
-        raise typer.Exit(EXIT_USAGE)
-    if not pool.is_file():
-        err.print(f"[red]error:[/red] no such file: {pool}")
-        raise typer.Exit(EXIT_USAGE)
-
-    spec = judge_specs(load_prices(), backend=backend, base_url=base_url, api_key_env=api_key_env)
-    with err.status("reviewing"):
-        summary, ledger = review_single_turn_pool(
-            pool,
-            output,
-            Judge(spec(judge, "judge1"), "keep"),
-            Judge(spec(auditor or judge, "judge2"), "audit"),
-            workers=workers,
-            spend_cap_usd=spend_cap,
-        )
-    show_problems("not reviewed", summary.errors)
-    rows: list[tuple[str, object]] = [("reviewed", len(summary.reviewed)), ("already reviewed (skipped)", summary.skipped)]
-    rows += sorted(summary.decisions().items())
+    judges = JudgeOptions(
+        judge1=judge, judge2=auditor, backend=backend, base_url=base_url, judge2_base_url=auditor_base_url, api_key_env=api_key_env,
+        price_in=price_in, price_out=price_out, price_cached_in=price_cached_in, prices=prices,
+    )  # fmt: skip
+    summary = run_op(run_single_turn_review, SingleTurnReviewOptions(pool, output, judges, workers, spend_cap))
+    run, ledger = summary.run, summary.ledger
+    show_problems("not reviewed", run.errors)
+    show_problems("unreadable records", [str(e) for e in run.unreadable])
+    rows: list[tuple[str, object]] = [("reviewed", run.reviewed), ("already reviewed (skipped)", run.skipped)]
+    rows += sorted(run.decisions.items())
     rows += [("judge calls", ledger.calls), ("answered from the cache", ledger.cached), ("cost (USD)", f"{ledger.spent_usd:.4f}")]
     out.print(_table(f"relearn single-turn review -> {output}", rows))
-    raise typer.Exit(EXIT_PARTIAL if summary.errors or summary.unreadable else EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
 
 
 def register(root: typer.Typer) -> None:

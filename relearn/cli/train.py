@@ -18,6 +18,8 @@ import typer
 from rich.table import Table
 
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out
+from relearn.ops.reporting import OpError
+from relearn.ops.train import TrainOptions, run_train
 
 SP_HELP = (
     "Ulysses sequence parallelism (DeepSpeed ALST, UlyssesSPAttentionHF): each group of N ranks shares one sequence, "
@@ -32,68 +34,70 @@ def train_command(
         Path, typer.Argument(metavar="DATASET", help="Dataset folder of shard-*.parquet (from `relearn masks`) or one Parquet file.")
     ],
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Run folder: checkpoints/, metrics.jsonl, run.json, model/ (Hugging Face).")],
-    init: Annotated[str | None, typer.Option(help="Model folder (Hugging Face causal LM) to start from.")] = None,
+    init: Annotated[str | None, typer.Option(help="Model folder (Hugging Face causal LM) to start from.")] = TrainOptions.init,
     tiny: Annotated[
         str | None, typer.Option(help="Tiny random model instead of --init: qwen3 | qwen3-moe | qwen3.5-moe (tests, benchmarks).")
-    ] = None,
+    ] = TrainOptions.tiny,
     tokenizer: Annotated[
         str | None, typer.Option(help="Tokenizer saved with the final weights: `qwen3.6` or a folder (default: the --init folder's).")
-    ] = None,
-    ctx: Annotated[int, typer.Option(help="Longest sequence in tokens; longer samples are refused and listed, never cut.")] = 65536,
-    epochs: Annotated[int, typer.Option(help="Passes over the data.")] = 3,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-5,
+    ] = TrainOptions.tokenizer,
+    ctx: Annotated[
+        int, typer.Option(help="Longest sequence in tokens; longer samples are refused and listed, never cut.")
+    ] = TrainOptions.ctx,
+    epochs: Annotated[int, typer.Option(help="Passes over the data.")] = TrainOptions.epochs,
+    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = TrainOptions.lr,
     warmup: Annotated[
         float, typer.Option(help="Warmup: a fraction of all steps (< 1) or a number of steps; then cosine decay to 0.")
-    ] = 0.03,
-    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = 0.0,
-    clip: Annotated[float, typer.Option(help="Gradient-norm clipping (0: off).")] = 1.0,
+    ] = TrainOptions.warmup,
+    weight_decay: Annotated[float, typer.Option(help="AdamW weight decay.")] = TrainOptions.weight_decay,
+    clip: Annotated[float, typer.Option(help="Gradient-norm clipping (0: off).")] = TrainOptions.clip,
     batch_trajectories: Annotated[
         int, typer.Option(help="Rows per micro-batch per rank (a row is one trajectory, or one pack with --pack).")
-    ] = 1,
-    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step per rank.")] = 1,
+    ] = TrainOptions.batch_trajectories,
+    grad_accum: Annotated[int, typer.Option(help="Micro-batches per optimizer step per rank.")] = TrainOptions.grad_accum,
     loss_norm: Annotated[
         str, typer.Option(help="trajectory: mean over trajectories of each one's mean supervised NLL (ROSS); token: global token mean.")
-    ] = "trajectory",
+    ] = TrainOptions.loss_norm,
     chunk: Annotated[
         int, typer.Option(help="Supervised positions per LM-head chunk (loss memory is ~3 x chunk x vocab x 4 bytes).")
-    ] = 1024,
-    bf16: Annotated[bool, typer.Option("--bf16", help="bf16 compute (autocast, or DeepSpeed bf16 with fp32 master weights).")] = False,
+    ] = TrainOptions.chunk,
+    bf16: Annotated[
+        bool, typer.Option("--bf16", help="bf16 compute (autocast, or DeepSpeed bf16 with fp32 master weights).")
+    ] = TrainOptions.bf16,
     pack: Annotated[
         bool, typer.Option("--pack", help="Pack short trajectories up to --ctx; attention never crosses trajectories.")
-    ] = False,
-    zero: Annotated[int, typer.Option(help="DeepSpeed ZeRO stage 0 | 2 | 3 (0 and one process: plain PyTorch).")] = 0,
-    offload: Annotated[bool, typer.Option("--offload", help="ZeRO-2/3: optimizer state (and ZeRO-3 parameters) in CPU memory.")] = False,
+    ] = TrainOptions.pack,
+    zero: Annotated[int, typer.Option(help="DeepSpeed ZeRO stage 0 | 2 | 3 (0 and one process: plain PyTorch).")] = TrainOptions.zero,
+    offload: Annotated[
+        bool, typer.Option("--offload", help="ZeRO-2/3: optimizer state (and ZeRO-3 parameters) in CPU memory.")
+    ] = TrainOptions.offload,
     offload_activations: Annotated[
         bool, typer.Option("--offload-activations", help="GPU: keep checkpointed activations in host memory.")
-    ] = False,
-    attn: Annotated[str, typer.Option(help="Attention implementation: sdpa | flash_attention_2 | flash_attention_3 | eager.")] = "sdpa",
-    sp: Annotated[int, typer.Option(help=SP_HELP)] = 1,
-    seed: Annotated[int, typer.Option(help="Seed of the data order and of a tiny model's init.")] = 0,
+    ] = TrainOptions.offload_activations,
+    attn: Annotated[
+        str, typer.Option(help="Attention implementation: sdpa | flash_attention_2 | flash_attention_3 | eager.")
+    ] = TrainOptions.attn,
+    sp: Annotated[int, typer.Option(help=SP_HELP)] = TrainOptions.sp,
+    seed: Annotated[int, typer.Option(help="Seed of the data order and of a tiny model's init.")] = TrainOptions.seed,
     save_every: Annotated[
         int,
         typer.Option(help="Checkpoint every N optimizer steps (0: only when stopping early). SIGTERM/Ctrl-C also checkpoint, then stop."),
-    ] = 200,
+    ] = TrainOptions.save_every,
     max_steps: Annotated[
         int | None, typer.Option(help="Stop after this many optimizer steps in all (the schedule still spans --epochs); rerun to continue.")
-    ] = None,
-    keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept in the run folder.")] = 2,
-    resume: Annotated[bool, typer.Option(help="Continue from the run folder's latest checkpoint when there is one.")] = True,
-    progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = True,
+    ] = TrainOptions.max_steps,
+    keep_checkpoints: Annotated[int, typer.Option(help="Checkpoints kept in the run folder.")] = TrainOptions.keep_checkpoints,
+    resume: Annotated[bool, typer.Option(help="Continue from the run folder's latest checkpoint when there is one.")] = TrainOptions.resume,
+    progress: Annotated[bool, typer.Option(help="Show the progress bar.")] = TrainOptions.progress,
     local_rank: Annotated[
         int | None, typer.Option("--local_rank", "--local-rank", hidden=True, help="Set by the `deepspeed` launcher.")
     ] = None,
 ) -> None:
     """Masked SFT: imitation loss only on supervised tokens, whole trajectories kept as context.
 
-    Never materialises full logits: the LM head and cross-entropy run only at supervised
-    positions, in checkpointed chunks. Checkpoints hold the data position; rerunning the same
-    command resumes where a killed run stopped and reproduces its loss curve.
+    Never materialises full logits: the LM head and cross-entropy run only at supervised positions, in checkpointed chunks. Checkpoints hold the data position; rerunning the same command resumes where a killed run stopped and reproduces its loss curve.
     """
     import os
-
-    # torch/transformers: import only when training
-    from relearn.train.loop import train
-    from relearn.train.options import TrainOptions, UsageError
 
     if local_rank is not None:  # the `deepspeed` launcher passes --local_rank; torchrun sets the variable
         os.environ.setdefault("LOCAL_RANK", str(local_rank))
@@ -105,8 +109,8 @@ def train_command(
         seed=seed, save_every=save_every, max_steps=max_steps, keep_checkpoints=keep_checkpoints, resume=resume, progress=progress,
     )  # fmt: skip
     try:
-        summary = train(opts, console=err)
-    except UsageError as exc:
+        summary = run_train(opts, console=err)
+    except OpError as exc:
         err.print(f"[red]error:[/red] {exc}", highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     # Stopped by SIGTERM/SIGINT (after writing a checkpoint): the shell's 128 + signal number.

@@ -9,27 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow.parquet as pq
-
-COLUMNS = ["sample_id", "trajectory_id", "input_ids", "loss_mask"]
-BATCH_ROWS = 64  # rows read at once: memory stays bounded by a few samples, whatever the dataset
+from relearn.masks.rows import RowProblem, ShardError, ShardRow, iter_rows
 
 
 class ExportError(ValueError):
     """The dataset cannot be exported as asked (exit code 2): nothing was written."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    sample_id: str
-    trajectory_id: str
-    input_ids: np.ndarray  # int32
-    loss_mask: np.ndarray  # uint8: 1 where token t is a target (predicted from t - 1)
-
-    @property
-    def supervised(self) -> int:
-        return int(self.loss_mask[1:].sum())  # token 0 is never predicted
 
 
 @dataclass(frozen=True)
@@ -61,19 +45,15 @@ def open_dataset(path: Path) -> DatasetInfo:
     return DatasetInfo(path, stats, shards)
 
 
-def iter_samples(info: DatasetInfo) -> Iterator[Sample]:
-    """Every sample in shard order, a batch of rows at a time."""
-    for shard in info.shards:
-        for batch in pq.ParquetFile(shard).iter_batches(batch_size=BATCH_ROWS, columns=COLUMNS):
-            sample_ids = batch.column("sample_id").to_pylist()
-            trajectory_ids = batch.column("trajectory_id").to_pylist()
-            ids_column, mask_column = batch.column("input_ids"), batch.column("loss_mask")
-            for row in range(batch.num_rows):
-                ids = ids_column[row].values.to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-                mask = mask_column[row].values.to_numpy(zero_copy_only=False).astype(np.uint8, copy=False)
-                if ids.shape != mask.shape:
-                    raise ExportError(f"{shard.name} ({sample_ids[row]}): input_ids has {len(ids)} tokens but loss_mask {len(mask)}")
-                yield Sample(str(sample_ids[row]), str(trajectory_ids[row]), ids, mask)
+def iter_samples(info: DatasetInfo) -> Iterator[ShardRow]:
+    """Every sample in shard order, a batch of rows at a time (``relearn.masks.rows``)."""
+    try:
+        for row in iter_rows(info.shards):
+            if isinstance(row, RowProblem):
+                raise ExportError(str(row))
+            yield row
+    except ShardError as exc:
+        raise ExportError(str(exc)) from None
 
 
 def check_tokenizer(info: DatasetInfo, tokenizer: Any, name: str) -> None:

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from records.pools import write_atomic
-from relearn.export.source import DatasetInfo, ExportError, Sample, iter_samples
+from relearn.export.source import DatasetInfo, ExportError, iter_samples
+from relearn.masks.rows import ShardRow
 
 
 def token_runs(mask: np.ndarray) -> list[list[int]]:
@@ -25,7 +26,7 @@ def token_runs(mask: np.ndarray) -> list[list[int]]:
     return [[int(a) + 1, int(b) + 1] for a, b in zip(edges[::2], edges[1::2], strict=True)]
 
 
-def sample_spans(sample: Sample, tokenizer: Any) -> dict[str, Any]:
+def sample_spans(sample: ShardRow, tokenizer: Any) -> dict[str, Any]:
     text = tokenizer.decode(sample.input_ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)
     encoding = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     if encoding["input_ids"] != sample.input_ids.tolist():

@@ -34,11 +34,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from records.pools import write_text_atomic
-from relearn.export.source import DatasetInfo, ExportError, Sample, iter_samples
+from relearn.export.source import DatasetInfo, ExportError, iter_samples
+from relearn.masks.rows import ShardRow
 
 FORMATS = ("trl", "axolotl", "verl", "llamafactory", "hf")
 IGNORE_INDEX = -100
-# What each format follows, as read in the trainer's source (README "Train with your own trainer").
+# What each format follows, as read in the trainer's source (docs/export.md, "Train with your own trainer").
 TRAINERS = {
     "trl": "TRL 1.16.0 (trl/trainer/sft_trainer.py)",
     "axolotl": "axolotl 0.18.0 at 067b021c (docs/dataset-formats/tokenized.qmd)",
@@ -68,13 +69,13 @@ class ExportSummary:
     supervised_per_row: list[int] = field(default_factory=list)
 
 
-def labels(sample: Sample) -> np.ndarray:
+def labels(sample: ShardRow) -> np.ndarray:
     out = np.where(sample.loss_mask == 1, sample.input_ids.astype(np.int64), IGNORE_INDEX)
     out[0] = IGNORE_INDEX
     return out
 
 
-def _columns(fmt: str, sample: Sample) -> dict[str, Any]:
+def _columns(fmt: str, sample: ShardRow) -> dict[str, Any]:
     mask = sample.loss_mask.copy()
     mask[0] = 0
     if fmt == "trl":
@@ -113,7 +114,7 @@ def _schema(fmt: str) -> pa.Schema:
     )
 
 
-def _kept(info: DatasetInfo, summary: ExportSummary, ids_file: Any, on_row: Callable[[], None] | None) -> Iterator[Sample]:
+def _kept(info: DatasetInfo, summary: ExportSummary, ids_file: Any, on_row: Callable[[], None] | None) -> Iterator[ShardRow]:
     for sample in iter_samples(info):
         if on_row:
             on_row()
@@ -139,7 +140,9 @@ def _kept(info: DatasetInfo, summary: ExportSummary, ids_file: Any, on_row: Call
         yield sample
 
 
-def _write_parquet(samples: Iterator[Sample], fmt: str, folder: Path, rows_per_file: int, summary: ExportSummary, prefix: str = "") -> None:
+def _write_parquet(
+    samples: Iterator[ShardRow], fmt: str, folder: Path, rows_per_file: int, summary: ExportSummary, prefix: str = ""
+) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     schema = _schema(fmt)
     writer: pq.ParquetWriter | None = None
@@ -185,8 +188,8 @@ def export_dataset(
     fmt: str,
     out: Path,
     *,
-    rows_per_file: int = 10_000,
-    overwrite: bool = False,
+    rows_per_file: int,
+    overwrite: bool,
     on_row: Callable[[], None] | None = None,
 ) -> ExportSummary:
     """Write ``info``'s samples to ``out`` in ``fmt``; ``out`` appears whole or not at all."""

@@ -30,6 +30,7 @@ import numpy as np
 
 from records.review import CATEGORIES, FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
+from relearn.masks.rows import supervised_targets
 from relearn.masks.template import Rendered, RenderError, TemplateShape, context_segments, nfc, nfc_offset, per_turn_renders, render
 
 MODES = ("ross", "positive", "ross-nomask")
@@ -37,6 +38,9 @@ MODES = ("ross", "positive", "ross-nomask")
 # function name, every argument, and the end of turn after a turn's last call), since the
 # error is the decision to call; ``minimal``: only the quoted characters (the ablation).
 DEFECT_SCOPES = ("action", "minimal")
+# The longest sample in tokens, for everything that reads a trajectory whole (masks, training,
+# NLL scoring, the pipeline): longer ones are dropped and counted, never cut.
+CONTEXT_TOKENS = 65536
 
 
 class Rejected(Exception):
@@ -56,7 +60,7 @@ class Sample:
     loss_mask: np.ndarray  # uint8
     eligible: int
     excluded: int
-    supervised: int
+    supervised: int  # supervised targets (relearn.masks.rows.supervised_targets)
     # Per token: 1 where eligible (A), and the index in ``records.review.CATEGORIES`` of the
     # defect that excludes it (-1 where none does); for analyses that split A into kept and E.
     # A token under defects of two categories is counted under both in ``excluded_by_category``
@@ -73,7 +77,7 @@ class Sample:
 @dataclass
 class MaskOptions:
     mode: str = "ross"
-    ctx: int = 65536
+    ctx: int = CONTEXT_TOKENS
     template_kwargs: dict[str, Any] = field(default_factory=lambda: {"preserve_thinking": True})
     prefix_check: str = "header"
     per_turn: bool = False
@@ -343,7 +347,7 @@ def compile_one(
         loss_mask=supervised.astype(np.uint8),
         eligible=int(eligible.sum()),
         excluded=int(excluded_tokens.sum()),
-        supervised=int(supervised.sum()),
+        supervised=supervised_targets(supervised),
         excluded_by_category=by_category,
         eligible_mask=eligible.astype(np.uint8),
         excluded_category=token_category,

@@ -20,38 +20,22 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from envs.executor import NODE_RETRIES, Backend, NodeLost, run_units
-from records.pools import RecordError, iter_pool_records, parse_json_line, parse_trajectory, write_text_atomic
+from records.pools import RecordError, is_zstd, iter_pool_records, parse_json_line, parse_trajectory, write_text_atomic
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
 from relearn.masks.compile import MaskOptions, Rejected, Sample, compile_batch
+from relearn.masks.rows import ShardRow, ShardWriter
 from relearn.masks.template import RenderError, TemplateShape, probe
 
-SCHEMA = pa.schema(
-    [
-        ("sample_id", pa.string()),
-        ("trajectory_id", pa.string()),
-        ("input_ids", pa.list_(pa.int32())),
-        ("loss_mask", pa.list_(pa.uint8())),
-        ("n_tokens", pa.int32()),
-        ("eligible", pa.int32()),
-        ("excluded", pa.int32()),
-        ("supervised", pa.int32()),
-        ("ter", pa.float64()),
-        ("mode", pa.string()),
-    ]
-)
 SHOWN_REJECTIONS = 200
+SHARD_SIZE = 256  # trajectories of the pool per shard
 
 
 @dataclass
@@ -115,19 +99,78 @@ def chat_template_sha256(tokenizer: Any) -> str:
     return hashlib.sha256((tokenizer.chat_template or "").encode()).hexdigest()
 
 
-def load_reviews(path: Path | None, errors: list[str]) -> dict[str, Review | RecordError]:
+ReviewMap = Mapping[str, Review | RecordError]
+
+
+class ReviewIndex(Mapping[str, Review | RecordError]):
+    """The latest review line of each trajectory, read from the file when asked for: memory holds
+    each trajectory's byte offset, never its review (a parsed Review takes kilobytes; a pool can
+    hold a hundred thousand trajectories). A compressed file cannot be read at an offset, so its
+    reviews are held. A line that cannot be read is held as its located error."""
+
+    CACHED = 1024  # reviews kept parsed: a shard's, looked up several times while it compiles
+
+    def __init__(self, path: Path | None, errors: list[str]) -> None:
+        self.path = path
+        self._at: dict[str, int | Review | RecordError] = {}
+        self._cache: OrderedDict[str, Review] = OrderedDict()
+        if path is None:
+            return
+        held = is_zstd(path)
+        offsets = self._offsets(path) if not held else iter(())
+        for trajectory_id, item in iter_review_records(path):
+            offset = next(offsets, None)
+            if isinstance(item, RecordError):
+                errors.append(str(item))
+            if trajectory_id is not None:
+                # The latest line of a trajectory wins, readable or not.
+                self._at[trajectory_id] = offset if isinstance(item, Review) and offset is not None else item
+
+    @staticmethod
+    def _offsets(path: Path) -> Iterator[int]:
+        """The byte offset of each line ``iter_review_records`` reads (it skips blank lines)."""
+        with open(path, "rb") as handle:
+            while True:
+                offset = handle.tell()
+                line = handle.readline()
+                if not line:
+                    return
+                if not line.decode("utf-8", "replace").isspace():  # as iter_lines decides
+                    yield offset
+
+    def __getitem__(self, trajectory_id: str) -> Review | RecordError:
+        at = self._at[trajectory_id]
+        if not isinstance(at, int):
+            return at
+        review = self._cache.get(trajectory_id)
+        if review is None:
+            assert self.path is not None
+            with open(self.path, "rb") as handle:
+                handle.seek(at)
+                text = handle.readline().decode("utf-8")
+            review = Review.model_validate(parse_json_line(self.path, 0, text))  # read whole before: it validates
+            self._cache[trajectory_id] = review
+            if len(self._cache) > self.CACHED:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(trajectory_id)
+        return review
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def __contains__(self, trajectory_id: object) -> bool:
+        return trajectory_id in self._at
+
+
+def load_reviews(path: Path | None, errors: list[str]) -> ReviewIndex:
     """The latest review line of each trajectory: its Review, or the located error of that
     line when it cannot be read (the trajectory is then rejected, never given an earlier
     review). Lines that name no trajectory at all are only listed in ``errors``."""
-    reviews: dict[str, Review | RecordError] = {}
-    if path is None:
-        return reviews
-    for trajectory_id, item in iter_review_records(path):
-        if isinstance(item, RecordError):
-            errors.append(str(item))
-        if trajectory_id is not None:
-            reviews[trajectory_id] = item  # the latest line of a trajectory wins, readable or not
-    return reviews
+    return ReviewIndex(path, errors)
 
 
 @dataclass
@@ -165,7 +208,7 @@ def _pool_items(pool: Path) -> Iterator[Item]:
         yield Item(line, text, hashlib.sha256(data).digest(), len(data), item.id if readable else None, None if readable else item)
 
 
-def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: dict[str, Review | RecordError]) -> str:
+def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: ReviewMap) -> str:
     h = hashlib.sha256(f"{digest}\0{tokenizer_id}\0".encode())
     for entry in chunk:
         h.update(entry.digest)
@@ -197,7 +240,7 @@ def _batches(chunk: list[Item]) -> Iterator[list[Item]]:
         yield batch
 
 
-def _unreadable(entry: Item, reviews: dict[str, Review | RecordError]) -> tuple[str, str, str] | None:
+def _unreadable(entry: Item, reviews: ReviewMap) -> tuple[str, str, str] | None:
     """Why a record cannot go to the compiler, as (trajectory id, reason, detail); None when it can."""
     if entry.trajectory_id is None:
         return "", "unreadable record", str(entry.error)
@@ -207,7 +250,7 @@ def _unreadable(entry: Item, reviews: dict[str, Review | RecordError]) -> tuple[
     return None
 
 
-def _compilable(batch: list[Item], reviews: dict[str, Review | RecordError], pool: Path) -> Iterator[tuple[Trajectory, Review | None]]:
+def _compilable(batch: list[Item], reviews: ReviewMap, pool: Path) -> Iterator[tuple[Trajectory, Review | None]]:
     """The records of ``batch`` that go to the compiler, parsed, with their reviews."""
     for entry in batch:
         if _unreadable(entry, reviews) is None:
@@ -215,74 +258,16 @@ def _compilable(batch: list[Item], reviews: dict[str, Review | RecordError], poo
             yield entry.trajectory(pool), review if isinstance(review, Review) else None
 
 
-@dataclass
-class ShardRow:
-    """What a shard keeps of a sample (not the per-token arrays only analyses use)."""
-
-    sample_id: str
-    trajectory_id: str
-    input_ids: np.ndarray
-    loss_mask: np.ndarray
-    eligible: int
-    excluded: int
-    supervised: int
-    ter: float
-
-    @classmethod
-    def of(cls, sample: Sample) -> ShardRow:
-        return cls(
-            sample.sample_id,
-            sample.trajectory_id,
-            sample.input_ids,
-            sample.loss_mask,
-            sample.eligible,
-            sample.excluded,
-            sample.supervised,
-            sample.ter,
-        )
-
-
-class _ShardWriter:
-    """Writes one shard a batch at a time (one Parquet row group per batch), so memory holds a
-    batch's rows, never the shard's; the shard appears under its name only once complete."""
-
-    def __init__(self, path: Path, mode: str) -> None:
-        self.path = path
-        self.mode = mode
-        self.tmp = path.with_name(f".{path.name}.tmp")
-        self.writer = pq.ParquetWriter(self.tmp, SCHEMA, compression="zstd")
-
-    def write(self, rows: list[ShardRow]) -> None:
-        if not rows:
-            return
-        columns = {
-            "sample_id": [s.sample_id for s in rows],
-            "trajectory_id": [s.trajectory_id for s in rows],
-            "input_ids": [s.input_ids for s in rows],
-            "loss_mask": [s.loss_mask for s in rows],
-            "n_tokens": [len(s.input_ids) for s in rows],
-            "eligible": [s.eligible for s in rows],
-            "excluded": [s.excluded for s in rows],
-            "supervised": [s.supervised for s in rows],
-            "ter": [s.ter for s in rows],
-            "mode": [self.mode] * len(rows),
-        }
-        self.writer.write_table(pa.table(columns, schema=SCHEMA))
-
-    def __enter__(self) -> _ShardWriter:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
-        self.writer.close()
-        if kind is None:
-            self.tmp.replace(self.path)
-        else:
-            self.tmp.unlink(missing_ok=True)
+def _row(sample: Sample) -> ShardRow:
+    """What a shard keeps of a compiled sample (not the per-token arrays only analyses use)."""
+    return ShardRow(
+        sample.sample_id, sample.trajectory_id, sample.input_ids, sample.loss_mask, sample.eligible, sample.excluded, sample.ter
+    )
 
 
 def _compile_batches(
     chunk: list[Item],
-    reviews: dict[str, Review | RecordError],
+    reviews: ReviewMap,
     pool: Path,
     tokenizer: Any,
     options: MaskOptions,
@@ -309,7 +294,7 @@ def _compile_batches(
                     stats.accepted += 1
                     for sample in produced:
                         stats.add(sample)
-                        rows.append(ShardRow.of(sample))
+                        rows.append(_row(sample))
                         tokens += len(sample.input_ids)
             progress.append((entry.size, tokens))
         yield rows, progress
@@ -334,7 +319,7 @@ class ShardJob:
 
     tokenizer_name: str
     tokenizer_id: str
-    reviews: dict[str, Review | RecordError]
+    reviews: ReviewMap
     pool: Path
     options: MaskOptions
     digest: str
@@ -370,13 +355,13 @@ def _worker_tokenizer(name: str, expected_id: str) -> Any:
 
 def build_dataset(
     pool: Path,
-    reviews: dict[str, Review | RecordError],
+    reviews: ReviewMap,
     tokenizer: Any,
     tokenizer_name: str,
     options: MaskOptions,
     output: Path,
     *,
-    shard_size: int = 256,
+    shard_size: int = SHARD_SIZE,
     on_record: Callable[[int, int], None] | None = None,
     backend: Backend | None = None,
 ) -> tuple[dict[str, Any], int]:
@@ -420,7 +405,7 @@ def build_dataset(
             units.append((number, inputs_hash, chunk))
             continue
         stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
-        with _ShardWriter(shard, options.mode) as writer:
+        with ShardWriter(shard, options.mode) as writer:
             for rows, progress in _compile_batches(chunk, reviews, pool, tokenizer, options, shape, stats):
                 for size, tokens in progress:
                     if on_record:
@@ -430,10 +415,10 @@ def build_dataset(
         shard_stats[number] = stats
     if backend is not None and units:
         ids = {entry.trajectory_id for _n, _h, chunk in units for entry in chunk}
-        job = ShardJob(tokenizer_name, tokenizer_id, {i: r for i, r in reviews.items() if i in ids}, pool, options, digest)
+        job = ShardJob(tokenizer_name, tokenizer_id, {i: reviews[i] for i in ids if i is not None and i in reviews}, pool, options, digest)
 
         def written(_unit: tuple[int, str, list[Item]], compiled: CompiledShard) -> None:
-            with _ShardWriter(output / f"shard-{compiled.number:05d}.parquet", options.mode) as writer:
+            with ShardWriter(output / f"shard-{compiled.number:05d}.parquet", options.mode) as writer:
                 for rows in compiled.batches:
                     writer.write(rows)
             write_text_atomic(

@@ -24,15 +24,12 @@ class ContrastError(RuntimeError):
 
 def dataset_trajectories(folder: Path) -> set[str]:
     """The trajectory ids of a dataset folder's shards."""
-    import pyarrow.parquet as pq
+    from relearn.masks.rows import read_trajectory_ids
 
     shards = sorted(folder.glob("shard-*.parquet"))
     if not shards and not (folder / "stats.json").is_file():
         raise FileNotFoundError(f"{folder}: no dataset here (no shard-*.parquet, no stats.json)")
-    ids: set[str] = set()
-    for shard in shards:
-        ids.update(str(i) for i in pq.read_table(shard, columns=["trajectory_id"]).column("trajectory_id").to_pylist())
-    return ids
+    return read_trajectory_ids(shards)
 
 
 def _rejections(folder: Path) -> dict[str, str]:

@@ -24,19 +24,23 @@ more, ``analyze`` with an ``[analyze]`` table. Work folder layout (``WORKDIR``):
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from records.pools import JsonlWriter, RecordError, read_trajectories_lenient, write_text_atomic
-from records.trajectory import Trajectory
-from relearn.pipeline.config import PipelineConfig
+from records.pools import write_text_atomic
+from relearn.pipeline.config import ImportConfig, PipelineConfig
 from relearn.pipeline.runner import Stage, StageResult, run_stages
+
+if TYPE_CHECKING:
+    from relearn.ops.containers import ContainerOptions
+    from relearn.ops.reporting import RichReporter
+    from relearn.pipeline.config import ContainersConfig
 
 
 @dataclass
@@ -87,9 +91,27 @@ class Context:
         return RayBackend(self.config.cluster.address, needs)
 
     @property
+    def ray_address(self) -> str | None:
+        """[cluster] address for the ops' ``ray`` option: None runs the stage here."""
+        return self.config.cluster.address if self.config.cluster is not None else None
+
+    @property
     def registry(self) -> str | None:
         """[cluster] registry: where a node lacking a task's image pulls it from."""
         return self.config.cluster.registry if self.config.cluster is not None else None
+
+    def containers(self, table: ContainersConfig) -> ContainerOptions:
+        """A container stage's options: its table's images and limits, [cluster]'s address and registry."""
+        from relearn.ops.containers import ContainerOptions
+
+        image_map = self.config.resolve(table.image_map) if table.image_map is not None else None
+        return ContainerOptions(image_map, table.image_template, table.pull, table.cpus, table.memory, self.ray_address, self.registry)
+
+    def reporter(self) -> RichReporter:
+        """Progress of an operation, under the stage's line."""
+        from relearn.ops.reporting import RichReporter
+
+        return RichReporter(self.console, indent="  ")
 
     def progress(self, label: str) -> Progress:
         return Progress(
@@ -106,6 +128,11 @@ def pool_path(ctx: Context) -> Path:
 
 def verified_path(ctx: Context) -> Path:
     return ctx.workdir / "verified.jsonl"
+
+
+def verdicts_path(ctx: Context) -> Path:
+    """Every verdict the verify stage got (``relearn envs audit --verdicts`` reads it)."""
+    return ctx.workdir / "verify" / "verdicts.jsonl"
 
 
 def reviews_path(ctx: Context) -> Path:
@@ -155,28 +182,12 @@ def report_dir(ctx: Context) -> Path:
     return ctx.workdir / "report"
 
 
-def _read_pool(path: Path) -> tuple[list[Trajectory], list[RecordError]]:
-    errors: list[RecordError] = []
-    return list(read_trajectories_lenient(path, errors)), errors
-
-
 def dataset_source(ctx: Context, source: str) -> str:
     """``mini``, a file or folder (relative to the pipeline file), or a Hugging Face dataset name."""
     if source == "mini":
         return source
     local = ctx.config.resolve(source)
     return str(local) if local.exists() else source
-
-
-def _tasks(source: str, ctx: Context) -> list[Any]:
-    from eval.dataset import load_dataset_tasks
-
-    tasks, errors = load_dataset_tasks(dataset_source(ctx, source))
-    if errors:
-        ctx.notes.append(f"{len(errors)} unreadable task record(s) in {source}; first: {errors[0]}")
-    if not tasks:
-        raise ValueError(f"no tasks in {source}")
-    return tasks
 
 
 # ---------------------------------------------------------------- stages
@@ -190,173 +201,118 @@ def pool_stage(ctx: Context) -> dict[str, Any]:
 
         return single_turn.pool_stage(ctx, out)
     if pool.import_ is not None:
-        from harness.import_run import discover, import_files
+        return import_pool_stage(ctx, pool.import_, out)
+    return collect_pool_stage(ctx, out)
 
-        files = discover(pool.import_.format, [ctx.config.resolve(p) for p in pool.import_.paths])
-        out.parent.mkdir(parents=True, exist_ok=True)
-        summary = import_files(pool.import_.format, files, out)
-        trajectories, _ = _read_pool(out)
-        return {"files": len(files), "trajectories": len(trajectories), "rejected": len(summary.errors)}
-    from harness.agent import AgentConfig
-    from harness.budget import Budget
-    from harness.collect import collect
-    from harness.policies.base import PolicySpec
-    from harness.policies.make import make_policy
 
-    c = pool.collect
+def collect_pool_stage(ctx: Context, out: Path) -> dict[str, Any]:
+    """`relearn collect` into the work folder's pool (``relearn.ops.collect``)."""
+    from relearn.ops.collect import AgentOptions, CollectOptions, run_collect
+
+    c = ctx.config.pool.collect
     assert c is not None
-    tasks = _tasks(ctx.config.tasks, ctx)
-    if c.ids:
-        from eval.dataset import Selection
-
-        tasks = Selection(ids=tuple(c.ids)).apply(tasks)
-    sampling = {"temperature": c.temperature} if c.temperature is not None else {}
-    spec = PolicySpec(
-        kind=c.policy,
-        model=c.model,
-        base_url=ctx.pool_url or c.base_url,
-        api_key_env=c.api_key_env,
-        sampling=sampling,
-        checkpoint=c.checkpoint,
-        step=c.step,
-    )
-    budget = Budget(max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds)
-    base = ctx.base_image() if ctx.registry is None else None  # with a registry, the nodes pull their images
-    from envs.executor import Needs
-
-    backend = ctx.backend(Needs(docker=1))
-    with ctx.progress("collecting") as progress:
-        bar = progress.add_task("collect", total=len(tasks) * c.attempts)
-        try:
-            summary = collect(
-                ctx.client(), tasks, make_policy(spec), spec, out.parent, attempts=c.attempts, workers=c.workers,
-                config=AgentConfig(budget=budget), base_image=base, on_done=lambda _t: progress.advance(bar), backend=backend, registry=ctx.registry,
-            )  # fmt: skip
-        finally:
-            if backend is not None:
-                backend.close()
-    if summary.errors and not summary.finished and not summary.skipped:
-        raise RuntimeError(f"no episode finished: {summary.errors[0]}")
-    trajectories, _ = _read_pool(out)
+    options = CollectOptions(
+        out=out.parent, model=c.model, tasks=dataset_source(ctx, ctx.config.tasks), ids=c.ids,
+        agent=AgentOptions(c.agent, c.policy, c.apply_patch, c.reasoning_effort), base_url=ctx.pool_url or c.base_url,
+        api_key_env=c.api_key_env, checkpoint=c.checkpoint, step=c.step, temperature=c.temperature, max_output_tokens=c.max_output_tokens,
+        attempts=c.attempts, workers=c.workers, max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds,
+        max_cost=c.max_cost, price_in=c.price_in, price_out=c.price_out, containers=ctx.containers(c),
+    )  # fmt: skip
+    summary = run_collect(options, ctx.reporter())
+    for problem in summary.task_problems + summary.image_problems:
+        ctx.notes.append(problem)
+    episodes = summary.collect
+    if episodes.errors and not episodes.finished and not episodes.skipped:
+        raise RuntimeError(f"no episode finished: {episodes.errors[0]}")
     return {
-        "trajectories": len(trajectories),
-        "resolved": sum(bool(t.outcome and t.outcome.resolved) for t in trajectories),
-        "episode_errors": len(summary.errors) + len(summary.infra_errors),
-        "exit_status": dict(Counter(t.exit_status.value for t in trajectories)),
+        "trajectories": summary.trajectories,
+        "resolved": summary.resolved,
+        "episode_errors": len(episodes.errors) + len(episodes.infra_errors),
+        "exit_status": summary.exit_status,
     }
 
 
-def _imported_grade(trajectory: Trajectory) -> bool:
-    """The outcome is the source's own grade (``verdict.imported_from``), never verified here."""
-    verdict = trajectory.outcome.verdict if trajectory.outcome is not None else None
-    return bool(verdict and verdict.get("imported_from") and not verdict.get("re_verified"))
+def import_pool_stage(ctx: Context, config: ImportConfig, out: Path) -> dict[str, Any]:
+    """`relearn import` into the work folder's pool (a rerun resumes: what the pool holds is
+    skipped); the counts come from the import and one streaming pass over the pool."""
+    from relearn.ops.importing import count_pool, run_import
+    from relearn.ops.reporting import OpError
 
-
-def _needs_grading(trajectory: Trajectory) -> bool:
-    outcome = trajectory.outcome
-    return outcome is None or outcome.resolved is None or _imported_grade(trajectory)
+    summary = run_import(config.options([ctx.config.resolve(p) for p in config.paths], out), ctx.reporter())
+    for problem in summary.rejected[:3]:
+        ctx.console.print(f"  [yellow]rejected:[/yellow] {problem}", highlight=False)
+    if summary.rejected:
+        ctx.notes.append(f"{len(summary.rejected)} input file(s) or row(s) rejected by the import; first: {summary.rejected[0]}")
+    counts = count_pool(out)
+    if not counts.trajectories:
+        raise OpError(f"[pool.import]: no trajectory in {out} ({len(summary.rejected)} rejected; first: {summary.rejected[0]})"
+                      if summary.rejected else f"[pool.import]: no trajectory in {out}")  # fmt: skip
+    return {
+        "files": summary.files,
+        "imported": summary.imported,
+        "skipped": summary.skipped_existing,
+        "rejected": len(summary.rejected),
+        "warnings": len(summary.warnings),
+        "trajectories": counts.trajectories,
+        "graded": counts.graded,
+        "imported_grades": counts.imported_grades,
+        "positive": counts.positive,
+        "exit_status": dict(counts.exit_status),
+    }
 
 
 def verify_stage(ctx: Context) -> dict[str, Any]:
-    """Grade what the pool has not graded yet: imported trajectories carry a final patch but no
-    verdict of ours. Collected trajectories were graded right after their episode and are kept."""
+    """Grade what the pool has not graded yet, through the same executor, images and limits as
+    `relearn verify` (``relearn.ops.verify.verify_pool``): imported trajectories carry a final
+    patch but no verdict of ours. Collected trajectories were graded right after their episode
+    and are kept. The pool is streamed; an interrupted run resumes by trajectory id."""
     if ctx.config.single_turn:
         from relearn.pipeline import single_turn
 
         return single_turn.verify_stage(ctx, pool_path(ctx), verified_path(ctx))
-    from envs.images import task_image
-    from envs.verify import verify
-    from harness.collect import outcome_of
+    from relearn.ops.verify import PoolVerifyOptions, verify_pool
 
-    trajectories, errors = _read_pool(pool_path(ctx))
-    partial = verified_path(ctx).with_suffix(".jsonl.partial")
-    done = {t.id for t in _read_pool(partial)[0]} if partial.exists() else set()
-    needs = [t for t in trajectories if t.id not in done and _needs_grading(t)]
-    tasks = {t.instance_id: t for t in _tasks(ctx.config.tasks, ctx)} if needs else {}
-    counts: Counter[str] = Counter()
-    with JsonlWriter(partial, fsync=True) as writer, ctx.progress("verifying") as progress:
-        bar = progress.add_task("verify", total=len(trajectories) - len(done))
-        for trajectory in trajectories:
-            if trajectory.id in done:
-                continue
-            if not _needs_grading(trajectory):
-                counts["graded when collected"] += 1
-            elif trajectory.task_id not in tasks or not trajectory.final_patch:
-                counts[
-                    "kept the imported grade (no task or no final patch)"
-                    if _imported_grade(trajectory)
-                    else "ungradable (no task or no final patch)"
-                ] += 1
-            else:
-                task = tasks[trajectory.task_id]
-                verdict = verify(
-                    ctx.client(),
-                    task,
-                    trajectory.final_patch,
-                    task_image(ctx.client(), task, ctx.base_image()),
-                    log_dir=ctx.workdir / "verify-logs",
-                )
-                trajectory.outcome = outcome_of(verdict)
-                counts["graded now"] += 1
-            writer.write(trajectory)
-            progress.advance(bar)
-    partial.replace(verified_path(ctx))
-    everything, _ = _read_pool(verified_path(ctx))
-    return {**counts, "resolved": sum(bool(t.outcome and t.outcome.resolved) for t in everything), "unreadable": len(errors)}
+    v = ctx.config.verify
+    options = PoolVerifyOptions(
+        pool=pool_path(ctx), output=verified_path(ctx), verdicts=verdicts_path(ctx), tasks=dataset_source(ctx, ctx.config.tasks),
+        workers=v.workers, timeout=v.timeout, log_dir=ctx.workdir / "verify-logs", containers=ctx.containers(v),
+    )  # fmt: skip
+    summary = verify_pool(options, ctx.reporter())
+    for problem in summary.image_problems:
+        ctx.notes.append(problem)
+    if summary.errors:
+        raise RuntimeError(f"{len(summary.errors)} patch(es) not graded (rerun to continue); first: {summary.errors[0]}")
+    on_nodes = {"graded by node": summary.per_node} if set(summary.per_node) - {"local"} else {}
+    return {**summary.counts, "resolved": summary.resolved, "unreadable": len(summary.unreadable), **on_nodes}
 
 
 def review_stage(ctx: Context) -> dict[str, Any]:
+    """`relearn review` over the verified pool (``relearn.ops.review``): with judges, their cost
+    estimate is printed first; the counts come from one pass over reviews.jsonl."""
     if ctx.config.single_turn:
         from relearn.pipeline import single_turn
 
         return single_turn.review_stage(ctx, verified_path(ctx), reviews_path(ctx))
-    from review.estimate import judge_specs, load_prices
-    from review.judges import judge_pair
-    from review.run import review_pool
+    from relearn.ops.reporting import OpError, RichReporter
+    from relearn.ops.review import count_reviews, run_review
 
     r = ctx.config.review
-    specs = judge_specs(load_prices(), backend=r.backend, base_url=r.base_url, api_key_env=r.api_key_env)
-    judges = judge_pair(r.judge1, r.judge2, specs, context=r.judge_context)
-    with open(verified_path(ctx), "rb") as pool:
-        total = sum(1 for _ in pool)
-    if judges:
-        print_review_estimate(ctx, judges)
-    from envs.executor import Needs
-
-    backend = ctx.backend(Needs(cpus=0.5))
-    with ctx.progress("reviewing") as progress:
-        bar = progress.add_task("review", total=total)
-        try:
-            summary, ledger = review_pool(
-                verified_path(ctx), reviews_path(ctx), judges=judges, workers=r.workers, spend_cap_usd=r.spend_cap_usd,
-                on_done=lambda _r, _l: progress.advance(bar), backend=backend,
-            )  # fmt: skip
-        finally:
-            if backend is not None:
-                backend.close()
-    if summary.errors:
-        raise RuntimeError(f"{summary.not_reviewed} trajectories not reviewed (rerun to continue); first: {summary.errors[0]}")
-    reviews = [json.loads(line) for line in reviews_path(ctx).read_text().splitlines() if line.strip()]
+    options = r.options(verified_path(ctx), reviews_path(ctx), ctx.config.resolve(r.prices) if r.prices else None, ray=ctx.ray_address)
+    summary = run_review(options, RichReporter(ctx.console, indent="  "), on_estimate=lambda e: ctx.console.print(e.render()))
+    if r.estimate:
+        raise OpError("[review] estimate = true: the estimate is above and nothing was sent; set estimate = false to review")
+    run, ledger = summary.run, summary.ledger
+    assert run is not None and ledger is not None
+    if run.errors:
+        raise RuntimeError(f"{run.not_reviewed} trajectories not reviewed (rerun to continue); first: {run.errors[0]}")
+    counts = count_reviews(reviews_path(ctx))
     return {
-        "reviewer": "judges" if judges else "heuristic",
-        "reviewed": len(reviews),
-        "decisions": dict(Counter(r["decision"] for r in reviews)),
-        "defects": sum(len(r.get("defects", [])) for r in reviews),
+        "reviewer": summary.reviewer,
+        "reviewed": counts.reviewed,
+        "decisions": dict(counts.decisions),
+        "defects": counts.defects,
         "cost_usd": round(ledger.spent_usd, 4),
     }
-
-
-def print_review_estimate(ctx: Context, judges: Any) -> None:
-    """What the judges will cost, printed before any of it is paid (review.estimate)."""
-    from review.estimate import PricesError, UnknownModel, estimate_pool, load_prices, render
-
-    try:
-        table = load_prices()
-        estimates, count = estimate_pool(verified_path(ctx), reviews_path(ctx), judges, table)
-    except (PricesError, UnknownModel) as exc:
-        ctx.console.print(f"  [dim]no cost estimate: {exc}[/dim]")
-        return
-    ctx.console.print(render(estimates, count, table))
 
 
 def holdout_stage(ctx: Context) -> dict[str, Any]:
@@ -366,27 +322,19 @@ def holdout_stage(ctx: Context) -> dict[str, Any]:
 
 
 def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
-    from relearn.masks.compile import MaskOptions
-    from relearn.masks.shards import build_dataset, load_reviews
+    """`relearn masks` for one variant (``relearn.ops.masks``), here, in [masks] workers or on [cluster]."""
+    from relearn.ops.masks import run_masks
+    from relearn.ops.reporting import RichReporter
 
-    m = ctx.config.masks
-    problems: list[str] = []
-    reviews = load_reviews(reviews_path(ctx), problems)
-    options = MaskOptions(mode=variant, ctx=m.ctx, defect_scope=m.defect_scope)
-    if ctx.config.single_turn:
-        from relearn.pipeline.single_turn import template_kwargs
-
-        options.template_kwargs = template_kwargs(ctx)
-    from envs.executor import Needs
-
-    backend = ctx.backend(Needs(cpus=1))
-    try:
-        stats, _ = build_dataset(
-            training_pool_path(ctx), reviews, ctx.tokenizer(), m.tokenizer, options, dataset_dir(ctx, variant), backend=backend
-        )
-    finally:
-        if backend is not None:
-            backend.close()
+    single_turn = ctx.config.pool.single_turn
+    options = ctx.config.masks.options(
+        training_pool_path(ctx), dataset_dir(ctx, variant), reviews_path(ctx), variant,
+        no_thinking=single_turn is not None and not single_turn.thinking, ray=ctx.ray_address,
+    )  # fmt: skip
+    summary = run_masks(options, RichReporter(ctx.console, indent="  "), tokenizer=ctx.tokenizer())
+    stats = summary.stats
+    if summary.review_errors:
+        ctx.notes.append(f"{len(summary.review_errors)} unreadable review line(s); first: {summary.review_errors[0]}")
     return {
         "trajectories_in": stats["trajectories_in"],
         "trajectories_out": stats["trajectories_out"],
@@ -433,17 +381,13 @@ def upstream_stage(ctx: Context) -> dict[str, Any]:
 
 
 def train_stage(ctx: Context, variant: str) -> dict[str, Any]:
-    from relearn.train.loop import train
-    from relearn.train.options import TrainOptions
+    """`relearn train` on one variant's dataset (``relearn.ops.train``), from the upstream weights."""
+    from relearn.ops.train import run_train
 
     t = ctx.config.train
     assert t is not None
-    opts = TrainOptions(
-        dataset=dataset_dir(ctx, variant), out=train_dir(ctx, variant), init=str(upstream_dir(ctx)), tokenizer=ctx.config.masks.tokenizer,
-        ctx=t.ctx, epochs=t.epochs, lr=t.lr, warmup=t.warmup, grad_accum=t.grad_accum, loss_norm=t.loss_norm, bf16=t.bf16, seed=t.seed,
-        max_steps=t.max_steps,
-    )  # fmt: skip
-    summary = train(opts, console=ctx.console)
+    opts = t.options(dataset_dir(ctx, variant), train_dir(ctx, variant), str(upstream_dir(ctx)), ctx.config.masks.tokenizer)
+    summary = run_train(opts, console=ctx.console)
     if summary.stopped_by:
         raise KeyboardInterrupt
     return {
@@ -464,60 +408,63 @@ def analyze_stage(ctx: Context) -> dict[str, Any]:
     """NLL of the training pool's and the held-out trajectories' kept (A \\ E) and excluded
     (E) tokens under each model (``relearn.pipeline.analysis``)."""
     from relearn.analyze.pools import NamedPool
-    from relearn.masks.shards import load_reviews
+    from relearn.ops.reporting import RichReporter
     from relearn.pipeline.analysis import analyze_models
 
-    problems: list[str] = []
-    reviews = load_reviews(reviews_path(ctx), problems)
     pools = [NamedPool("train", training_pool_path(ctx))]
     if ctx.config.masks.heldout_tasks:
         pools.append(NamedPool("heldout", heldout_pool_path(ctx)))
     assert ctx.config.analyze is not None
     return analyze_models(
-        analyzed_models(ctx),
-        pools,
-        reviews,
-        problems,
-        ctx.tokenizer(),
-        ctx.config.masks,
-        ctx.config.analyze,
-        analyze_dir(ctx),
-        ctx.progress("scoring NLL"),
-    )
+        analyzed_models(ctx), pools, reviews_path(ctx), ctx.config.masks, ctx.config.analyze, analyze_dir(ctx),
+        RichReporter(ctx.console, indent="  "), ray=ctx.ray_address,
+    )  # fmt: skip
 
 
 def eval_stage(ctx: Context, name: str, model_dir: Path) -> dict[str, Any]:
-    """Serve the weights locally (the vLLM stand-in) and run the fixed-budget evaluation."""
-    from eval.dataset import Selection
-    from eval.report import write_report
-    from eval.run import RunConfig, run_eval
-    from harness.budget import Budget
-    from harness.policies.base import PolicySpec
+    """Serve the weights locally (the vLLM stand-in) and run the fixed-budget evaluation
+    (``relearn.ops.evaluate``, as `relearn eval run` does)."""
+    import dataclasses
+
+    from relearn.ops.collect import AgentOptions
+    from relearn.ops.evaluate import EvalOptions, run_evaluation
     from relearn.serve.server import serve
 
     e = ctx.config.eval
     assert e is not None
-    out = eval_dir(ctx, name)
     with serve(model_dir, model_name=name, max_new_tokens=e.max_new_tokens, max_context=e.max_context, seed=e.seed) as server:
-        spec = PolicySpec(kind="chat", model=name, base_url=server.url, sampling={"max_tokens": e.max_new_tokens})
-        config = RunConfig(
-            dataset=dataset_source(ctx, e.dataset), spec=spec,
-            budget=Budget(max_turns=e.max_turns, max_tokens=e.max_tokens, max_seconds=e.max_seconds),
-            selection=Selection(ids=tuple(e.ids or ())), seed=e.seed, workers=e.workers,
+        options = EvalOptions(
+            out=eval_dir(ctx, name), model=name, dataset=dataset_source(ctx, e.dataset), agent=AgentOptions(policy="chat", apply_patch=e.apply_patch),
+            base_url=server.url, ids=e.ids, repos=e.repos, difficulties=e.difficulties, slice=e.slice, temperature=e.temperature,
+            max_output_tokens=e.max_new_tokens, seed=e.seed, workers=e.workers, max_turns=e.max_turns, max_tokens=e.max_tokens,
+            max_seconds=e.max_seconds, spend_cap=e.spend_cap,
+            # The model is served on this machine's loopback, so its episodes run here ([cluster]'s registry still applies).
+            containers=dataclasses.replace(ctx.containers(e), ray=None),
         )  # fmt: skip
-        with ctx.progress(f"evaluating {name}") as progress:
-            bar = progress.add_task("eval", total=None)
-            summary, selected = run_eval(ctx.client(), config, out, base_image=ctx.base_image(), on_done=lambda _t: progress.advance(bar))
-    report = write_report(out)
+        summary = run_evaluation(options, ctx.reporter())
     return {
-        "instances": selected,
-        "resolved": report["resolved"],
-        "rate": round(report["resolved_rate"], 4),
-        "infra_errors": len(summary.infra_errors),
+        "instances": summary.selected,
+        "resolved": summary.report["resolved"],
+        "rate": round(summary.report["resolved_rate"], 4),
+        "infra_errors": len(summary.collect.infra_errors),
     }
 
 
 # ---------------------------------------------------------------- the plan
+
+
+# Fields the container stages' tables gained after pipelines were written without them: at their
+# default they stay out of the stage's settings, so such a file keeps its stamps (None values
+# are left out anyway, by the runner).
+ADDED_COLLECT_FIELDS = {"agent", "apply_patch", "reasoning_effort", "price_in", "price_out", "cpus", "memory"}
+ADDED_EVAL_FIELDS = {"apply_patch", "cpus", "memory"}
+
+
+def _identity(table: BaseModel, transport: set[str], added: set[str]) -> dict[str, Any]:
+    """What of ``table`` decides a stage's outputs: not ``transport``, not an ``added`` field at its default."""
+    fields = type(table).model_fields
+    settings = table.model_dump(mode="json", exclude=transport)
+    return {k: v for k, v in settings.items() if not (k in added and v == fields[k].default)}
 
 
 def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
@@ -525,20 +472,23 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
     c = ctx.config
     pool_settings = c.pool.model_dump(mode="json", by_alias=True)
     if c.pool.collect is not None:
-        pool_settings["collect"].pop("base_url", None)  # transport, not identity
-        pool_settings["collect"].pop("api_key_env", None)
+        collect = c.pool.collect
+        pool_settings["collect"] = _identity(collect, {"base_url", "api_key_env", "pull"}, ADDED_COLLECT_FIELDS)
+        # The protocol used, as files written before `agent` existed said it.
+        pool_settings["collect"]["policy"] = collect.policy or ("chat" if collect.agent == "builtin" else "responses")
+    verify_settings = {"tasks": c.tasks, **_identity(c.verify, {"workers", "pull"}, set(type(c.verify).model_fields))}
     stages = [
         Stage("pool", "collect" if c.pool.collect else "import single-turn rollouts" if c.pool.single_turn else "import", {"tasks": c.tasks, **pool_settings}, [pool_path(ctx)], lambda: pool_stage(ctx), workspace=[pool_path(ctx).parent]),
-        Stage("verify", "grade what the pool has not graded", {"tasks": c.tasks}, [verified_path(ctx)], lambda: verify_stage(ctx), ("pool",), [verified_path(ctx), ctx.workdir / "verify-logs"]),
+        Stage("verify", "grade what the pool has not graded", verify_settings, [verified_path(ctx)], lambda: verify_stage(ctx), ("pool",), [verified_path(ctx), verdicts_path(ctx).parent, ctx.workdir / "verify-logs"]),
         Stage("review", "review with " + ("keep intervals" if c.single_turn else "the judges" if c.review.judge1 or c.review.judge2 else "the heuristic reviewer"),
-              c.review.model_dump(mode="json", exclude={"base_url", "api_key_env", "workers"}), [reviews_path(ctx)], lambda: review_stage(ctx), ("verify",)),
+              c.review.model_dump(mode="json", exclude={"base_url", "judge2_base_url", "api_key_env", "workers", "poll_interval", "estimate"}), [reviews_path(ctx)], lambda: review_stage(ctx), ("verify",)),
     ]  # fmt: skip
     pool_stage_name = "verify"
     if c.masks.heldout_tasks:
         pool_stage_name = "holdout"
         stages.append(Stage("holdout", f"set {len(c.masks.heldout_tasks)} held-out tasks apart", {"heldout_tasks": sorted(c.masks.heldout_tasks)},
                             [training_pool_path(ctx), heldout_pool_path(ctx)], lambda: holdout_stage(ctx), ("verify",), [heldout_dir(ctx)]))  # fmt: skip
-    masks_settings = c.masks.model_dump(mode="json", exclude={"variants"})
+    masks_settings = c.masks.model_dump(mode="json", exclude={"variants", "workers"})
     if c.masks.heldout_tasks:
         masks_settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
     for v in c.variants:
@@ -588,7 +538,7 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
             )
         if c.analyze is not None:
             analyze_settings = {
-                **c.analyze.model_dump(mode="json", exclude={"device"}), "tokenizer": c.masks.tokenizer, "ctx": c.masks.ctx,
+                **c.analyze.model_dump(mode="json", exclude={"device", "workers", "batch"}), "tokenizer": c.masks.tokenizer, "ctx": c.masks.ctx,
                 "heldout_tasks": sorted(c.masks.heldout_tasks or []), "variants": c.variants,
             }  # fmt: skip
             # Only the tables move aside when stale: the score caches under analyze/MODEL/ are keyed
@@ -607,7 +557,7 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
                 )
             )
         if c.eval is not None:
-            eval_settings = c.eval.model_dump(mode="json")
+            eval_settings = _identity(c.eval, {"pull"}, ADDED_EVAL_FIELDS)
             stages.append(
                 Stage(
                     "eval:upstream",

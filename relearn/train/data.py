@@ -1,7 +1,8 @@
 """Training data: Parquet shards -> validated samples -> per-epoch plans -> micro-batches.
 
-The shard schema is ``relearn.masks.shards.SCHEMA``; the trainer needs ``sample_id``,
-``trajectory_id``, ``input_ids`` (int32) and ``loss_mask`` (uint8, 1 = supervised target).
+Shards are read through ``relearn.masks.rows`` (one row class, ``ShardRow``, and one reader);
+the trainer needs ``sample_id``, ``trajectory_id``, ``input_ids`` (int32) and ``loss_mask``
+(uint8, 1 = supervised target).
 
 Order of work in a run, and why it is all decided up front:
   * an epoch's order is a permutation drawn from ``(seed, epoch)``, so every rank computes the
@@ -21,30 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
-REQUIRED_COLUMNS = ("sample_id", "trajectory_id", "input_ids", "loss_mask")
+from relearn.masks.rows import RowProblem, ShardError, ShardRow, iter_located_rows, shard_files
 
 Row = tuple[int, ...]  # indices of the samples in one sequence (several when packed)
 
 
 class DataError(ValueError):
     """The dataset cannot be used at all (missing files or columns)."""
-
-
-@dataclass(frozen=True)
-class Sample:
-    sample_id: str
-    trajectory_id: str
-    input_ids: np.ndarray  # int32 [n]
-    loss_mask: np.ndarray  # uint8 [n]
-    supervised: int  # scored targets: loss_mask[1:].sum() (the first token has no context)
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.input_ids.shape[0])
 
 
 @dataclass
@@ -56,67 +42,41 @@ class LoadReport:
     unsupervised: int = 0  # samples with no supervised target: they carry no loss, so they are left out
 
 
-def shard_files(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        raise DataError(f"{path}: no such file or folder")
-    files = sorted(path.glob("shard-*.parquet")) or sorted(path.glob("*.parquet"))
-    if not files:
-        raise DataError(f"{path}: no Parquet shards (shard-*.parquet) in this folder")
-    return files
-
-
-def _numpy(values: pa.Array, dtype: type) -> np.ndarray:
-    array = values.to_numpy(zero_copy_only=False)
-    return array if array.dtype == dtype else array.astype(dtype)
-
-
-def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tuple[list[Sample], LoadReport]:
+def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tuple[list[ShardRow], LoadReport]:
     """Read and check every sample. A sample longer than ``ctx`` is refused and listed, never cut."""
-    report = LoadReport(files=shard_files(path))
-    samples: list[Sample] = []
-    for file in report.files:
-        table = pq.read_table(file, columns=None)
-        missing = [c for c in REQUIRED_COLUMNS if c not in table.column_names]
-        if missing:
-            raise DataError(f"{file}: missing column(s) {', '.join(missing)} (see relearn.masks.shards.SCHEMA)")
-        table = table.combine_chunks()
-        ids_col = table.column("input_ids").chunk(0) if table.num_rows else None
-        mask_col = table.column("loss_mask").chunk(0) if table.num_rows else None
-        sample_ids = table.column("sample_id").to_pylist()
-        trajectory_ids = table.column("trajectory_id").to_pylist()
-        for row in range(table.num_rows):
+    try:
+        report = LoadReport(files=shard_files(path))
+        samples: list[ShardRow] = []
+        for where, row in iter_located_rows(report.files):
             report.rows += 1
-            where = f"{file.name} row {row} ({sample_ids[row]})"
-            assert ids_col is not None and mask_col is not None
-            if not ids_col[row].is_valid or not mask_col[row].is_valid:
-                report.problems.append(f"{where}: input_ids or loss_mask is null")
+            if isinstance(row, RowProblem):
+                report.problems.append(str(row))
                 continue
-            ids = _numpy(ids_col[row].values, np.int32)
-            mask = _numpy(mask_col[row].values, np.uint8)
-            if ids.shape != mask.shape:
-                report.problems.append(f"{where}: input_ids has {ids.shape[0]} tokens but loss_mask {mask.shape[0]}")
+            problem = _refusal(row, ctx, vocab_size)
+            if problem is not None:
+                report.too_long += row.n_tokens > ctx
+                report.problems.append(f"{where}: {problem}")
                 continue
-            if ids.shape[0] == 0:
-                report.problems.append(f"{where}: empty sample")
-                continue
-            if ids.shape[0] > ctx:
-                report.too_long += 1
-                report.problems.append(f"{where}: {ids.shape[0]} tokens is longer than --ctx {ctx}; refused (never cut)")
-                continue
-            if mask.max() > 1:
-                report.problems.append(f"{where}: loss_mask holds values other than 0 and 1")
-                continue
-            if ids.min() < 0 or (vocab_size is not None and ids.max() >= vocab_size):
-                report.problems.append(f"{where}: token id out of range [0, {vocab_size}) for this model")
-                continue
-            supervised = int(mask[1:].sum())
-            if supervised == 0:
+            if row.supervised == 0:
                 report.unsupervised += 1
                 continue
-            samples.append(Sample(str(sample_ids[row]), str(trajectory_ids[row]), ids, mask, supervised))
+            samples.append(row)
+    except ShardError as exc:
+        raise DataError(str(exc)) from None
     return samples, report
+
+
+def _refusal(row: ShardRow, ctx: int, vocab_size: int | None) -> str | None:
+    """Why the trainer cannot use a readable row, or None."""
+    if row.n_tokens == 0:
+        return "empty sample"
+    if row.n_tokens > ctx:
+        return f"{row.n_tokens} tokens is longer than --ctx {ctx}; refused (never cut)"
+    if row.loss_mask.max() > 1:
+        return "loss_mask holds values other than 0 and 1"
+    if row.input_ids.min() < 0 or (vocab_size is not None and row.input_ids.max() >= vocab_size):
+        return f"token id out of range [0, {vocab_size}) for this model"
+    return None
 
 
 def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
@@ -125,7 +85,7 @@ def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
     return [int(i) for i in rng.permutation(n)]
 
 
-def plan_rows(samples: list[Sample], order: list[int], *, pack: bool, ctx: int) -> list[Row]:
+def plan_rows(samples: list[ShardRow], order: list[int], *, pack: bool, ctx: int) -> list[Row]:
     """Cut an order into rows: one sample each, or consecutive samples packed up to ``ctx`` tokens."""
     if not pack:
         return [(i,) for i in order]
@@ -195,7 +155,7 @@ class Batch:
         )  # fmt: skip
 
 
-def collate(samples: list[Sample], rows: list[Row], pad_id: int = 0) -> Batch:
+def collate(samples: list[ShardRow], rows: list[Row], pad_id: int = 0) -> Batch:
     """Pad rows to the longest; in a packed row, positions restart per trajectory and the first
     token of each trajectory is not a target (it would be predicted across the boundary)."""
     lengths = [sum(samples[i].n_tokens for i in row) for row in rows]

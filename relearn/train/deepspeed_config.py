@@ -15,6 +15,7 @@ same parameters in the same order (observed: no hang with different data per ran
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +79,32 @@ def extensions_dir() -> Path:
     return base / "relearn" / "torch_extensions"
 
 
+# torch's JIT build marks a build in progress with a bare `lock` file and waits, forever, while
+# it exists; a build killed part way (a timeout, Ctrl-C) leaves it behind and every later run
+# hangs at start. The build takes under a minute, so a lock this old belongs to no live build.
+STALE_BUILD_LOCK_S = 600
+
+
+def clear_stale_build_locks(root: Path, older_than_s: float = STALE_BUILD_LOCK_S) -> list[Path]:
+    """Remove the build locks under ``root`` that no build can still hold; returns them."""
+    now = time.time()
+    removed = []
+    for lock in root.glob("*/lock") if root.is_dir() else []:
+        try:
+            if now - lock.stat().st_mtime > older_than_s:
+                lock.unlink()
+                removed.append(lock)
+        except FileNotFoundError:  # the other rank removed it first
+            continue
+    return removed
+
+
 def prepare_environment(cuda: bool) -> None:
     """Set what DeepSpeed reads at import time; call before ``import deepspeed``."""
     if not cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(extensions_dir()))
+    clear_stale_build_locks(Path(os.environ["TORCH_EXTENSIONS_DIR"]))
     # A single process launched without torchrun/deepspeed still needs a rendezvous.
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("LOCAL_RANK", "0")

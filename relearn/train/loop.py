@@ -39,6 +39,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from records.pools import write_text_atomic
+from relearn.masks.rows import ShardRow
 from relearn.train.checkpoints import (
     CHECKPOINTS,
     METRICS,
@@ -52,7 +53,7 @@ from relearn.train.checkpoints import (
     save_final,
     truncate_metrics,
 )
-from relearn.train.data import Batch, Layout, LoadReport, Row, Sample, collate, epoch_order, load_samples, plan_rows, shard_sequence
+from relearn.train.data import Batch, Layout, LoadReport, Row, collate, epoch_order, load_samples, plan_rows, shard_sequence
 from relearn.train.deepspeed_config import deepspeed_config
 from relearn.train.engines import DeepSpeedEngine, Dist, PlainEngine, any_across, setup_distributed, sum_across
 from relearn.train.loss import step_denominator
@@ -189,7 +190,7 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
 
 def _train_step(
     engine: PlainEngine | DeepSpeedEngine,
-    samples: list[Sample],
+    samples: list[ShardRow],
     rows: list[Row],
     layout: Layout,
     state: TrainerState,
@@ -228,7 +229,7 @@ def _train_step(
     }  # fmt: skip
 
 
-def _step_plan(samples: list[Sample], rows: list[Row], layout: Layout, step: int, norm: str, chunk: int) -> tuple[int, int, int, int]:
+def _step_plan(samples: list[ShardRow], rows: list[Row], layout: Layout, step: int, norm: str, chunk: int) -> tuple[int, int, int, int]:
     """(denominator, max head chunks of any micro-batch, tokens, supervised) of a global step."""
     step_rows = layout.step_rows(rows, step)
     counts = [samples[i].supervised for row in step_rows for i in row]
@@ -258,7 +259,7 @@ def _checked_config(opts: TrainOptions) -> Any:
     return config
 
 
-def _load_data(opts: TrainOptions, config: Any, say: Any) -> tuple[list[Sample], LoadReport]:
+def _load_data(opts: TrainOptions, config: Any, say: Any) -> tuple[list[ShardRow], LoadReport]:
     vocab = getattr(getattr(config, "text_config", None) or config, "vocab_size", None)
     try:
         samples, report = load_samples(opts.dataset, ctx=opts.ctx, vocab_size=vocab)

@@ -1,5 +1,8 @@
-"""The trainer's options (``relearn train`` flags), the settings that define a run, and the
-checks that refuse what the trainer cannot do correctly."""
+"""The trainer's options (``relearn train`` flags, ``[train]`` of a pipeline file), the settings
+that define a run, and the checks that refuse what the trainer cannot do correctly.
+
+``TrainOptions`` is the only place the trainer's defaults are written; this module imports no
+torch, so the CLI and the pipeline's config can read them without loading it."""
 
 from __future__ import annotations
 
@@ -7,9 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from relearn.train.deepspeed_config import STAGES
-from relearn.train.loss import NORMS
-from relearn.train.model import TINY_MODELS, has_linear_attention, tiny_config
+from relearn.masks.compile import CONTEXT_TOKENS
 
 
 class UsageError(ValueError):
@@ -23,7 +24,7 @@ class TrainOptions:
     init: str | None = None
     tiny: str | None = None
     tokenizer: str | None = None
-    ctx: int = 65536
+    ctx: int = CONTEXT_TOKENS
     epochs: int = 3
     lr: float = 1e-5
     warmup: float = 0.03  # < 1: fraction of all steps; >= 1: a number of steps
@@ -57,6 +58,8 @@ IDENTITY = (
 
 
 def model_config(opts: TrainOptions) -> Any:
+    from relearn.train.model import tiny_config
+
     if opts.tiny is not None:
         return tiny_config(opts.tiny)
     from transformers import AutoConfig
@@ -66,6 +69,10 @@ def model_config(opts: TrainOptions) -> Any:
 
 def check_options(opts: TrainOptions, config: Any | None = None) -> None:
     """Refuse, with the reason, what the trainer cannot do correctly. Raises ``UsageError``."""
+    from relearn.train.deepspeed_config import STAGES
+    from relearn.train.loss import NORMS
+    from relearn.train.model import TINY_MODELS, has_linear_attention
+
     if (opts.init is None) == (opts.tiny is None):
         raise UsageError("give exactly one of --init PATH or --tiny NAME")
     if opts.tiny is not None and opts.tiny not in TINY_MODELS:

@@ -1,0 +1,226 @@
+"""``relearn analyze nll`` / ``passk`` and the pipeline's analyze stage.
+
+NLL scoring is set up here once, for both front-ends: the model and tokenizer are loaded by a
+``relearn.analyze.nll.ModelSpec`` (in this process, in each worker process, or on each Ray
+node), the score cache is keyed by the same ``Settings``, and the results are written the same
+way, so the pipeline's per-model scores equal `relearn analyze nll` on the same pool."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.executor import Backend, LocalBackend, Needs
+from records.pools import count_records, write_text_atomic
+from relearn.analyze.nll import BATCH, ModelLoadError, ModelSpec, PoolScores, Settings, folder_fingerprint, score_pools
+from relearn.analyze.nll_report import analyze, markdown
+from relearn.analyze.pools import NamedPool
+from relearn.analyze.split import BOOTSTRAP_SAMPLES
+from relearn.masks.compile import DEFECT_SCOPES
+from relearn.ops.containers import open_backend
+from relearn.ops.masks import MasksOptions
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.train.options import TrainOptions
+
+BUILTIN_TOKENIZER = MasksOptions.tokenizer
+
+
+@dataclass
+class NllOptions:
+    pools: list[NamedPool]  # the first is the baseline of the differences
+    out: Path  # nll.json, nll.md (nll.png with ``chart``) and the score cache
+    model: str | None = None  # a Hugging Face causal LM folder, or None with ``tiny``
+    tiny: str | None = None
+    seed: int = 0  # a tiny model's init
+    tokenizer: str | None = None  # default: the model folder's; the built-in one with ``tiny``
+    reviews: Path | None = None  # also split eligible tokens into kept (A \ E) and excluded (E)
+    defect_scope: str = MasksOptions.defect_scope
+    ctx: int = MasksOptions.ctx
+    limit: int | None = None  # the first N records of each pool
+    positive_only: bool = False
+    device: str = "cpu"  # cpu | cuda | cuda:N
+    bf16: bool = False
+    attn: str = TrainOptions.attn
+    chunk: int = TrainOptions.chunk  # eligible positions per LM-head chunk
+    preserve_thinking: bool = MasksOptions.preserve_thinking
+    bootstrap: int = BOOTSTRAP_SAMPLES
+    workers: int = 1  # CPU worker processes, each loading the model once
+    ray: str | None = None
+    batch: int = BATCH  # trajectories per work unit with workers or Ray
+    chart: bool = True  # also draw nll.png
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self.tokenizer or self.model or BUILTIN_TOKENIZER
+
+
+@dataclass
+class NllSummary:
+    result: dict[str, Any]  # what nll.json holds (relearn.analyze.nll_report.analyze)
+    pools: list[PoolScores]
+    review_problems: list[str] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    per_node: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.rejected or self.review_problems)
+
+
+def check_options(options: NllOptions) -> None:
+    if (options.model is None) == (options.tiny is None):
+        raise OpError("give exactly one of --model FOLDER or --tiny NAME")
+    if options.model is not None and not Path(options.model).is_dir():
+        raise OpError(f"--model {options.model}: no such folder")
+    if options.reviews is not None and not options.reviews.is_file():
+        raise OpError(f"--reviews {options.reviews}: no such file")
+    if options.defect_scope not in DEFECT_SCOPES:
+        raise OpError(f"--defect-scope must be one of {', '.join(DEFECT_SCOPES)}, not {options.defect_scope!r}")
+    if options.ctx < 2 or options.workers < 1 or options.batch < 1 or options.chunk < 1:
+        raise OpError("--ctx must be at least 2, and --workers, --batch and --chunk at least 1")
+    if not options.pools:
+        raise OpError("give at least one --pool NAME=PATH")
+    for pool in options.pools:
+        if not pool.path.is_file():
+            raise OpError(f"--pool {pool.name}={pool.path}: no such file")
+    if options.workers > 1 and options.device != "cpu":
+        raise OpError("--workers runs CPU processes: score on GPUs with --ray")
+    if options.ray is None or not options.device.startswith("cuda"):  # on a cluster, the nodes' GPUs count, not this machine's
+        _check_device(options.device)
+
+
+def _check_device(device: str) -> None:
+    if device == "cpu":
+        return
+    if not device.startswith("cuda"):
+        raise OpError(f"--device must be cpu or cuda[:N], not {device!r}")
+    import torch
+
+    if not torch.cuda.is_available():
+        raise OpError(f"--device {device}: no CUDA device is available here")
+
+
+def nll_settings(options: NllOptions) -> Settings:
+    """What decides the scores (the score cache's key)."""
+    name = options.tokenizer_name
+    return Settings(
+        model=f"tiny:{options.tiny}:seed={options.seed}" if options.tiny else str(Path(str(options.model)).resolve()),
+        tokenizer=name if not Path(name).is_dir() else str(Path(name).resolve()),
+        dtype="bfloat16" if options.bf16 else "float32",
+        template_kwargs={"preserve_thinking": options.preserve_thinking},
+        fingerprint=folder_fingerprint(*([options.model] if options.model else []), name),
+        defect_scope=options.defect_scope,
+    )
+
+
+def model_spec(options: NllOptions) -> ModelSpec:
+    # A Ray unit sees the GPU Ray gave it as cuda (cuda:0), whatever index was named here.
+    device = "cuda" if options.ray is not None and options.device.startswith("cuda") else options.device
+    return ModelSpec(options.model, options.tiny, options.seed, options.tokenizer_name, options.attn, options.bf16, device, options.chunk)
+
+
+@contextmanager
+def scoring_backend(options: NllOptions) -> Iterator[Backend | None]:
+    """The Ray cluster's backend (a GPU per unit with --device cuda), CPU worker processes, or
+    None (score here), closed after."""
+    needs = Needs(gpus=1) if options.device.startswith("cuda") else Needs(cpus=1)
+    with open_backend(options.ray, needs) as backend:
+        if backend is not None or options.workers == 1:
+            yield backend
+            return
+        local = LocalBackend(options.workers, processes=True, threads_per_process=max(1, (os.cpu_count() or 1) // options.workers))
+        try:
+            yield local
+        finally:
+            local.close()
+
+
+def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
+    """Score every pool under one model, write ``out/nll.json`` and ``out/nll.md`` (and
+    ``nll.png``); a rerun takes what the score cache holds. Raises ``OpError`` for unusable
+    options, a model that cannot be loaded, or when no trajectory could be scored; a batch a
+    worker could not score raises ``RuntimeError``."""
+    from relearn.masks.shards import load_reviews
+
+    check_options(options)
+    review_problems: list[str] = []
+    reviews = load_reviews(options.reviews, review_problems) if options.reviews is not None else None
+    settings = nll_settings(options)
+    total = sum(count_records(p.path, options.limit) for p in options.pools)
+    try:
+        with scoring_backend(options) as backend, stage(reporter, "scoring NLL", total):
+            results = score_pools(
+                options.pools, settings, model_spec(options), options.out, ctx=options.ctx, limit=options.limit,
+                positive_only=options.positive_only, reviews=reviews, on_record=reporter.advance, backend=backend, batch=options.batch,
+            )  # fmt: skip
+            per_node = dict(getattr(backend, "per_node", {}) or {})
+    except ModelLoadError as exc:
+        raise OpError(str(exc)) from None
+    rejected = [str(e) for r in results for e in r.rejected]
+    review_problems += [problem for r in results for problem in r.review_errors]
+    if not any(r.scores for r in results):
+        skipped = {reason: n for r in results for reason, n in r.skipped.items()}
+        raise OpError(f"{options.out}: no trajectory could be scored (skipped: {skipped or 'none'}, rejected: {len(rejected)})")
+    result = analyze(results, settings, options.ctx, samples=options.bootstrap)
+    write_text_atomic(options.out / "nll.json", json.dumps(result, indent=1))
+    write_text_atomic(options.out / "nll.md", markdown(result))
+    if options.chart:
+        from relearn.analyze.plots import nll_chart
+
+        nll_chart(result, options.out / "nll.png")
+    return NllSummary(result, results, review_problems, rejected, per_node)
+
+
+@dataclass
+class PasskOptions:
+    pools: list[NamedPool]
+    out: Path  # passk.json, passk.md, passk.png
+    max_k: int | None = None  # default: the fewest attempts any problem of a pool has
+    limit: int | None = None
+
+
+@dataclass
+class PasskSummary:
+    result: dict[str, Any]
+    rejected: list[str]
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.rejected)
+
+
+def run_passk(options: PasskOptions, reporter: Reporter = SILENT) -> PasskSummary:
+    """Per-problem success rates and pass@k curves of each pool; writes passk.json/.md/.png."""
+    from relearn.analyze.passk import analyze as passk_analyze
+    from relearn.analyze.passk import markdown as passk_markdown
+    from relearn.analyze.passk import read_outcomes
+    from relearn.analyze.plots import passk_chart
+
+    if not options.pools:
+        raise OpError("give at least one --pool NAME=PATH")
+    for pool in options.pools:
+        if not pool.path.is_file():
+            raise OpError(f"--pool {pool.name}={pool.path}: no such file")
+    total = sum(count_records(p.path, options.limit) for p in options.pools)
+    with stage(reporter, "reading pools", total):
+        outcomes = [read_outcomes(p, options.limit, on_record=reporter.advance) for p in options.pools]
+    rejected = [str(e) for o in outcomes for e in o.rejected]
+    if not any(o.table for o in outcomes):
+        raise OpError(f"no verified trajectory with a task_id in any pool (rejected: {len(rejected)})")
+    result = passk_analyze(outcomes, options.max_k)
+    for p in result["pools"]:
+        fewer = [point for point in p["curve"] if point["problems"] < p["problems"]]
+        if fewer:
+            reporter.note(
+                f"{p['name']}: from k={fewer[0]['k']} on, pass@k averages only the problems with at least k attempts "
+                f"({fewer[-1]['problems']} of {p['problems']} at k={fewer[-1]['k']})"
+            )
+    write_text_atomic(options.out / "passk.json", json.dumps(result, indent=1))
+    write_text_atomic(options.out / "passk.md", passk_markdown(result))
+    passk_chart(result, options.out / "passk.png")
+    return PasskSummary(result, rejected)

@@ -1,0 +1,191 @@
+"""``relearn export``: pools as Harbor ATIF, Hugging Face chat JSON or chat-message rows, and a
+compiled dataset in a trainer's own format or as its A \\ E spans.
+
+Three operations: ``run_export_pool`` (atif, hf, chat), ``run_export_dataset`` (--for trl,
+axolotl, verl, llamafactory, hf) and ``run_export_masks``. Each streams: a trajectory or a
+sample is read, converted and written before the next is read.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from harness.exporters import chat as chat_export
+from harness.exporters.atif import to_atif
+from harness.exporters.hf_chat import to_chat_record
+from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from records.trajectory import Trajectory
+    from relearn.export.source import DatasetInfo
+
+PoolFormat = Literal["atif", "hf", "chat"]
+POOL_FORMATS: tuple[str, ...] = get_args(PoolFormat)
+CHAT_PRESETS = chat_export.PRESETS
+
+
+@dataclass
+class PoolExportOptions:
+    """``relearn export atif|hf|chat POOL... -o OUTPUT``."""
+
+    pools: list[Path]
+    output: Path  # atif: a folder (one <id>.trajectory.json each); hf, chat: one file
+    format: PoolFormat
+    preset: str | None = None  # chat only: the rows of a published set (CHAT_PRESETS); None: the generic OpenAI form
+
+
+@dataclass
+class PoolExportSummary:
+    format: str
+    output: Path
+    preset: str | None
+    exported: int
+    rejected: list[str]  # records of the pools that are not trajectories, located (file:line: why)
+    refused: list[str]  # trajectories the chat preset cannot hold whole (id: why)
+
+    @property
+    def complete(self) -> bool:
+        return not self.rejected and not self.refused
+
+
+def run_export_pool(options: PoolExportOptions, reporter: Reporter = SILENT) -> PoolExportSummary:
+    if options.format not in POOL_FORMATS:
+        raise OpError(f"export format {options.format!r}: expected one of {', '.join(POOL_FORMATS)}")
+    if options.preset is not None and options.format != "chat":
+        raise OpError(f"preset {options.preset!r}: only the chat export has presets, not {options.format}")
+    if options.preset is not None and options.preset not in CHAT_PRESETS:
+        raise OpError(f"preset {options.preset!r}: expected one of {', '.join(CHAT_PRESETS)}")
+    if not options.pools:
+        raise OpError("no pool to export: name one or more pool files")
+    for pool in options.pools:
+        if not pool.is_file():
+            raise OpError(f"{pool}: no such pool file")
+    if options.format == "atif" and options.output.exists() and not options.output.is_dir():
+        raise OpError(f"{options.output}: exists and is not a folder (the ATIF export writes one file per trajectory into a folder)")
+    if options.format != "atif" and options.output.is_dir():
+        raise OpError(f"{options.output}: is a folder; the {options.format} export writes one file")
+    errors: list[RecordError] = []
+
+    def trajectories() -> Iterator[Trajectory]:
+        for pool in options.pools:
+            for trajectory in read_trajectories_lenient(pool, errors):
+                reporter.advance()
+                yield trajectory
+
+    refused: list[str] = []
+    with stage(reporter, f"exporting as {options.format}"):
+        if options.format == "atif":
+            exported = _write_atif(trajectories(), options.output)
+        elif options.format == "hf":
+            exported = write_atomic(options.output, (to_chat_record(t) for t in trajectories()))
+        else:
+            written = chat_export.export_chat(trajectories(), options.output, options.preset)
+            exported, refused = written.rows, written.refused or []
+    return PoolExportSummary(options.format, options.output, options.preset, exported, [str(e) for e in errors], refused)
+
+
+def _write_atif(trajectories: Iterator[Trajectory], folder: Path) -> int:
+    folder.mkdir(parents=True, exist_ok=True)
+    count = 0
+    for trajectory in trajectories:
+        write_text_atomic(folder / f"{trajectory.id}.trajectory.json", json.dumps(to_atif(trajectory), ensure_ascii=False, indent=2))
+        count += 1
+    return count
+
+
+@dataclass
+class DatasetExportOptions:
+    """``relearn export dataset DATASET_DIR --for TRAINER -o OUTPUT``."""
+
+    dataset: Path  # a folder `relearn masks` wrote
+    trainer: str  # one of relearn.export.trainers.FORMATS
+    output: Path  # a folder; it appears whole or not at all
+    tokenizer: str | None = None  # refused unless it is the one the dataset was compiled with
+    rows_per_file: int = 10_000
+    overwrite: bool = False
+
+
+@dataclass
+class DatasetExportSummary:
+    trainer: str
+    output: Path
+    rows: int
+    tokens: int
+    supervised: int
+    skipped_unsupervised: int  # rows with no supervised token, left out
+    files: list[str] = field(default_factory=list)
+
+    @property
+    def manifest(self) -> Path:
+        return self.output / "relearn-export.json"
+
+
+def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILENT) -> DatasetExportSummary:
+    from relearn.export.source import ExportError, open_dataset
+    from relearn.export.trainers import FORMATS, export_dataset
+
+    if options.trainer not in FORMATS:
+        raise OpError(f"--for {options.trainer!r}: expected one of {', '.join(FORMATS)}")
+    if options.rows_per_file < 1:
+        raise OpError(f"rows per file {options.rows_per_file}: at least 1")
+    try:
+        info = open_dataset(options.dataset)
+        if options.tokenizer is not None:  # the one the trainer will load: checked, not used
+            _checked_tokenizer(info, options.tokenizer)
+        with stage(reporter, f"exporting for {options.trainer}", int(info.stats.get("samples", 0))):
+            written = export_dataset(
+                info, options.trainer, options.output, rows_per_file=options.rows_per_file, overwrite=options.overwrite,
+                on_row=reporter.advance,
+            )  # fmt: skip
+    except (ExportError, ValueError) as exc:
+        raise OpError(str(exc)) from None
+    return DatasetExportSummary(
+        options.trainer, options.output, written.rows, written.tokens, written.supervised, written.skipped_unsupervised, list(written.files)
+    )
+
+
+@dataclass
+class MasksExportOptions:
+    """``relearn export masks DATASET_DIR -o OUTPUT``."""
+
+    dataset: Path  # a folder `relearn masks` wrote
+    output: Path  # JSONL (.jsonl or .jsonl.zst)
+    tokenizer: str | None = None  # None: the one the dataset records; refused unless it is that one
+
+
+@dataclass
+class MasksExportSummary:
+    output: Path
+    samples: int
+    tokenizer: str
+
+
+def run_export_masks(options: MasksExportOptions, reporter: Reporter = SILENT) -> MasksExportSummary:
+    from relearn.export.source import ExportError, open_dataset
+    from relearn.export.spans import export_spans
+
+    try:
+        info = open_dataset(options.dataset)
+        name = options.tokenizer or info.tokenizer  # the spans are text: decoded with the ids' own tokenizer
+        tokenizer = _checked_tokenizer(info, name)
+        with stage(reporter, "exporting spans", int(info.stats.get("samples", 0))):
+            samples = export_spans(info, tokenizer, options.output, on_row=reporter.advance)
+    except (ExportError, ValueError) as exc:
+        raise OpError(str(exc)) from None
+    return MasksExportSummary(options.output, samples, name)
+
+
+def _checked_tokenizer(info: DatasetInfo, name: str) -> Any:
+    """The tokenizer ``name``, refused unless its ids and template are the dataset's."""
+    from relearn.export.source import check_tokenizer
+    from relearn.masks.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer(name)
+    check_tokenizer(info, tokenizer, name)
+    return tokenizer

@@ -1,0 +1,139 @@
+"""`relearn import` and the pipeline's ``[pool.import]``: other tools' trajectories into a pool.
+
+The work itself is ``harness.import_run`` (discover the files, convert, append, resume by stable
+ids); this module checks the options, configures the chat importer, reports progress in bytes
+and records, and counts the pool it wrote in one streaming pass.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from harness.import_run import CHAT_COLUMNS, ImportFormat, ImportSummary, discover, import_files
+from harness.importers import chat
+from records.pools import iter_lines
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+
+__all__ = ["ImportOptions", "ImportSummary", "PoolCounts", "count_pool", "run_import"]
+
+# How often the bar's record count is refreshed: a Parquet file is one step of bytes but many records.
+RECORDS_PER_UPDATE = 100
+
+
+@dataclass
+class ImportOptions:
+    """What to import and where to. The chat fields (``preset`` and the column names) apply to
+    the chat format only; None takes the preset's column, else the generic one."""
+
+    format: str  # one of harness.import_run.ImportFormat
+    paths: list[Path]  # files, or folders walked recursively
+    output: Path  # the pool appended to (.jsonl or .jsonl.zst)
+    salvage: bool = False  # keep what parses from a damaged file, each skipped line a warning
+    overwrite: bool = False  # rebuild the pool (atomic swap at the end) instead of appending
+    preset: str | None = None
+    messages: str | None = None
+    tools: str | None = None
+    id: str | None = None
+    task_id: str | None = None
+    resolved: str | None = None
+    patch: str | None = None
+
+    def chat_columns(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in CHAT_COLUMNS}
+
+
+def chat_only_fields(options: ImportOptions) -> list[str]:
+    """The chat fields set for another format (names as both the flags and the pipeline file
+    spell them, ``task_id`` as ``task-id`` on the command line)."""
+    if options.format == ImportFormat.chat:
+        return []
+    return [name for name, value in (("preset", options.preset), *options.chat_columns().items()) if value is not None]
+
+
+def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSummary:
+    """Import ``options.paths`` into ``options.output``; a damaged file (a damaged row in row
+    formats) is rejected, counted in the summary, and the batch goes on."""
+    if options.format not in set(ImportFormat):
+        raise OpError(f"unknown import format {options.format!r}; known: {', '.join(ImportFormat)}")
+    misplaced = chat_only_fields(options)
+    if misplaced:
+        raise OpError(f"{', '.join('--' + n.replace('_', '-') for n in misplaced)} only apply to the chat format")
+    missing = [str(p) for p in options.paths if not p.exists()]
+    if missing:
+        raise OpError(f"no such file or directory: {', '.join(missing)}")
+    importer = None
+    if options.format == ImportFormat.chat:
+        try:
+            importer = chat.ChatImporter(chat.options_for(options.preset, **options.chat_columns()))
+        except ValueError as exc:  # an unknown preset
+            raise OpError(str(exc)) from None
+    files = discover(options.format, options.paths)
+    if not files:
+        raise OpError(f"no {options.format} files under {', '.join(map(str, options.paths))}")
+    options.output.parent.mkdir(parents=True, exist_ok=True)
+    sizes = {path: path.stat().st_size for path in files}
+    read = 0
+
+    def on_record() -> None:
+        nonlocal read
+        read += 1
+        if read % RECORDS_PER_UPDATE == 0:
+            reporter.advance(0, records=read)
+
+    with stage(reporter, f"importing {options.format}", total=sum(sizes.values())):
+        return import_files(
+            options.format, files, options.output, salvage=options.salvage, overwrite=options.overwrite, importer=importer,
+            on_file=lambda path: reporter.advance(sizes[path], records=read), on_record=on_record,
+        )  # fmt: skip
+
+
+class _Outcome(msgspec.Struct):
+    reward: float | None = None
+    resolved: bool | None = None
+    verdict: dict[str, object] | None = None
+    suspicious: list[str] | None = None
+
+
+class _Counted(msgspec.Struct):
+    """The fields of a pool line that the counts need; msgspec skips the rest unparsed."""
+
+    exit_status: str = "unknown"
+    outcome: _Outcome | None = None
+
+
+_COUNT_DECODER = msgspec.json.Decoder(_Counted)
+
+
+@dataclass
+class PoolCounts:
+    trajectories: int = 0
+    graded: int = 0  # with an outcome that says resolved or gives a reward
+    positive: int = 0  # verified positive (records.trajectory.is_verified_positive): resolved, or a reward > 0
+    imported_grades: int = 0  # the grade is the source's (verdict.imported_from), not one of ours
+    unreadable: int = 0
+    exit_status: Counter[str] = field(default_factory=Counter)
+
+
+def count_pool(path: Path) -> PoolCounts:
+    """What a pool holds, in one pass that keeps nothing but the counts (a pool of any size)."""
+    counts = PoolCounts()
+    for _number, text in iter_lines(path):
+        try:
+            line = _COUNT_DECODER.decode(text)
+        except (msgspec.DecodeError, UnicodeEncodeError):
+            counts.unreadable += 1
+            continue
+        counts.trajectories += 1
+        counts.exit_status[line.exit_status] += 1
+        outcome = line.outcome
+        if outcome is None or (outcome.resolved is None and outcome.reward is None):
+            continue
+        counts.graded += 1
+        counts.imported_grades += bool(outcome.verdict and outcome.verdict.get("imported_from"))
+        success = outcome.resolved if outcome.resolved is not None else (outcome.reward or 0.0) > 0.0
+        counts.positive += bool(success and not outcome.suspicious)
+    return counts

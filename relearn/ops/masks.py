@@ -1,0 +1,134 @@
+"""``relearn masks`` and the pipeline's masks stages: a pool into token masks A \\ E and Parquet
+shards (``relearn.masks.shards``), here, in worker processes or on a Ray cluster."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envs.executor import Backend, LocalBackend, Needs
+from records.pools import is_zstd
+from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions
+from relearn.masks.shards import SHARD_SIZE, build_dataset, load_reviews
+from relearn.masks.template import PREFIX_CHECKS
+from relearn.ops.containers import open_backend
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+
+# Rejections that are the mode's selection, not a problem with the input.
+SELECTED_OUT = ("not verified positive", "review rejected", "no review")
+
+
+@dataclass
+class MasksOptions:
+    pool: Path
+    output: Path
+    reviews: Path | None = None  # needed for ross and ross-nomask
+    tokenizer: str = "qwen3.6"  # the built-in offline Qwen3.6, or a Hugging Face tokenizer folder
+    mode: str = MaskOptions.mode
+    ctx: int = MaskOptions.ctx
+    prefix_check: str = MaskOptions.prefix_check
+    per_turn: bool = MaskOptions.per_turn
+    preserve_thinking: bool = True  # Qwen3.6's preserve_thinking: reasoning kept on every turn
+    no_thinking: bool = False  # the template's no-thinking form (enable_thinking=False)
+    shard_size: int = SHARD_SIZE
+    include_suspicious: bool = MaskOptions.include_suspicious
+    defect_scope: str = MaskOptions.defect_scope
+    workers: int = 1  # worker processes compiling shards at once; 1: here, in the least memory
+    ray: str | None = None  # a Ray cluster's address: shards are compiled on its nodes
+
+    def template_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"preserve_thinking": self.preserve_thinking}
+        if self.no_thinking:
+            kwargs["enable_thinking"] = False
+        return kwargs
+
+    def mask_options(self) -> MaskOptions:
+        return MaskOptions(
+            mode=self.mode, ctx=self.ctx, template_kwargs=self.template_kwargs(), prefix_check=self.prefix_check,
+            per_turn=self.per_turn, include_suspicious=self.include_suspicious, defect_scope=self.defect_scope,
+        )  # fmt: skip
+
+
+@dataclass
+class MasksSummary:
+    stats: dict[str, Any]  # what stats.json holds (relearn.masks.shards.summarise)
+    reused: int  # shards kept from an earlier run with the same inputs
+    review_errors: list[str] = field(default_factory=list)
+    per_node: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def invalid(self) -> dict[str, int]:
+        """Rejections for a problem with the input (not the mode's selection)."""
+        return {k: v for k, v in self.stats["rejected"].items() if k not in SELECTED_OUT}
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.invalid or self.review_errors)
+
+
+def check_options(options: MasksOptions) -> None:
+    for name, value, allowed in (
+        ("--mode", options.mode, MODES), ("--defect-scope", options.defect_scope, DEFECT_SCOPES),
+        ("--prefix-check", options.prefix_check, PREFIX_CHECKS),
+    ):  # fmt: skip
+        if value not in allowed:
+            raise OpError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+    if options.mode != "positive" and options.reviews is None:
+        raise OpError(f"--mode {options.mode} needs --reviews")
+    if options.ctx < 1 or options.shard_size < 1 or options.workers < 1:
+        raise OpError("--ctx, --shard-size and --workers must be at least 1")
+    if not options.pool.is_file():
+        raise OpError(f"{options.pool}: no such pool")
+    if options.reviews is not None and not options.reviews.is_file():
+        raise OpError(f"--reviews {options.reviews}: no such file")
+
+
+@contextmanager
+def compile_backend(options: MasksOptions) -> Iterator[Backend | None]:
+    """The Ray cluster's backend, worker processes, or None (compile here), closed after."""
+    with open_backend(options.ray, Needs(cpus=1)) as backend:
+        if backend is not None or options.workers == 1:
+            yield backend
+            return
+        local = LocalBackend(options.workers, processes=True)
+        try:
+            yield local
+        finally:
+            local.close()
+
+
+def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: Any = None) -> MasksSummary:
+    """Compile ``options.pool`` into ``options.output``. ``tokenizer``: the one named by
+    ``options.tokenizer``, already loaded (the pipeline loads it once for every variant).
+
+    Raises ``OpError`` for unusable options; a shard a worker could not compile raises
+    ``RuntimeError`` (the finished shards are kept; a rerun goes on)."""
+    check_options(options)
+    if tokenizer is None:
+        from relearn.masks.tokenizers import load_tokenizer  # transformers is slow to import; only here
+
+        try:
+            tokenizer = load_tokenizer(options.tokenizer)
+        except ValueError as exc:
+            raise OpError(f"--tokenizer {options.tokenizer}: {exc}") from None
+    review_errors: list[str] = []
+    reviews = load_reviews(options.reviews, review_errors)  # an index of offsets: flat in the pool's size
+    # Progress counts the pool's bytes (a compressed pool's are only known as they are read).
+    total = None if is_zstd(options.pool) else options.pool.stat().st_size
+    tokens = 0
+
+    def advance(size: int, compiled: int) -> None:
+        nonlocal tokens
+        tokens += compiled
+        reporter.advance(size, tokens=f"{tokens:,}")
+
+    with compile_backend(options) as backend, stage(reporter, f"compiling {options.mode} masks", total):
+        stats, reused = build_dataset(
+            options.pool, reviews, tokenizer, options.tokenizer, options.mask_options(), options.output,
+            shard_size=options.shard_size, on_record=advance, backend=backend,
+        )  # fmt: skip
+        per_node = dict(getattr(backend, "per_node", {}) or {})
+    return MasksSummary(stats, reused, review_errors, per_node)

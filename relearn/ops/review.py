@@ -1,0 +1,199 @@
+"""``relearn review POOL`` and the pipeline's review stage: two LLM judges (or the offline
+heuristic reviewer) over a verified pool, into an appended, resumable reviews.jsonl.
+
+The operation owns what every caller must do: the pricing table and the judges' specs, the
+cost estimate before anything is paid, the call cache and ledger (inside ``review.run``),
+batch mode, and the Ray backend's lifetime."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from envs.executor import Needs
+from records.pools import iter_lines
+from records.review import Review, iter_review_records
+from relearn.ops.containers import open_backend
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from review.reading import DEFAULT_JUDGE_CONTEXT
+
+if TYPE_CHECKING:
+    from review.estimate import JudgeEstimate, PriceTable
+    from review.judges import Judge, Ledger
+    from review.run import ReviewSummary as PoolReview
+
+
+@dataclass
+class JudgeOptions:
+    """Who reviews and at what price (``relearn review`` and ``relearn review bench``)."""
+
+    judge1: str | None = None  # None (and no judge2): the offline heuristic reviewer
+    judge2: str | None = None  # default: judge 1's model
+    backend: str = "anthropic"  # anthropic | chat | responses
+    base_url: str | None = None
+    judge2_base_url: str | None = None
+    api_key_env: str | None = None
+    price_in: float | None = None  # USD per million tokens, over the pricing table's
+    price_out: float | None = None
+    price_cached_in: float | None = None
+    prices: Path | None = None  # a TOML pricing table laid over the shipped one
+    context: int = DEFAULT_JUDGE_CONTEXT  # tokens of prompt a judge reads at most
+
+    @property
+    def heuristic(self) -> bool:
+        return self.judge1 is None and self.judge2 is None
+
+
+@dataclass
+class ReviewOptions:
+    pool: Path
+    output: Path = Path("reviews.jsonl")  # appended; reviewed trajectories are skipped
+    judges: JudgeOptions = field(default_factory=JudgeOptions)
+    workers: int = 4  # trajectories reviewed at once
+    spend_cap: float | None = None  # USD: no judge call starts once it is spent
+    estimate: bool = False  # send nothing: count and price what the review would send
+    batch: bool = False  # the vendors' batch APIs (half price, answers within 24 h)
+    poll_interval: float = 60.0  # seconds between polls of a batch
+    include_suspicious: bool = False
+    ray: str | None = None
+
+
+@dataclass
+class Estimate:
+    """What the review would send and cost (``--estimate``, and before every paid review)."""
+
+    estimates: list[JudgeEstimate]
+    trajectories: int
+    table: PriceTable
+
+    def render(self) -> Any:
+        from review.estimate import render
+
+        return render(self.estimates, self.trajectories, self.table)
+
+
+@dataclass
+class ReviewCounts:
+    """The output file in one pass, latest line of each trajectory: what later stages read."""
+
+    reviewed: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    defects: int = 0
+    unreadable: int = 0
+
+
+@dataclass
+class ReviewRunSummary:
+    reviewer: str  # "judges" or "heuristic"
+    estimate: Estimate | None = None  # with judges, when the prices are known
+    run: PoolReview | None = None  # None with ``estimate``: nothing was reviewed
+    ledger: Ledger | None = None
+    estimate_problem: str | None = None  # why there is no estimate (an unknown model's price)
+
+    @property
+    def partial(self) -> bool:
+        return self.run is not None and bool(self.run.errors or self.run.unreadable)
+
+
+def count_reviews(path: Path) -> ReviewCounts:
+    """Decisions and defects of the latest review of each trajectory, streamed: memory holds
+    one small entry per trajectory, never the reviews."""
+    latest: dict[str, tuple[str, int]] = {}
+    counts = ReviewCounts()
+    for trajectory_id, item in iter_review_records(path):
+        if not isinstance(item, Review):
+            counts.unreadable += 1
+            continue
+        if trajectory_id is not None:
+            latest[trajectory_id] = (item.decision, len(item.defects))
+    counts.reviewed = len(latest)
+    counts.decisions = Counter(decision for decision, _ in latest.values())
+    counts.defects = sum(n for _, n in latest.values())
+    return counts
+
+
+def make_judges(options: JudgeOptions) -> tuple[tuple[Judge, Judge] | None, PriceTable]:
+    """The two judges (None: the heuristic reviewer) and the pricing table they are paid by."""
+    from review.estimate import PricesError, judge_specs, load_prices
+    from review.judges import judge_pair
+
+    if options.backend not in ("anthropic", "chat", "responses"):
+        raise OpError(f"--backend must be anthropic, chat or responses, not {options.backend!r}")
+    try:
+        table = load_prices(options.prices)
+    except PricesError as exc:
+        raise OpError(str(exc)) from None
+    spec = judge_specs(
+        table, backend=options.backend, base_url=options.base_url, judge2_base_url=options.judge2_base_url,
+        api_key_env=options.api_key_env, price_in=options.price_in, price_out=options.price_out,
+        price_cached_in=options.price_cached_in,
+    )  # fmt: skip
+    return judge_pair(options.judge1, options.judge2, spec, context=options.context), table
+
+
+def check_options(options: ReviewOptions) -> None:
+    if not options.pool.is_file():
+        raise OpError(f"{options.pool}: no such pool")
+    if options.workers < 1:
+        raise OpError("--workers must be at least 1")
+    if options.ray is not None and options.batch:
+        raise OpError("--batch and --ray do not go together: the batches are one account, submit them from one machine")
+    if options.judges.heuristic:
+        if options.estimate:
+            raise OpError("--estimate prices the judges: name --judge1 (the heuristic reviewer costs nothing)")
+        if options.batch:
+            raise OpError("--batch sends the judges' requests: name --judge1")
+
+
+def estimate_review(options: ReviewOptions, judges: tuple[Judge, Judge], table: PriceTable) -> Estimate:
+    """What reviewing ``options.pool`` into ``options.output`` would still send; ``OpError``
+    (from ``UnknownModel``) when a judge's model has no price."""
+    from review.estimate import UnknownModel, estimate_pool
+
+    try:
+        estimates, count = estimate_pool(options.pool, options.output, judges, table, include_suspicious=options.include_suspicious)
+    except UnknownModel as exc:
+        raise OpError(str(exc)) from None
+    return Estimate(estimates, count, table)
+
+
+def run_review(
+    options: ReviewOptions, reporter: Reporter = SILENT, *, on_estimate: Callable[[Estimate], None] | None = None
+) -> ReviewRunSummary:
+    """Review every trajectory of ``options.pool`` not yet in ``options.output``. With judges
+    and ``on_estimate``, the estimate is made first and handed to it before anything is paid
+    (``reporter.note`` says when it cannot be made); with ``options.estimate`` only the
+    estimate is made. Raises ``OpError`` for unusable options."""
+    from review.batch import BatchOptions
+    from review.run import review_pool
+
+    check_options(options)
+    judges, table = make_judges(options.judges)
+    summary = ReviewRunSummary("judges" if judges else "heuristic")
+    if judges is not None and (options.estimate or on_estimate is not None):
+        try:
+            summary.estimate = estimate_review(options, judges, table)
+        except OpError as exc:
+            if options.estimate:
+                raise
+            summary.estimate_problem = str(exc)
+            reporter.note(f"no cost estimate: {exc}")
+        if summary.estimate is not None and on_estimate is not None:
+            on_estimate(summary.estimate)
+    if options.estimate:
+        return summary
+    total = sum(1 for _ in iter_lines(options.pool))
+    batching = BatchOptions(poll_s=options.poll_interval, on_event=reporter.note) if options.batch else None
+    with open_backend(options.ray, Needs(cpus=0.5)) as backend, stage(reporter, "reviewing", total):
+
+        def done(_review: Review | None, ledger: Ledger) -> None:
+            reporter.advance(1, spent=f"${ledger.spent_usd:.4f}")
+
+        summary.run, summary.ledger = review_pool(
+            options.pool, options.output, judges=judges, workers=options.workers, spend_cap_usd=options.spend_cap, on_done=done,
+            include_suspicious=options.include_suspicious, batch=batching, backend=backend,
+        )  # fmt: skip
+    return summary

@@ -1,0 +1,70 @@
+"""`relearn validate`: check pools in one streaming pass (records parse, ids are unique, tool
+results answer earlier calls, something can be supervised)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from records.pools import RecordError, read_trajectories_lenient
+from records.trajectory import Trajectory, tool_call_pairs
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+
+
+@dataclass
+class ValidateOptions:
+    pools: list[Path]
+
+
+@dataclass
+class ValidateSummary:
+    trajectories: int = 0
+    with_problems: int = 0
+    unreadable: list[RecordError] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # "POOL: ID: field: what", then repeated ids
+    formats: Counter[str] = field(default_factory=Counter)  # the source format ("relearn": our own)
+    exit_status: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def clean(self) -> bool:
+        return not self.unreadable and not self.problems
+
+
+def check_trajectory(trajectory: Trajectory) -> list[str]:
+    """Structural problems a pool record can have even when every field parses."""
+    problems = []
+    calls, results = tool_call_pairs(trajectory.messages)
+    for call_id, index in results.items():
+        if call_id not in calls:
+            problems.append(f"messages[{index}].tool_call_id: {call_id!r} answers no call")
+        elif calls[call_id] > index:
+            problems.append(f"messages[{index}].tool_call_id: {call_id!r} answers a later call")
+    if not any(m.generated for m in trajectory.messages):
+        problems.append("no generated message: nothing could ever be supervised")
+    return problems
+
+
+def run_validate(options: ValidateOptions, reporter: Reporter = SILENT) -> ValidateSummary:
+    """Read every pool once, one trajectory at a time; only the ids are kept (to find repeats)."""
+    missing = [str(p) for p in options.pools if not p.is_file()]
+    if missing:
+        raise OpError(f"no such pool file: {', '.join(missing)}")
+    summary = ValidateSummary()
+    seen: set[str] = set()
+    repeated: Counter[str] = Counter()
+    with stage(reporter, "validating", total=len(options.pools)):
+        for pool in options.pools:
+            for trajectory in read_trajectories_lenient(pool, summary.unreadable):
+                summary.trajectories += 1
+                if trajectory.id in seen:
+                    repeated[trajectory.id] += 1
+                seen.add(trajectory.id)
+                found = check_trajectory(trajectory)
+                summary.problems.extend(f"{pool}: {trajectory.id}: {p}" for p in found)
+                summary.with_problems += bool(found)
+                summary.formats[trajectory.source.format if trajectory.source else "relearn"] += 1
+                summary.exit_status[trajectory.exit_status.value] += 1
+            reporter.advance(1, trajectories=summary.trajectories)
+    summary.problems.extend(f"id {i!r} appears {n + 1} times" for i, n in repeated.items())
+    return summary
