@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -75,6 +76,15 @@ def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSum
     if not files:
         raise OpError(f"no {options.format} files under {', '.join(map(str, options.paths))}")
     options.output.parent.mkdir(parents=True, exist_ok=True)
+    return import_reporting(
+        f"importing {options.format}", options.format, files, options.output, reporter,
+        salvage=options.salvage, overwrite=options.overwrite, importer=importer,
+    )  # fmt: skip
+
+
+def import_reporting(label: str, fmt: str, files: list[Path], output: Path, reporter: Reporter, **kwargs: Any) -> ImportSummary:
+    """``import_files`` with its progress in input bytes, file by file, and a live count of the
+    records read (one large Parquet or JSONL file is one step of the bar but many records)."""
     sizes = {path: path.stat().st_size for path in files}
     read = 0
 
@@ -84,11 +94,10 @@ def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSum
         if read % RECORDS_PER_UPDATE == 0:
             reporter.advance(0, records=read)
 
-    with stage(reporter, f"importing {options.format}", total=sum(sizes.values())):
+    with stage(reporter, label, total=sum(sizes.values())):
         return import_files(
-            options.format, files, options.output, salvage=options.salvage, overwrite=options.overwrite, importer=importer,
-            on_file=lambda path: reporter.advance(sizes[path], records=read), on_record=on_record,
-        )  # fmt: skip
+            fmt, files, output, on_file=lambda path: reporter.advance(sizes[path], records=read), on_record=on_record, **kwargs
+        )
 
 
 class _Outcome(msgspec.Struct):

@@ -16,11 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from harness.import_run import ImportSummary, import_files
+from harness.import_run import ImportSummary
 from records.pools import JsonlWriter, RecordError, iter_lines, read_trajectories_lenient
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
 from relearn.ops.containers import docker_client, sweep_orphans
+from relearn.ops.importing import import_reporting
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.ops.review import JudgeOptions, ReviewOptions, make_judges
 
@@ -49,7 +50,6 @@ SingleTurnFormat = Literal["rows", "verl", "openrlhf", "chat"]
 FORMATS: tuple[str, ...] = get_args(SingleTurnFormat)
 # The columns a row preset's layout can be overridden for (harness.importers.single_turn.SingleTurnOptions).
 COLUMNS = ("prompt", "response", "reward", "step", "task_id", "id", "checkpoint", "token_ids", "logprobs")
-RECORDS_PER_UPDATE = 100
 
 
 # ---- import -------------------------------------------------------------------------------
@@ -93,20 +93,7 @@ def run_single_turn_import(options: SingleTurnImportOptions, reporter: Reporter 
     if not files:
         raise OpError(f"no rollout files (.jsonl, .json, .parquet) under {', '.join(map(str, options.paths))}")
     options.output.parent.mkdir(parents=True, exist_ok=True)
-    sizes = {path: path.stat().st_size for path in files}
-    read = 0
-
-    def on_record() -> None:
-        nonlocal read
-        read += 1
-        if read % RECORDS_PER_UPDATE == 0:
-            reporter.advance(0, records=read)
-
-    with stage(reporter, f"importing {len(files)} file(s)", total=sum(sizes.values())):
-        return import_files(
-            "single-turn", files, options.output, importer=importer, on_file=lambda path: reporter.advance(sizes[path], records=read),
-            on_record=on_record,
-        )  # fmt: skip
+    return import_reporting(f"importing {len(files)} file(s)", "single-turn", files, options.output, reporter, importer=importer)
 
 
 # ---- verify -------------------------------------------------------------------------------
