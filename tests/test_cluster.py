@@ -768,13 +768,14 @@ def test_the_pipeline_grades_an_imported_pool_through_ray_as_it_does_here(
     cluster, docker_client: docker.DockerClient, base_image: str, tmp_path: Path
 ) -> None:  # noqa: ANN001
     """`relearn run` with [cluster]: the verify stage grades the imported patches as units on the
-    worker nodes (the head offers no docker), and the verified pool holds, trajectory for
-    trajectory, the outcomes the local run gives."""
+    worker nodes (the head offers no docker), review and masks run their units there too, and
+    the verified pool, the reviews and the compiled shards equal, trajectory for trajectory and
+    byte for byte, what the local run gives."""
     from rich.console import Console
 
     from relearn.pipeline.config import load_pipeline
     from relearn.pipeline.runner import run_stages
-    from relearn.pipeline.stages import Context, plan, verified_path
+    from relearn.pipeline.stages import Context, dataset_dir, plan, reviews_path, verified_path
 
     made, workers = cluster
     messages = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]
@@ -786,24 +787,28 @@ def test_the_pipeline_grades_an_imported_pool_through_ray_as_it_does_here(
     ]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps({**row, "messages": messages}) + "\n" for row in rows))
 
-    def run(where: str, cluster_table: str) -> tuple[dict[str, Any], dict[str, tuple]]:
+    def run(where: str, cluster_table: str) -> tuple[dict[str, Any], dict[str, tuple], set[str], dict[str, bytes]]:
         path = tmp_path / f"{where}.toml"
         path.write_text(CLUSTER_PIPELINE.format(where=where) + cluster_table)
         ctx = Context(load_pipeline(path), Console(file=io.StringIO()))
-        stages = [s for s in plan(ctx, dict) if s.name in ("pool", "verify")]
-        results = run_stages(stages, ctx.workdir, ctx.console)
-        assert [(r.name, r.status, r.error) for r in results] == [("pool", "ran", None), ("verify", "ran", None)]
+        names = ("pool", "verify", "review", "masks:ross")
+        results = run_stages([s for s in plan(ctx, dict) if s.name in names], ctx.workdir, ctx.console)
+        assert [(r.name, r.status, r.error) for r in results] == [(name, "ran", None) for name in names]
         outcomes = {
             t.id: (t.outcome.resolved, t.outcome.reward, t.outcome.verdict.get("tests"), t.outcome.verdict.get("patch_applied"))
             if t.outcome
             else None
             for t in read_trajectories(verified_path(ctx))
         }
-        return results[1].counts, outcomes
+        reviews = set(reviews_path(ctx).read_text().splitlines())  # written as units finish: compared as a set
+        shards = {p.name: p.read_bytes() for p in sorted(dataset_dir(ctx, "ross").glob("shard-*.parquet"))}
+        return results[1].counts, outcomes, reviews, shards
 
-    here_counts, here = run("here", "")
-    there_counts, there = run("there", f'[cluster]\naddress = "{made.address}"\n')
+    here_counts, here, here_reviews, here_shards = run("here", "")
+    there_counts, there, there_reviews, there_shards = run("there", f'[cluster]\naddress = "{made.address}"\n')
     assert there == here and len(here) == len(rows)
+    assert there_reviews == here_reviews and len(here_reviews) == len(rows)
+    assert there_shards == here_shards and here_shards  # the two gold fixes compile, byte for byte alike
     resolved = {t_id.removeprefix("chat-"): outcome[0] if outcome else None for t_id, outcome in here.items()}
     assert resolved == {"gold-calc": True, "gold-pager": True, "wrong-calc": False, "nowhere": None}
     assert here_counts["graded now"] == there_counts["graded now"] == 3 and there_counts["resolved"] == 2

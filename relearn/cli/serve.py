@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from relearn.cli.output import EXIT_OK, EXIT_USAGE, err, out
+from relearn.serve import DEFAULT_MAX_NEW_TOKENS
 
 
 def serve_command(
@@ -33,7 +34,7 @@ def serve_command(
     ] = None,
     max_new_tokens: Annotated[
         int, typer.Option(help="Output limit of a request that sets no max_tokens (also capped by the context left).")
-    ] = 2048,
+    ] = DEFAULT_MAX_NEW_TOKENS,
     max_context: Annotated[
         int | None, typer.Option(help="Context window in tokens, prompt plus output (default: the model's position limit).")
     ] = None,

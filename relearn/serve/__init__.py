@@ -29,3 +29,6 @@ Modules: ``parsers`` (the completion split into reasoning, content and tool call
 ``chat_request`` (a request validated, or refused naming the field), ``engine`` (prompt,
 generation, logprobs, the response body), ``server`` (HTTP, and ``serve()`` to start one).
 """
+
+# Output tokens of a request that sets no max_tokens (`relearn serve --max-new-tokens`).
+DEFAULT_MAX_NEW_TOKENS = 2048

@@ -10,10 +10,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from relearn.serve import DEFAULT_MAX_NEW_TOKENS
 from relearn.serve.chat_request import RequestError, parse_request
 from relearn.serve.engine import ChatEngine, check_model_folder, load_model, load_tokenizer_folder
-
-DEFAULT_MAX_NEW_TOKENS = 2048
 
 
 def _is_tokenizer(value: Any) -> bool:
