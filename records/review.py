@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -140,6 +140,23 @@ def iter_review_records(path: Path) -> Iterator[tuple[str | None, Review | Recor
             yield review.trajectory_id, review
     except RecordError as exc:
         yield None, exc
+
+
+T = TypeVar("T")
+
+
+def latest_reviews(path: Path, summarize: Callable[[Review], T]) -> tuple[dict[str, T], int]:
+    """``summarize`` of the latest review of each trajectory (a later line replaces an earlier
+    one), read in one pass that holds one summary per trajectory, never the reviews; and the
+    number of lines that could not be read."""
+    latest: dict[str, T] = {}
+    unreadable = 0
+    for trajectory_id, item in iter_review_records(path):
+        if not isinstance(item, Review):
+            unreadable += 1
+        elif trajectory_id is not None:
+            latest[trajectory_id] = summarize(item)
+    return latest, unreadable
 
 
 def iter_reviews(path: Path) -> Iterator[Review | RecordError]:

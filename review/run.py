@@ -21,7 +21,7 @@ from typing import Any
 from envs.executor import NODE_RETRIES, Backend, LocalBackend, NodeLost, run_units
 from harness.policies.base import PolicyError
 from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
-from records.review import Review, iter_reviews
+from records.review import Review, latest_reviews
 from records.trajectory import Trajectory, is_verified_positive
 from review.batch import BatchError, BatchOptions, BatchState, BatchSummary, batch_prefill
 from review.heuristic import heuristic_review
@@ -67,11 +67,10 @@ class ReviewSummary:
 
 def reviewed_ids(path: Path) -> set[str]:
     """Trajectories whose latest review stands (a ``judge_error`` review is retried)."""
-    latest: dict[str, Review] = {}
-    for item in iter_reviews(path) if path.exists() else []:
-        if isinstance(item, Review):
-            latest[item.trajectory_id] = item
-    return {i for i, review in latest.items() if not (review.reason or "").startswith(JUDGE_ERROR)}
+    if not path.exists():
+        return set()
+    stands, _unreadable = latest_reviews(path, lambda review: not (review.reason or "").startswith(JUDGE_ERROR))
+    return {trajectory_id for trajectory_id, standing in stands.items() if standing}
 
 
 @dataclass

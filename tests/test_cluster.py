@@ -746,8 +746,9 @@ def test_gc_sweeps_every_node_and_the_pipeline_file_names_the_cluster(cluster, r
     config = load_pipeline(tmp_path / "p.toml")
     assert config.cluster is not None and config.cluster.address == made.address
     context = Context(config, console=None)  # type: ignore[arg-type]
-    backend = context.backend(Needs(docker=1))
-    assert isinstance(backend, RayBackend) and backend.slots() == 2
+    assert context.ray_address == made.address  # what every fan-out stage's options carry
+    backend = RayBackend(context.ray_address, Needs(docker=1))
+    assert backend.slots() == 2
     assert context.registry == "reg.example:5000/team"  # what the collect stage's nodes pull from
 
 

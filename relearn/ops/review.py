@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from envs.executor import Needs
 from records.pools import iter_lines
-from records.review import Review, iter_review_records
+from records.review import Review, latest_reviews
 from relearn.ops.containers import open_backend
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from review.reading import DEFAULT_JUDGE_CONTEXT
@@ -101,14 +101,8 @@ class ReviewRunSummary:
 def count_reviews(path: Path) -> ReviewCounts:
     """Decisions and defects of the latest review of each trajectory, streamed: memory holds
     one small entry per trajectory, never the reviews."""
-    latest: dict[str, tuple[str, int]] = {}
-    counts = ReviewCounts()
-    for trajectory_id, item in iter_review_records(path):
-        if not isinstance(item, Review):
-            counts.unreadable += 1
-            continue
-        if trajectory_id is not None:
-            latest[trajectory_id] = (item.decision, len(item.defects))
+    latest, unreadable = latest_reviews(path, lambda review: (review.decision, len(review.defects)))
+    counts = ReviewCounts(unreadable=unreadable)
     counts.reviewed = len(latest)
     counts.decisions = Counter(decision for decision, _ in latest.values())
     counts.defects = sum(n for _, n in latest.values())

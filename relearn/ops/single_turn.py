@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from harness.import_run import ImportSummary
 from records.pools import JsonlWriter, RecordError, iter_lines, read_trajectories_lenient
-from records.review import Review, iter_review_records
+from records.review import Review, latest_reviews
 from records.trajectory import Trajectory
 from relearn.ops.containers import docker_client, sweep_orphans
 from relearn.ops.importing import import_reporting
@@ -232,15 +232,13 @@ def decision_label(review: Review) -> str:
 def count_keep_reviews(path: Path) -> KeepCounts:
     """Decisions, protocols and keep intervals of the latest review of each rollout, streamed:
     memory holds one small entry per rollout, never the reviews."""
-    latest: dict[str, tuple[str, str, int]] = {}
-    counts = KeepCounts()
-    for trajectory_id, item in iter_review_records(path) if path.exists() else ():
-        if not isinstance(item, Review):
-            counts.unreadable += 1
-            continue
-        extra = item.model_extra or {}
-        if trajectory_id is not None:
-            latest[trajectory_id] = (decision_label(item), str(extra.get("protocol", "none")), len(extra.get("keep") or []))
+
+    def summary(review: Review) -> tuple[str, str, int]:
+        extra = review.model_extra or {}
+        return decision_label(review), str(extra.get("protocol", "none")), len(extra.get("keep") or [])
+
+    latest, unreadable = latest_reviews(path, summary) if path.exists() else ({}, 0)
+    counts = KeepCounts(unreadable=unreadable)
     counts.reviewed = len(latest)
     for decision, protocol, keep in latest.values():
         counts.decisions[decision] += 1

@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from records.pools import write_text_atomic
 from relearn.pipeline.config import ImportConfig, PipelineConfig
@@ -45,12 +44,10 @@ if TYPE_CHECKING:
 
 @dataclass
 class Context:
-    """What stages share: the config, the console, and a Docker client made on first use."""
+    """What stages share: the config, the console, the masks tokenizer loaded once, the notes."""
 
     config: PipelineConfig
     console: Console
-    _client: Any = None
-    _base: str | None = None
     _tokenizer: Any = None
     pool_url: str | None = None  # overrides [pool.collect].base_url (the demo's local policy)
     notes: list[str] = field(default_factory=list)
@@ -59,20 +56,6 @@ class Context:
     def workdir(self) -> Path:
         return self.config.workdir
 
-    def client(self) -> Any:
-        if self._client is None:
-            from envs.docker_backend import client_from_env
-
-            self._client = client_from_env()
-        return self._client
-
-    def base_image(self) -> str:
-        if self._base is None:
-            from envs.images import build_base
-
-            self._base = build_base(self.client(), log=lambda m: self.console.print(f"  [dim]{m}[/dim]"))
-        return self._base
-
     def tokenizer(self) -> Any:
         """The masks tokenizer, loaded once for every variant."""
         if self._tokenizer is None:
@@ -80,15 +63,6 @@ class Context:
 
             self._tokenizer = load_tokenizer(self.config.masks.tokenizer)
         return self._tokenizer
-
-    def backend(self, needs: Any) -> Any:
-        """The Ray backend for a fan-out stage when the file has [cluster] (or `relearn run
-        --ray`), else None: the stage runs here. The caller closes it."""
-        if self.config.cluster is None:
-            return None
-        from envs.executor import RayBackend
-
-        return RayBackend(self.config.cluster.address, needs)
 
     @property
     def ray_address(self) -> str | None:
@@ -112,11 +86,6 @@ class Context:
         from relearn.ops.reporting import RichReporter
 
         return RichReporter(self.console, indent="  ")
-
-    def progress(self, label: str) -> Progress:
-        return Progress(
-            TextColumn(f"  [bold]{label}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console, transient=True
-        )
 
 
 # ---------------------------------------------------------------- paths
