@@ -93,6 +93,12 @@ def local_run(
         spec = spec_of(server)
         summary = collect(docker_client, list(TASKS.values()), make_policy(spec), spec, out, attempts=2, workers=2, base_image=base_image)
     assert not summary.errors and len(summary.finished) == 2 * len(TASKS)
+    unresolved = {
+        t.id: t.outcome.verdict if t.outcome else None
+        for t in read_trajectories(out / "trajectories.jsonl")
+        if t.task_id in SOLVES and not (t.outcome and t.outcome.resolved)
+    }
+    assert not unresolved, f"the gold fix was graded unresolved: {unresolved}"
     return out
 
 

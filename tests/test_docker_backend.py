@@ -10,6 +10,7 @@ import docker
 import pytest
 
 from envs.docker_backend import (
+    EXIT_RECORD_WAIT_S,
     LABEL_HOST,
     LABEL_OWNER,
     LABEL_PID,
@@ -87,7 +88,19 @@ def test_the_exit_code_is_read_once_the_engine_has_recorded_it(box: Container) -
     exec_id = api.exec_create(box.id, ["sh", "-c", "sleep 0.5; exit 3"])["Id"]
     api.exec_start(exec_id, detach=True)
     assert api.exec_inspect(exec_id)["Running"]  # what an inspection right after the stream sees
-    assert _finished_exec(api, exec_id)["ExitCode"] == 3
+    assert _finished_exec(api, exec_id, EXIT_RECORD_WAIT_S)["ExitCode"] == 3
+
+
+def test_the_wait_for_an_exit_is_bounded(box: Container) -> None:
+    # A loaded engine records an exit seconds after the output ends; the wait covers that,
+    # and a bounded wait hands back the last inspection (Container.exec raises it as an
+    # engine error when the output had ended).
+    api = box.client.api
+    exec_id = api.exec_create(box.id, ["sh", "-c", "sleep 3; exit 4"])["Id"]
+    api.exec_start(exec_id, detach=True)
+    started = time.monotonic()
+    assert _finished_exec(api, exec_id, 0.5)["Running"] and time.monotonic() - started < 2
+    assert _finished_exec(api, exec_id, EXIT_RECORD_WAIT_S)["ExitCode"] == 4
 
 
 def test_no_network_by_default(box: Container) -> None:
