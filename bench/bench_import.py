@@ -16,7 +16,7 @@ Other formats, each against the least its reader must do (``json.loads`` of ever
 pyarrow reading every Parquet row into Python): ``chat`` rows (the SWE-Gym preset) in JSON Lines
 and in Parquet, written from the Codex pool by ``relearn export chat``; NeMo Gym rollouts and
 OpenHands resolver output, the real sample files of ``../shared/samples`` repeated (each copy
-with its own ids) to ``--format-mb``.
+with its own ids) to ``--format-mb``; each timed in ``--format-turns`` turns, summed.
 
 Memory: the peak resident memory of a fresh process importing a quarter of the corpus and
 the whole of it, to show that import holds one input file at a time whatever the corpus's size.
@@ -163,8 +163,10 @@ def parquet_baseline(path: Path) -> float:
     return time.perf_counter() - start
 
 
-def formats(root: Path, pool: Path, mb: float) -> None:
-    """Import throughput of the other formats, each beside its own baseline."""
+def formats(root: Path, pool: Path, mb: float, turns: int) -> None:
+    """Import throughput of the other formats, each beside its own baseline: the two timed in
+    ``turns`` turns (baseline, then import, again and again), as the Codex corpus's chunks are,
+    so that load from other processes falls on both alike."""
     from harness.exporters.chat import export_chat
     from records.pools import read_trajectories
 
@@ -188,11 +190,14 @@ def formats(root: Path, pool: Path, mb: float) -> None:
         # A Parquet file is the JSON Lines file's rows, compressed: MB/s counts the rows' JSON.
         size = path.with_suffix(".jsonl").stat().st_size / 1e6
         baseline_time, run = Timing(), Timing()
-        baseline_time.add(lambda path=path, base=base: base(path))
         pool = root / f"{path.stem}-{path.suffix[1:]}.pool.jsonl"
-        summary = run.add(
-            lambda path=path, pool=pool, importer=importer: import_files(names[path.stem], [path], pool, overwrite=True, importer=importer)
-        )
+        for _ in range(turns):
+            baseline_time.add(lambda path=path, base=base: base(path))
+            summary = run.add(
+                lambda path=path, pool=pool, importer=importer: import_files(
+                    names[path.stem], [path], pool, overwrite=True, importer=importer
+                )
+            )
         assert summary.imported and not summary.rejected, summary.rejected[:3]
         base_s, seconds = baseline_time.wall, run.wall
         cpu = run.cpu / baseline_time.cpu
@@ -217,6 +222,7 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="build the corpus here and keep it")
     parser.add_argument("--chunks", type=int, default=20, help="chunks of the corpus timed in turns (default 20)")
     parser.add_argument("--format-mb", type=float, default=50.0, help="size of each other format's input in MB (0: skip them)")
+    parser.add_argument("--format-turns", type=int, default=3, help="turns of baseline and import timed per other format (default 3)")
     args = parser.parse_args()
 
     root = args.keep or Path(tempfile.mkdtemp(prefix="relearn-bench-"))
@@ -245,7 +251,7 @@ def main() -> None:
             size = sum(p.stat().st_size for p in part)
             print(f"  {len(part):5d} files, {size / 1e6:6.1f} MB: peak RSS {peak_rss(part, root / 'mem.jsonl') / 1e6:6.0f} MB")
         if args.format_mb:
-            formats(root, root / "pool.jsonl", args.format_mb)
+            formats(root, root / "pool.jsonl", args.format_mb, args.format_turns)
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
 
 import docker
+from pydantic import BaseModel, ValidationError
 
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.tasks import Task, patch_files
+from records.pools import RecordError, field_path, iter_lines, parse_json_line
 
 
 @dataclass
@@ -72,3 +76,32 @@ def _fix_blobs(container: Container, task: Task, base: str) -> list[str]:
         script += f"if [ -f $tmp/{q} ]; then h=$(git hash-object $tmp/{q}); git cat-file -e $h 2>/dev/null && echo {q}; fi; "
     result = container.exec(script + "true", timeout_s=300)
     return [line for line in result.stdout.splitlines() if line.strip()]
+
+
+# --- the audit file (`relearn envs audit -o FILE`, read by `relearn masks --audit FILE`) --------
+
+
+class AuditRecord(BaseModel):
+    """One task's audit, one JSON line. The latest line of a task is its audit."""
+
+    instance_id: str
+    verdict: Literal["exposed", "clean", "error"]  # exposed: .git gives the fix away; error: not audited
+    image: str | None = None
+    why: str = ""
+
+
+def read_flagged(path: str | Path) -> tuple[dict[str, str], int]:
+    """The tasks an audit file flags (task id -> why) and how many tasks it audited; raises
+    RecordError, located by file, line and field, on a line that is not an audit record: a
+    flagged task missed would put its exposed fix into training."""
+    latest: dict[str, AuditRecord] = {}
+    for number, text in iter_lines(path):
+        data = parse_json_line(path, number, text)
+        try:
+            record = AuditRecord.model_validate(data)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            raise RecordError(str(path), number, field_path(error["loc"]) or None, error["msg"]) from None
+        latest[record.instance_id] = record
+    flagged = {task: record.why or "its image exposes the fix" for task, record in latest.items() if record.verdict == "exposed"}
+    return flagged, len(latest)

@@ -21,7 +21,7 @@ from envs.executor import Backend, LocalBackend, NodeLost, run_units
 from envs.images import image_name, node_image, task_image
 from envs.tasks import Task
 from envs.verify import Verdict, patch_hash, verify
-from records.pools import JsonlWriter, RecordError, iter_lines, parse_json_line
+from records.pools import JsonlWriter, RecordError, iter_lines, json_problem, parse_json_line
 
 
 @dataclass
@@ -35,10 +35,12 @@ def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
     errors: list[RecordError] = []
     rows: list[tuple[int | None, Any]] = []
     if path.suffix == ".json":
+        text = path.read_text()
         try:
-            document = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            return [], [RecordError(str(path), exc.lineno, None, f"invalid JSON: {exc.msg}")]
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            line, message = json_problem(text)
+            return [], [RecordError(str(path), line, None, message)]
         if isinstance(document, dict):
             for key, value in document.items():
                 if not isinstance(value, dict):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from envs.tasks import Task
-from records.pools import RecordError
+from records.pools import RecordError, json_problem
 
 TEMPLATE_FIELDS = {
     "arch": "x86_64 or arm64, this machine's (as SWE-bench names its images)",
@@ -118,8 +118,8 @@ def load_image_map(path: Path) -> dict[str, str]:
         if line.startswith("{"):
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RecordError(str(path), number, None, f"invalid JSON: {exc.msg}") from None
+            except json.JSONDecodeError:
+                raise RecordError(str(path), number, None, json_problem(line)[1]) from None
             for key in ("instance_id", "image"):
                 if not isinstance(row.get(key), str):
                     raise RecordError(str(path), number, key, "missing or not a string")

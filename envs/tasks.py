@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from records.pools import RecordError, iter_lines, parse_json_line, validation_error
+from records.pools import RecordError, iter_lines, json_problem, parse_json_line, validation_error
 
 TaskKind = Literal["swebench", "openswe", "harbor"]
 
@@ -151,10 +151,12 @@ def load_harbor_task(folder: Path) -> Task:
 def load_mini_task(folder: Path) -> Task:
     """A task of the bundled mini suite: task.json, repo/, gold.patch, test.patch."""
     meta_path = folder / "task.json"
+    text = meta_path.read_text()
     try:
-        data = json.loads(meta_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise RecordError(str(meta_path), exc.lineno, None, f"invalid JSON: {exc.msg}") from None
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        line, message = json_problem(text)
+        raise RecordError(str(meta_path), line, None, message) from None
     for name in ("gold.patch", "test.patch"):
         if not (folder / name).is_file():
             raise RecordError(str(folder), None, name, "missing")

@@ -12,6 +12,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -34,7 +35,12 @@ class RecordError(Exception):
 
     def __str__(self) -> str:
         where = self.path if self.line is None else f"{self.path}:{self.line}"
-        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
+        return f"{where}: {self.what}"
+
+    @property
+    def what(self) -> str:
+        """The problem without its location (for a line that names the place already)."""
+        return f"{self.field}: {self.message}" if self.field else self.message
 
 
 def is_zstd(path: str | Path) -> bool:
@@ -82,12 +88,30 @@ def loads(text: str | bytes, decoder: msgspec.json.Decoder = _DECODER) -> Any:
         return json.loads(text) if hook is None else json.loads(text, parse_float=hook)
 
 
+def json_problem(text: str) -> tuple[int, str]:
+    """Why ``text`` (one line, or a whole document) is not JSON: the line of the problem and
+    the message every reader gives, in words where a parser's are not. A text that ends
+    mid-value (a write cut short, a file truncated) says so and where it ends, whichever
+    error the parser met first; the trailing newline is not part of the record."""
+    body = text.rstrip("\r\n")
+    try:
+        json.loads(body)
+    except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(body.rstrip()):
+            line = body.count("\n") + 1
+            column = len(body) - body.rfind("\n")  # one past the last character: where it was cut
+            where = f"at column {column:,}" if line == 1 else f"at line {line:,}, column {column:,}"
+            return line, f"invalid JSON: cut short {where} (the record is truncated)"
+        words = exc.msg.removesuffix(" at")  # json's "Invalid control character at" names no place
+        return exc.lineno, f"invalid JSON at column {exc.colno:,}: {words}"
+    return 1, "invalid JSON"  # parsed once stripped: only a stray carriage return can do that
+
+
 def parse_json_line(path: str | Path, number: int, text: str) -> Any:
     try:
         return loads(text)
-    except json.JSONDecodeError as exc:
-        hint = " (the line looks truncated)" if exc.pos >= len(text.rstrip("\n")) - 1 else ""
-        raise RecordError(str(path), number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
+    except json.JSONDecodeError:
+        raise RecordError(str(path), number, None, json_problem(text)[1]) from None
 
 
 def field_path(loc: tuple[Any, ...]) -> str:
@@ -264,7 +288,8 @@ def write_atomic(path: str | Path, records: Iterable[Trajectory | dict[str, Any]
     new one, never half of either."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with _naming(path):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     count = 0
     try:
@@ -292,5 +317,16 @@ def write_text_atomic(path: str | Path, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    with _naming(path):
+        tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """An OSError of the temporary file an output is written to names the output instead:
+    the file the user asked for, not one they never heard of."""
+    try:
+        yield
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc

@@ -36,6 +36,10 @@ def cache_root() -> Path:
 S = TypeVar("S")
 
 
+class _Stopped(Exception):
+    """Raised in the index thread once its owner called ``stop``."""
+
+
 @dataclass(slots=True)
 class Entry(Generic[S]):
     ref: Ref
@@ -60,6 +64,7 @@ class RecordIndex(Generic[S]):
         self.ready = threading.Event()
         self._changed = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
         self._failure: BaseException | None = None
         self._checkpoint = Checkpoint()
         self._names = [f.name for f in fields(self.summary_type)]
@@ -91,6 +96,16 @@ class RecordIndex(Generic[S]):
             self._changed.wait_for(lambda: len(self.entries) >= count or self.ready.is_set(), timeout=timeout)
         return len(self.entries) >= count
 
+    def stop(self) -> None:
+        """End a background index early (its owner is done) and wait for its thread. A
+        daemon thread still parsing when the interpreter exits aborts the process ("FATAL:
+        exception not rethrown": pydantic-core's Rust frames do not survive the thread's
+        forced unwind), so whoever ``start``s an index stops it before exiting. What was
+        indexed stays usable; nothing is saved."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+
     def join(self, timeout: float | None = None) -> None:
         self.ready.wait(timeout)
         if self._failure is not None:
@@ -103,6 +118,8 @@ class RecordIndex(Generic[S]):
                 self._scan()
                 if self.cache:
                     self._save_cache()
+        except _Stopped:
+            pass
         except BaseException as exc:  # noqa: BLE001 - handed to whoever waits
             self._failure = exc
         finally:
@@ -111,6 +128,8 @@ class RecordIndex(Generic[S]):
                 self._changed.notify_all()
 
     def _append(self, ref: Ref, data: bytes) -> None:
+        if self._stopping.is_set():
+            raise _Stopped
         summary = self.summarize(ref, data)
         if summary is None:
             return

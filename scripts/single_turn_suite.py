@@ -33,6 +33,7 @@ workdir = "."
 
 [pool.single_turn]
 tasks = "mini"
+thinking = true   # the suite's rollouts were written in the thinking form (<think> blocks)
 
 [review]
 judge1 = "scripted-keep-judge"

@@ -198,7 +198,9 @@ def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(
     assert [r["nll_per_token"] for r in again["pools"][:2]] == [r["nll_per_token"] for r in result["pools"][:2]]
     assert again["pools"][0]["reused"] == 2 and again["pools"][2]["rejected"] == 3
 
-    # A larger ctx makes the long trajectory fit: it alone needs the model.
+    # A larger ctx makes the long trajectory fit: it alone needs the model (--debug lets the
+    # test's AssertionError through, where `relearn` would call it a bug in one line).
+    monkeypatch.setenv("RELEARN_DEBUG", "1")
     wider = nll(4096)
     assert isinstance(wider.exception, AssertionError) and "the rerun loaded a model" in str(wider.exception)
 

@@ -123,9 +123,13 @@ def read_back(fmt: str, out: Path) -> list[tuple[np.ndarray, np.ndarray]]:
     parquet = datasets.load_dataset("parquet", data_files=str(out / "parquet" / "*.parquet"), split="train")
     saved = datasets.load_from_disk(str(out / "dataset"))
     assert parquet.to_list() == saved.to_list()
+    whole: dict[str, int] = {}
     for row in saved:
+        whole[row["trajectory_id"]] = whole.get(row["trajectory_id"], 0) + sum(row["loss_mask"])
+    for row in saved:
+        # Per trajectory, as the trainer normalises: every row of it shares one weight.
         assert (
-            row["weight"] == pytest.approx(1 / sum(row["loss_mask"]))
+            row["weight"] == pytest.approx(1 / whole[row["trajectory_id"]])
             and [t if m else -100 for t, m in zip(row["input_ids"], row["loss_mask"], strict=True)] == row["labels"]
         )
     return [(np.array(r["input_ids"]), np.array(r["loss_mask"])) for r in saved]
@@ -363,3 +367,24 @@ def test_export_cli_renders_the_summary_and_exits_by_what_was_rejected(tmp_path:
     assert partial.exit_code == 1 and "exported 3 trajectories as hf" in partial.output and "1 records rejected" in partial.output
     missing = runner.invoke(app, ["export", "chat", str(tmp_path / "nope.jsonl"), "-o", str(tmp_path / "c.jsonl")])
     assert missing.exit_code == 2 and "no such pool file" in missing.output
+
+
+def test_hf_weights_normalise_per_trajectory_across_its_rows(tmp_path: Path, tok) -> None:  # noqa: ANN001
+    """A per-turn compile gives a trajectory several rows: each row's tokens are weighted by the
+    whole trajectory's supervised count, so every trajectory's weighted tokens sum to one (the
+    trainer's formula 4), not one per row."""
+    import datasets as hf
+
+    trajectories, reviews = _pool()
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, trajectories)
+    build_dataset(pool, {r.trajectory_id: r for r in reviews}, tok, "qwen3.6", MaskOptions(mode="ross", per_turn=True), tmp_path / "turns")
+    run_export_dataset(DatasetExportOptions(tmp_path / "turns", "hf", tmp_path / "hf"))
+    rows = hf.load_from_disk(str(tmp_path / "hf" / "dataset")).to_list()
+    by_trajectory: dict[str, list[dict]] = {}
+    for row in rows:
+        by_trajectory.setdefault(row["trajectory_id"], []).append(row)
+    assert any(len(group) > 1 for group in by_trajectory.values())  # per-turn: several rows of one trajectory
+    for group in by_trajectory.values():
+        assert len({row["weight"] for row in group}) == 1
+        assert sum(row["weight"] * sum(row["loss_mask"]) for row in group) == pytest.approx(1.0)

@@ -565,3 +565,76 @@ def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> N
         trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions()
     )
     assert whole.sample_id == trajectory(messages).id and whole.eligible == before.eligible + after.eligible
+
+
+# ---- the throughput paths give what the plain ones give -----------------------------------
+
+
+def test_a_batch_tokenized_on_threads_compiles_as_one_trajectory_at_a_time(tok) -> None:  # noqa: ANN001
+    """``compile_batch`` tokenizes each trajectory on a thread as soon as it is rendered and
+    masks them as they come back: long ones first (so later ones finish first), rejected ones
+    in between, a context reset giving two samples; the results in order, as one at a time."""
+    import random
+
+    from bench.bench_masks import make_trajectory, review_for
+    from relearn.masks.compile import compile_batch
+
+    rng = random.Random(11)
+    items: list[tuple[Trajectory, Review | None]] = []
+    for seed, tokens in enumerate((12000, 6000, 300, 3000, 200, 800)):
+        t = make_trajectory(rng, tokens, seed)
+        items.append((t, review_for(t, rng)))
+        if seed == 1:
+            bad = trajectory(BASE)
+            items.append((bad, Review(trajectory_id=bad.id, decision="accept", defects=[defect(bad, 2, "content", "Let me")])))
+            items[-1][1].defects[0].quote = "not here"  # type: ignore[union-attr]
+        if seed == 3:
+            items.append((trajectory(BASE, outcome={"resolved": False}), None))
+            reset = trajectory([*BASE[:4], {"role": "user", "content": "Summary."}, *BASE[4:]], context_resets=[{"message_index": 4}])
+            items.append((reset, Review(trajectory_id=reset.id, decision="accept")))
+    options = MaskOptions(ctx=10**6)
+    batch = compile_batch(items, tok, options)
+    assert len(batch) == len(items)
+    for (t, review), got in zip(items, batch, strict=True):
+        try:
+            alone = compile_trajectory(t, review, tok, options)
+        except Rejected as exc:
+            assert isinstance(got, Rejected) and (got.reason, got.detail) == (exc.reason, exc.detail)
+            continue
+        assert not isinstance(got, Rejected), got
+        assert [s.sample_id for s in got] == [s.sample_id for s in alone]
+        for a, b in zip(got, alone, strict=True):
+            for name in ("input_ids", "loss_mask", "eligible_mask", "excluded_category"):
+                assert np.array_equal(getattr(a, name), getattr(b, name)), name
+            assert (a.eligible, a.excluded, a.supervised, a.excluded_by_category) == (
+                b.eligible,
+                b.excluded,
+                b.supervised,
+                b.excluded_by_category,
+            )
+    assert [type(g).__name__ for g in batch].count("Rejected") == 2
+    assert [s.sample_id for s in batch[6]] == [items[6][0].id + "#r0", items[6][0].id + "#r1"]  # type: ignore[union-attr]
+
+
+def test_the_tokenizer_fingerprint_is_kept_while_the_tokenizer_is_unchanged(tokenizer_cache: Path) -> None:
+    """The fingerprint (a hash of the whole serialised tokenizer) is worked out once per
+    tokenizer object, and again whenever what can change in place has changed."""
+    import hashlib
+
+    from relearn.masks.shards import tokenizer_fingerprint
+    from relearn.masks.tokenizers import load_tokenizer
+
+    tok = load_tokenizer("qwen3.6", cache_dir=tokenizer_cache)  # a copy of its own: this test changes it
+
+    def fresh() -> str:
+        return hashlib.sha256((tok.backend_tokenizer.to_str() + "\0" + (tok.chat_template or "")).encode()).hexdigest()
+
+    first = tokenizer_fingerprint(tok)
+    assert first == fresh() and tokenizer_fingerprint(tok) == first
+    tok.add_tokens(["<relearn-new-token>"])
+    assert tokenizer_fingerprint(tok) == fresh() != first
+    tok.chat_template = (tok.chat_template or "") + "{# changed #}"
+    with_template = tokenizer_fingerprint(tok)
+    assert with_template == fresh()
+    tok.backend_tokenizer.enable_truncation(1000)
+    assert tokenizer_fingerprint(tok) == fresh() != with_template

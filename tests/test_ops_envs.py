@@ -106,7 +106,11 @@ def test_an_instance_the_offline_builder_cannot_build_is_refused_with_the_reason
     assert summary.refused[0].startswith("astropy__astropy-12907: ") and "compiles C extensions" in summary.refused[0]
 
 
-def test_build_and_audit_say_which_mini_images_expose_their_fix(docker_client: docker.DockerClient, base_image: str) -> None:
+def test_build_and_audit_say_which_mini_images_expose_their_fix(
+    docker_client: docker.DockerClient, base_image: str, tmp_path: Path
+) -> None:
+    from envs.audit import read_flagged
+
     tasks, _ = load_tasks(MINI_SUITE)
     exposed = next(t for t in tasks if "git_history_exposes_fix" in t.model_extra["features"])
     built = run_build(BuildOptions(ids=[exposed.instance_id, "mini__calc-1"]))
@@ -114,11 +118,14 @@ def test_build_and_audit_say_which_mini_images_expose_their_fix(docker_client: d
         [exposed.instance_id, "mini__calc-1"], key=[t.instance_id for t in tasks].index
     )
     assert built.failures == [] and all(docker_client.images.get(image) for _task, image in built.images)
-    leaky = run_audit(AuditOptions(ids=[exposed.instance_id], leaky=True))
+    written = tmp_path / "audit.jsonl"
+    leaky = run_audit(AuditOptions(ids=[exposed.instance_id], leaky=True, output=written))
     (only,) = leaky.audits
     assert (only.verdict, leaky.exposed, leaky.unavailable) == ("exposed", 1, 0) and only.why
-    clean = run_audit(AuditOptions(ids=[exposed.instance_id]))
+    assert read_flagged(written) == ({exposed.instance_id: only.why}, 1)  # what `relearn masks --audit` reads
+    clean = run_audit(AuditOptions(ids=[exposed.instance_id], output=written))
     assert [a.verdict for a in clean.audits] == ["clean"] and clean.exposed == 0
+    assert read_flagged(written) == ({}, 1) and len(written.read_text().splitlines()) == 2  # appended; the latest counts
     # An image the engine does not have, named by a template: counted as not available, not as clean.
     missing = run_audit(
         AuditOptions(ids=["mini__calc-1"], containers=ContainerOptions(image_template="relearn-test/absent:{instance_key}"))

@@ -61,7 +61,8 @@ def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 def _imported(tmp_path: Path, rows: list[dict[str, Any]]) -> Path:
     pool = tmp_path / "pool.jsonl"
-    run_single_turn_import(SingleTurnImportOptions([_write(tmp_path / "rollouts.jsonl", rows)], pool))
+    # The suite's rollouts were written in the thinking form, and its scripted judges answer for it.
+    run_single_turn_import(SingleTurnImportOptions([_write(tmp_path / "rollouts.jsonl", rows)], pool, thinking=True))
     return pool
 
 
@@ -82,6 +83,7 @@ def test_import_reads_a_folder_with_column_overrides_rejects_a_bad_row_and_resum
         [tmp_path / "dumps"],
         tmp_path / "out" / "pool.jsonl",
         columns={"prompt": "q", "response": "a", "reward": "r", "step": "it", "task_id": "t"},
+        thinking=True,  # the thinking form (the default is no-thinking: tests/test_single_turn_defaults.py)
     )
     recorder = Recorder()
     summary = run_single_turn_import(options, recorder)

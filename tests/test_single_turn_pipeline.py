@@ -20,6 +20,7 @@ workdir = "work"
 [pool.single_turn]
 tasks = "mini"
 paths = ["rollouts.jsonl"]
+thinking = true   # the suite's rollouts are thinking-form samples, and the scripted judges answer for that form
 
 [review]
 judge1 = "keep-judge"

@@ -288,3 +288,53 @@ def test_a_suspicious_success_is_its_own_outcome(tmp_path: Path) -> None:
     report = compute([PoolIndex(pool, cache=False).build()], None, None)
     assert report["trajectories"]["by_outcome"] == {"suspicious": 1, "resolved": 1}
     assert report["pass_at_k"]["tasks"]["t1"]["resolved"] == 1  # not a success for pass@k either
+
+
+def test_a_pool_of_one_training_step_plots_a_bar_with_its_value(files: dict[str, Path], tmp_path: Path) -> None:
+    from matplotlib.image import imread
+
+    from relearn.stats.plots import ter_figure, write_plots
+
+    pool = tmp_path / "one-step.jsonl"
+    with JsonlWriter(pool) as writer:
+        for tid in ("a1", "a3", "c1"):  # the accepted ones, all at step 40
+            writer.write(trajectory(tid, "t1", 40, {"resolved": True}, "submitted"))
+    report = compute(
+        [PoolIndex(pool, cache=False).build()], ReviewIndex(files["reviews"], cache=False).build(), DatasetInfo.load(files["dataset"])
+    )
+    figure = ter_figure(report)
+    assert figure is not None
+    (axis,) = figure.axes
+    (bar,) = [p for p in axis.patches if p.get_height() > 0]  # the weighted TER of the step, drawn
+    assert bar.get_x() < 40 < bar.get_x() + bar.get_width() and bar.get_height() == pytest.approx(100 * 20 / 350)
+    assert "5.7%" in [t.get_text() for t in axis.texts]
+    assert axis.get_xlim()[0] < 40 - bar.get_width() / 2 and axis.get_xlim()[1] > 40 + bar.get_width() / 2
+
+    (written, *_) = write_plots(report, tmp_path / "plots")
+    pixels = imread(written)[..., :3]
+    bar_colour = ((abs(pixels[..., 0] - 0xDC / 255) < 0.06) & (abs(pixels[..., 1] - 0x95 / 255) < 0.06)).sum()
+    assert bar_colour > 5_000  # the bar (#C44E52 at 60% on white) covers a block of the PNG
+
+    none_excluded = [{**p, "ter": 0.0} for p in report["ter"]["points"]]
+    flat = ter_figure({**report, "ter": {**report["ter"], "points": none_excluded}})
+    assert flat is not None and "0.0%" in [t.get_text() for t in flat.axes[0].texts] and flat.axes[0].get_ylim()[1] >= 1
+    import matplotlib.pyplot as plt
+
+    plt.close("all")
+
+
+def test_a_context_reset_trajectorys_samples_count_as_its_own(tmp_path: Path) -> None:
+    """A trajectory with a context reset is compiled into ``#r`` samples (per-turn ones end in
+    ``#m``): the dataset's per-sample records name their trajectory, and the statistics add
+    its samples up under it."""
+    samples = [
+        {"sample_id": "t1#r0", "trajectory_id": "t1", "tokens": 100, "eligible": 40, "excluded": 10},
+        {"sample_id": "t1#r1", "trajectory_id": "t1", "tokens": 60, "eligible": 20, "excluded": 0},
+        {"sample_id": "t2#r0#m3", "trajectory_id": "t2", "tokens": 30, "eligible": 8, "excluded": 2},
+        {"sample_id": "t3", "tokens": 10, "eligible": 5, "excluded": 1},  # written before the field
+    ]
+    (tmp_path / "stats.json").write_text(json.dumps({"per_turn": False, "per_sample": samples}))
+    info = DatasetInfo.load(tmp_path)
+    assert sorted(info.by_trajectory) == ["t1", "t2", "t3"]
+    t1 = info.by_trajectory["t1"]
+    assert (t1.samples, t1.eligible, t1.excluded, t1.tokens) == (2, 60, 10, 160)

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 from rich.style import Style
@@ -337,7 +338,7 @@ def find(chars: list[tuple[str, Style]], text: str, start: int = 0) -> range:
 
 def test_overlapping_defects_and_a_defect_in_tool_call_arguments_are_struck_exactly() -> None:
     a = trajectory_a()
-    view = TrajectoryView(a, reviews_for(a, trajectory_c())[0])
+    view = TrajectoryView(a, reviews_for(a, trajectory_c())[0], scope="minimal")  # the quotes only
     chars = styled_chars(view.step(1, RenderOptions()))
     joined = "".join(c for c, _ in chars)
 
@@ -364,7 +365,8 @@ def test_overlapping_defects_and_a_defect_in_tool_call_arguments_are_struck_exac
     assert not any(chars[i][1].strike for i in before) and chars[before[-1] + 1][0] == "c"
     assert chars[command[-1] + 1][0] == "{" and not chars[command[-1] + len("{#3 corrected_mistake}") + 1][1].strike
     assert "#3 corrected_mistake tool_calls[0].arguments" in joined and "there is no setup.py" in joined
-    assert "--defect-scope action excludes all of tool call 0" in joined  # the legend says what the mask takes
+    assert "--defect-scope" not in joined  # what is struck is what is excluded: no footnote
+    assert "message 2 · generated · partly excluded (minimal scope)" in joined
 
     # Context-only text is dim: the observation and nothing struck in it.
     for i in find(chars, "Exit code: 0"):
@@ -387,7 +389,7 @@ def test_long_observation_is_collapsed_and_expanded() -> None:
 
 def test_escaped_characters_in_argument_json_map_to_what_is_shown() -> None:
     a = trajectory_a()
-    view = TrajectoryView(a, reviews_for(a, trajectory_c())[0])
+    view = TrajectoryView(a, reviews_for(a, trajectory_c())[0], scope="minimal")
     chars = styled_chars(view.step(2, RenderOptions()))
     span = find(chars, "Begin Patch\n*** Update")
     assert all(chars[i][1].strike for i in span if chars[i][0] != "\n")
@@ -450,15 +452,29 @@ def struck_runs_ansi(text: str) -> list[str]:
     return runs
 
 
+def without_legend(stdout: str) -> str:
+    """The printed trajectories, the legend of the colours that ends the output taken off
+    (checked to be there: one line)."""
+    body, legend = stdout.rsplit("colours: ", 1)
+    assert "supervised" in legend and "excluded" in legend and "{#n category}" in legend
+    return body
+
+
 def test_print_text_marks_exactly_the_defect_characters(files: dict[str, Path]) -> None:
-    result = run("view", str(files["pool"]), "--reviews", str(files["reviews"]), "--print", "--limit", "10", "--full", "--width", "200")
+    result = run(
+        "view", str(files["pool"]), "--reviews", str(files["reviews"]), "--print", "--limit", "10", "--full", "--width", "200",
+        "--defect-scope", "minimal",
+    )  # fmt: skip
     assert result.exit_code == 1, result.output  # the torn record is listed
     assert f"{files['pool']}:3: invalid JSON" in result.stderr
-    runs = re.findall(r"\[-(.*?)-\]", result.stdout, flags=re.S)
+    runs = re.findall(r"\[-(.*?)-\]", without_legend(result.stdout), flags=re.S)
     assert runs == EXPECTED_RUNS
+    assert "excluded [-…-]" in result.stdout.splitlines()[-1]  # the legend, one line, last
     # In 80 columns lines wrap, and the same characters are marked.
-    narrow = run("view", str(files["pool"]), "--reviews", str(files["reviews"]), "--print", "--limit", "10", "--width", "80")
-    narrow_runs = re.findall(r"\[-(.*?)-\]", narrow.stdout, flags=re.S)
+    narrow = run(
+        "view", str(files["pool"]), "--reviews", str(files["reviews"]), "--print", "--limit", "10", "--width", "80", "--defect-scope", "minimal"
+    )  # fmt: skip
+    narrow_runs = re.findall(r"\[-(.*?)-\]", without_legend(narrow.stdout), flags=re.S)
     assert [re.sub(r"\s", "", r) for r in narrow_runs] == [re.sub(r"\s", "", r) for r in EXPECTED_RUNS]
     assert max(len(line) for line in narrow.stdout.splitlines()) <= 80
     assert "{#1 wrong_hypothesis, #2 redundant_exploration}" in result.stdout
@@ -467,14 +483,21 @@ def test_print_text_marks_exactly_the_defect_characters(files: dict[str, Path]) 
 
 
 def test_print_ansi_and_html_strike_exactly_the_defect_characters(files: dict[str, Path]) -> None:
-    ansi = run("view", str(files["pool"]), "-r", str(files["reviews"]), "--print", "--format", "ansi", "--limit", "10", "--width", "200")
+    minimal = ("--defect-scope", "minimal")
+    ansi = run(
+        "view", str(files["pool"]), "-r", str(files["reviews"]), "--print", "--format", "ansi", "--limit", "10", "--width", "200", *minimal
+    )
     assert ansi.exit_code == 1
-    assert struck_runs_ansi(ansi.stdout) == EXPECTED_RUNS
+    assert struck_runs_ansi(without_legend(ansi.stdout)) == EXPECTED_RUNS
     assert "[-" not in ansi.stdout
 
-    page = run("view", str(files["pool"]), "-r", str(files["reviews"]), "--print", "--format", "html", "--limit", "10", "--width", "200")
+    page = run(
+        "view", str(files["pool"]), "-r", str(files["reviews"]), "--print", "--format", "html", "--limit", "10", "--width", "200", *minimal
+    )
     assert page.stdout.startswith("<!DOCTYPE html>")
-    struck = [html.unescape(m) for m in re.findall(r'<span style="[^"]*line-through[^"]*">(.*?)</span>', page.stdout, flags=re.S)]
+    struck = [
+        html.unescape(m) for m in re.findall(r'<span style="[^"]*line-through[^"]*">(.*?)</span>', without_legend(page.stdout), flags=re.S)
+    ]
     assert "".join(struck) == "".join(EXPECTED_RUNS).replace("\n", "")  # line ends lie between spans
 
 
@@ -498,7 +521,7 @@ def test_print_selects_by_id_number_step_and_filter_with_dataset_ter(files: dict
     searched = run("view", *common, "--search", "NEEDLE-B", "--limit", "5")
     assert "· traj-b" in searched.stdout and "· traj-a" not in searched.stdout and "· traj-c" not in searched.stdout
     none = run("view", *common, "--category", "unsafe_action")
-    assert none.exit_code == 0 and "no trajectory" in none.stderr
+    assert none.exit_code == 1 and "warning:" in none.stderr and "no trajectory matches the filter 'category=unsafe_action'" in none.stderr
 
 
 def test_view_usage_errors_exit_2(files: dict[str, Path], tmp_path: Path) -> None:
@@ -556,7 +579,10 @@ def test_viewer_navigation_filter_search_and_rendering(files: dict[str, Path]) -
             shown = "".join(c for c, _ in chars)
             struck = "".join(c for c, s in chars if s.strike)
             # 80 columns wrap lines: compare without whitespace.
-            assert re.sub(r"\s", "", struck) == re.sub(r"\s", "", "probably in parse(), or maybe" + "cat setup.py")
+            # Under the default action scope the call with the defect is struck whole: name, id, every argument.
+            whole_call = 'probably in parse(), or maybe▸ call shell  c1\ncommand: ["bash", "-lc", "cat setup.py"]\nworkdir: /repo'
+            assert re.sub(r"\s", "", struck) == re.sub(r"\s", "", whole_call)
+            assert "message 2 · generated · partly excluded (action scope)" in shown
             assert all(s.bold for c, s in chars[shown.index("parse()") : shown.index("parse()") + 7])
             plain_at = shown.index("The bug is")
             context_at = shown.index("Exit code: 0")
@@ -620,7 +646,14 @@ def test_viewer_navigation_filter_search_and_rendering(files: dict[str, Path]) -
             assert "not found" in status(app) and app.view.trajectory.id == "traj-c"
 
             await pilot.press("question_mark")
-            assert "next trajectory" in "".join(c for c, _ in screen_chars(app))
+            helped = screen_chars(app)
+            shown = "".join(c for c, _ in helped)
+            assert "next trajectory" in shown
+            # The legend of the colours, each word drawn in its own style.
+            legend_at = shown.index("colours: ")
+            supervised, context = (helped[shown.index(word, legend_at)][1] for word in ("supervised", "context only"))
+            assert supervised.color != context.color and not supervised.strike
+            assert helped[shown.index("excluded", legend_at)][1].strike
             await pilot.press("q")
         assert app.return_code == 0
 
@@ -648,3 +681,336 @@ def test_viewer_opens_filtered_and_at_a_search_hit(files: dict[str, Path]) -> No
             assert app.view.trajectory.id == "traj-c" and app.cursor == 1
 
     asyncio.run(drive())
+
+
+# ---------------------------------------------------------------- search hits, help, empty pools (issue 37)
+
+
+def hits_pool(path: Path) -> Path:
+    """Two trajectories: the first with 'alpha' three times in step 1 (the third 90 lines
+    down), once in step 2 and 'gamma' once; the second with neither."""
+    long_text = "alpha beta alpha\n" + "\n".join(f"filler {i}" for i in range(90)) + "\nthe end: ALPHA and gamma"
+    first = Trajectory.model_validate(
+        {
+            "id": "hits-1",
+            "messages": [
+                {"role": "user", "content": "Find the letters."},
+                {"role": "assistant", "generated": True, "content": long_text},
+                {"role": "assistant", "generated": True, "content": "alpha again"},
+            ],
+        }
+    )
+    second = Trajectory.model_validate(
+        {"id": "hits-2", "messages": [{"role": "user", "content": "Nothing here."}, {"role": "assistant", "content": "Done."}]}
+    )
+    with JsonlWriter(path) as writer:
+        writer.write(first)
+        writer.write(second)
+    return path
+
+
+def hit_styles(app: ViewerApp, word: str) -> list[Style]:
+    """The style of the first character of each shown occurrence of ``word`` (any case)."""
+    chars = screen_chars(app)
+    shown = "".join(c for c, _ in chars).lower()
+    return [chars[m.start()][1] for m in re.finditer(re.escape(word), shown)]
+
+
+async def search_settled(app: ViewerApp, pilot, *keys: str) -> None:  # noqa: ANN001 - textual's Pilot
+    await pilot.press(*keys)
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def test_viewer_highlights_every_hit_the_current_one_distinct_and_says_when_it_wraps(tmp_path: Path) -> None:
+    async def drive() -> None:
+        catalog = Catalog(PoolIndex(hits_pool(tmp_path / "hits.jsonl"), cache=False).start())
+        app = ViewerApp(catalog)
+        async with app.run_test(size=(80, 24)) as pilot:
+            catalog.pool.join()
+            await pilot.pause(0.3)
+            await search_settled(app, pilot, "slash", *"alpha", "enter")
+            assert (app.cursor, app.step_number, app.hit, app.hit_count) == (0, 1, 0, 3)
+            assert "/alpha 1/3 here" in status(app)
+            # Every hit in the step marked, the current one (the first) in a style of its own.
+            first, second, third = hit_styles(app, "alpha")
+            assert first.bgcolor is not None and second.bgcolor is not None and first.bgcolor != second.bgcolor
+            assert third.bgcolor == second.bgcolor
+            shown = [s.bgcolor for c, s in screen_chars(app) if not c.isspace()]
+            assert shown.count(first.bgcolor) == len("alpha") and shown.count(second.bgcolor) == 2 * len("alpha")
+            assert app.query_one("#body").scroll_y == 0
+
+            await search_settled(app, pilot, "n")
+            assert (app.step_number, app.hit) == (1, 1) and "2/3 here" in status(app)
+            assert [s.bgcolor for s in hit_styles(app, "alpha")] == [second.bgcolor, first.bgcolor, second.bgcolor]  # the current moved on
+            await search_settled(app, pilot, "n")  # the third, 90 lines down: scrolled into view
+            assert (app.step_number, app.hit) == (1, 2) and "3/3 here" in status(app)
+            assert [s.bgcolor for s in hit_styles(app, "alpha")] == [second.bgcolor, second.bgcolor, first.bgcolor]
+            body = app.query_one("#body")
+            lines = "".join(c for c, _ in screen_chars(app)).split("\n")
+            at = next(n for n, line in enumerate(lines) if "the end: ALPHA" in line)
+            assert at > 80 and body.scroll_y <= at < body.scroll_y + body.size.height
+
+            await search_settled(app, pilot, "n")  # the next step with a hit
+            assert (app.cursor, app.step_number, app.hit_count) == (0, 2, 1) and app.message == ""
+            await search_settled(app, pilot, "n")  # past the last hit: wraps to the first, and says so
+            assert (app.cursor, app.step_number, app.hit) == (0, 1, 0)
+            assert "no more matches for 'alpha': wrapped to the first" in status(app)
+            await search_settled(app, pilot, "N")  # back past the first: to the last
+            assert (app.cursor, app.step_number, app.hit) == (0, 2, 0)
+            assert "no earlier match for 'alpha': wrapped to the last" in status(app)
+            await search_settled(app, pilot, "N")  # coming back, a step's last hit first
+            assert (app.step_number, app.hit) == (1, 2) and app.message == ""
+
+            await search_settled(app, pilot, "slash", "ctrl+u", *"gamma", "enter")
+            await search_settled(app, pilot, "n")
+            assert (app.step_number, app.hit_count) == (1, 1) and "the only match for 'gamma'" in status(app)
+            await search_settled(app, pilot, "slash", "ctrl+u", "enter")  # an empty search clears the highlights
+            assert app.query_text == "" and not [s for _, s in screen_chars(app) if s.bgcolor == first.bgcolor]
+
+    asyncio.run(drive())
+
+
+def test_viewer_escape_closes_help_and_empty_pools_say_so(tmp_path: Path) -> None:
+    async def drive() -> None:
+        other = tmp_path / "other-reviews.jsonl"  # reviews of another pool
+        write_atomic(other, [Review(trajectory_id="elsewhere", decision="accept").model_dump(mode="json")])
+        catalog = Catalog(PoolIndex(hits_pool(tmp_path / "hits.jsonl"), cache=False).start(), ReviewIndex(other, cache=False).start())
+        app = ViewerApp(catalog)
+        async with app.run_test(size=(120, 24)) as pilot:
+            catalog.pool.join()
+            catalog.reviews.join()  # type: ignore[union-attr]
+            await pilot.pause(0.3)
+            assert "the reviews match no trajectory of this pool" in status(app)
+            await pilot.press("question_mark")
+            assert app.showing_help and "Esc or ? closes it" in "".join(c for c, _ in screen_chars(app))
+            await pilot.press("escape")
+            assert not app.showing_help and "step 0/3 · task" in "".join(c for c, _ in screen_chars(app))
+            await pilot.press("f", *"resolved", "enter")
+            await pilot.pause(0.3)
+            assert "None of the 2 trajectories matches the filter 'resolved'" in " ".join("".join(c for c, _ in screen_chars(app)).split())
+            assert "no match of 2" in status(app)
+
+        empty = tmp_path / "empty.jsonl"
+        empty.write_text("")
+        catalog = Catalog(PoolIndex(empty, cache=False).start())
+        app = ViewerApp(catalog)
+        async with app.run_test(size=(80, 24)) as pilot:
+            catalog.pool.join()
+            await pilot.pause(0.3)
+            assert "the pool is empty" in str(app.query_one("#header").render())
+            assert f"{empty} holds no trajectory" in " ".join("".join(c for c, _ in screen_chars(app)).split())
+            assert status(app).startswith("empty pool") and "0/0" not in status(app)
+            await pilot.press("n")
+            assert "no search yet" in status(app)
+
+    asyncio.run(drive())
+
+
+def test_index_stops_early_and_its_thread_ends(tmp_path: Path) -> None:
+    import time
+
+    class PacedIndex(PoolIndex):
+        """2 ms a record, so that the index is surely still running when it is stopped."""
+
+        def summarize(self, ref, data):  # noqa: ANN001, ANN202
+            time.sleep(0.002)
+            return super().summarize(ref, data)
+
+    pool = tmp_path / "big.jsonl"
+    with JsonlWriter(pool) as writer:
+        for number in range(3000):
+            writer.write(Trajectory.model_validate({"id": f"t{number}", "messages": [{"role": "user", "content": "x" * 200}]}))
+    index = PacedIndex(pool, cache=True).start()
+    assert index.wait(10)
+    began = time.perf_counter()
+    index.stop()
+    assert time.perf_counter() - began < 1.0
+    assert index.ready.is_set() and index._thread is not None and not index._thread.is_alive()
+    assert 10 <= len(index) < 3000 and not index.errors
+    assert index.load(5).id == "t5"  # what was indexed stays usable
+    assert not pool.with_name(".big.jsonl.view-index.jsonl").exists()  # a partial index is not saved
+
+
+def test_print_step_out_of_range_empty_pool_and_reviews_of_another_pool(files: dict[str, Path], tmp_path: Path) -> None:
+    step = run("view", str(files["pool"]), "--print", "-n", "1", "--step", "99")
+    assert step.exit_code == 2 and step.stdout == ""
+    assert step.stderr.strip().splitlines() == [
+        f"error: {files['pool']}:1: trajectory traj-a: no step 99 (the trajectory has 5 steps, 0 to 4: 0 is the task, 4 the final patch)"
+    ]
+    # Some of the printed have the step: those are printed, the others listed, exit 1.
+    some = run("view", str(files["pool"]), "--print", "--limit", "2", "--step", "3", "--width", "120")
+    assert some.exit_code == 1 and "· traj-a" in some.stdout and "traj-b: no step 3" in some.stderr
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    nothing = run("view", str(empty), "--print")
+    assert nothing.exit_code == 1 and nothing.stderr.strip() == f"warning: {empty}: the pool is empty; nothing to show"
+
+    other = tmp_path / "other-reviews.jsonl"
+    write_atomic(other, [Review(trajectory_id="elsewhere", decision="accept").model_dump(mode="json")])
+    foreign = run("view", str(files["pool"]), "-r", str(other), "--print", "--width", "120")
+    assert foreign.exit_code == 1 and "· traj-a" in foreign.stdout
+    assert f"warning: {other}: reviews none of the 4 trajectories of {files['pool']} (reviews of another pool?)" in " ".join(
+        foreign.stderr.split()
+    )
+
+
+def test_print_into_a_pipe_closed_early_exits_0_quietly(tmp_path: Path, relearn_bin: str) -> None:
+    import subprocess
+
+    pool = tmp_path / "pool.jsonl"
+    with JsonlWriter(pool) as writer:
+        for number in range(300):
+            t = trajectory_a()
+            t.id = f"traj-{number}"
+            writer.write(t)
+    for fmt in ("text", "ansi"):
+        # Far more than a pipe holds (64 KiB), and the index still filling when the reader goes.
+        command = [relearn_bin, "view", str(pool), "--print", "--format", fmt, "--full", "--limit", "300", "--no-cache"]
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+            assert process.stdout is not None and process.stderr is not None
+            first = process.stdout.readline()
+            process.stdout.close()  # `| head -1`
+            stderr = process.stderr.read()
+            assert process.wait(timeout=60) == 0, stderr
+        assert b"traj-0" in first and stderr == b""
+
+
+# ---------------------------------------------------------------- what the dataset excludes (issue 36)
+
+
+def trajectory_calls_only() -> Trajectory:
+    """A tool-calling turn with no text, and a text-protocol agent (mini-swe-agent): its action
+    is the fenced block in its content."""
+    return Trajectory.model_validate(
+        {
+            "id": "traj-calls",
+            "task_id": "calc-3",
+            "messages": [
+                {"role": "user", "content": "Fix mul()."},
+                {"role": "assistant", "generated": True, "tool_calls": [call("c1", "shell", command="cat setup.py", workdir="/repo")]},
+                {"role": "tool", "tool_call_id": "c1", "content": "No such file"},
+                {"role": "assistant", "generated": True, "content": "Done: mul() multiplies."},
+            ],
+            "exit_status": "submitted",
+            "outcome": {"resolved": True},
+        }
+    )
+
+
+def trajectory_text_protocol() -> Trajectory:
+    return Trajectory.model_validate(
+        {
+            "id": "traj-text",
+            "task_id": "calc-4",
+            "messages": [
+                {"role": "system", "content": "Reply with one bash block."},
+                {"role": "user", "content": "Fix div()."},
+                {"role": "assistant", "generated": True, "content": "Let me look.\n\n```bash\ncat setup.py && ls\n```"},
+                {"role": "user", "content": "<returncode>1</returncode>\nNo such file"},
+                {"role": "assistant", "generated": True, "content": "Done.\n\n```bash\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"},
+            ],
+            "exit_status": "submitted",
+            "outcome": {"resolved": True},
+        }
+    )
+
+
+def test_action_scope_strikes_the_whole_call_minimal_only_the_quote_and_headers_say_how_much() -> None:
+    t = trajectory_calls_only()
+    review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 1, "tool_calls[0].arguments.command", "setup.py", "other")])
+    for scope, struck_expected, share in (
+        ("action", "▸ call shell  c1\ncommand: cat setup.py\nworkdir: /repo", "wholly"),
+        ("minimal", "setup.py", "partly"),
+    ):
+        chars = styled_chars(TrajectoryView(t, review, scope=scope).document(RenderOptions()))
+        joined = "".join(c for c, _ in chars)
+        struck = "".join(c for c, s in chars if s.strike)
+        assert re.sub(r"\s", "", struck) == re.sub(r"\s", "", struck_expected), scope
+        assert f"message 1 · generated · {share} excluded ({scope} scope)" in joined
+        assert "message 3 · generated · supervised" in joined  # the turn without a defect
+        assert "--defect-scope" not in joined  # no footnote: what is struck is what is excluded
+
+    text = trajectory_text_protocol()
+    review = Review(trajectory_id=text.id, decision="accept", defects=[defect(text, 2, "content", "setup.py", "other")])
+    for scope, struck_expected in (("action", "```bash\ncat setup.py && ls\n```"), ("minimal", "setup.py")):
+        chars = styled_chars(TrajectoryView(text, review, scope=scope).document(RenderOptions()))
+        struck = "".join(c for c, s in chars if s.strike)
+        assert re.sub(r"\s", "", struck) == re.sub(r"\s", "", struck_expected), scope
+        assert "message 2 · generated · partly excluded" in "".join(c for c, _ in chars)  # "Let me look." stays
+
+    # A dataset compiled in a mode that does not mask strikes nothing and says why.
+    view = TrajectoryView(t, review.model_copy(update={"trajectory_id": t.id, "defects": []}), scope=None, dataset_mode="positive")
+    assert not any(s.strike for _, s in styled_chars(view.document()))
+    flagged = TrajectoryView(
+        t, Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 1, "tool_calls[0].arguments.command", "setup.py", "other")]),
+        scope=None, dataset_mode="positive",
+    )  # fmt: skip
+    chars = styled_chars(flagged.document())
+    assert not any(s.strike for _, s in chars) and "not excluded: the dataset's mode is positive" in "".join(c for c, _ in chars)
+
+
+def template_as_shown(text: str) -> str:
+    """Excluded rendered text written as the viewer shows it, whitespace aside: a call's
+    ``<function=NAME>`` as ``▸ call NAME``, each ``<parameter=KEY>`` as ``KEY:``, the other tags
+    and the end of turn dropped."""
+    text = re.sub(r"<function=([^>]+)>", r"▸ call \1", text)
+    text = re.sub(r"<parameter=([^>]+)>", r"\1:", text)
+    text = re.sub(r"</?(tool_call|function|parameter)>|<\|im_end\|>", "", text)
+    return re.sub(r"\s", "", text)
+
+
+def test_with_a_dataset_the_struck_text_is_the_datasets_excluded_tokens(tmp_path: Path, tok) -> None:  # noqa: ANN001
+    from relearn.export.source import iter_samples, open_dataset
+    from relearn.export.spans import token_runs
+    from relearn.masks.compile import compile_trajectory
+    from relearn.ops.masks import MasksOptions, run_masks
+
+    a, c, calls, text = trajectory_a(), trajectory_c(), trajectory_calls_only(), trajectory_text_protocol()
+    reviews = [
+        *reviews_for(a, c),
+        Review(
+            trajectory_id=calls.id, decision="accept", defects=[defect(calls, 1, "tool_calls[0].arguments.command", "setup.py", "other")]
+        ),
+        Review(trajectory_id=text.id, decision="accept", defects=[defect(text, 2, "content", "setup.py", "other")]),
+    ]
+    pool, reviews_path = tmp_path / "pool.jsonl", tmp_path / "reviews.jsonl"
+    with JsonlWriter(pool) as writer:
+        for t in (a, c, calls, text):
+            writer.write(t)
+    write_atomic(reviews_path, [r.model_dump(mode="json") for r in reviews])
+    by_id = {r.trajectory_id: r for r in reviews}
+    for scope in ("action", "minimal"):
+        options = MasksOptions(pool=pool, output=tmp_path / scope, reviews=reviews_path, mode="ross", defect_scope=scope)
+        summary = run_masks(options, tokenizer=tok)
+        assert summary.stats["trajectories_out"] == 4, summary.stats["rejections"]
+        rows = {row.sample_id: row for row in iter_samples(open_dataset(tmp_path / scope))}
+        for t in (a, c, calls, text):
+            # The excluded tokens (A minus the targets) of the dataset's samples, decoded run by run.
+            excluded: list[str] = []
+            for sample in compile_trajectory(t, by_id[t.id], tok, options.mask_options()):
+                assert np.array_equal(sample.input_ids, rows[sample.sample_id].input_ids)  # the dataset's own tokens
+                assert np.array_equal(sample.loss_mask, rows[sample.sample_id].loss_mask)
+                runs = token_runs(((sample.eligible_mask == 1) & (sample.loss_mask == 0)).astype(np.uint8))
+                excluded += [tok.decode(sample.input_ids[lo:hi].tolist()) for lo, hi in runs]
+            printed = run("view", str(pool), "-r", str(reviews_path), "-d", str(tmp_path / scope), "--print", "--id", t.id, "--full")
+            assert printed.exit_code == 0, printed.output
+            struck = re.findall(r"\[-(.*?)-\]", without_legend(printed.stdout), flags=re.S)
+            shown = [re.sub(r"\s", "", re.sub(r"(▸ call \S+)  \S+", r"\1", run_)) for run_ in struck]  # the call id is not rendered
+            assert shown == [template_as_shown(run_) for run_ in excluded], (scope, t.id, struck, excluded)
+        # The scope is the dataset's: asking for another is refused.
+        other = "minimal" if scope == "action" else "action"
+        refused = run("view", str(pool), "-d", str(tmp_path / scope), "--defect-scope", other, "--print")
+        assert refused.exit_code == 2 and f"compiled under --defect-scope {scope}" in refused.stderr
+
+
+def test_the_scope_struck_under_is_the_datasets_then_the_option(files: dict[str, Path]) -> None:
+    pool = PoolIndex(files["pool"], cache=False)
+    recorded = DatasetInfo(files["dataset"], {"mode": "ross", "defect_scope": "minimal"})
+    unrecorded = DatasetInfo(files["dataset"], {"mode": "ross"})  # compiled before stats.json named it
+    assert Catalog(pool, dataset=recorded, scope="action").defect_scope() == "minimal"
+    assert Catalog(pool, dataset=unrecorded, scope="minimal").defect_scope() == "minimal"
+    assert Catalog(pool, dataset=unrecorded).defect_scope() == "action"  # the masks default
+    assert Catalog(pool, dataset=DatasetInfo(files["dataset"], {"mode": "positive", "defect_scope": "action"})).defect_scope() is None
+    assert Catalog(pool, scope="minimal").defect_scope() == "minimal"

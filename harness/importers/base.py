@@ -7,13 +7,28 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import msgspec
 from pydantic import ValidationError
 
-from records.pools import RecordError, loads, validation_error
-from records.trajectory import FunctionCall, Message, Outcome, ToolCall, Trajectory
+from records.pools import RecordError, json_problem, loads, validation_error
+from records.trajectory import (
+    SCHEMA_VERSION,
+    ContextReset,
+    ExitStatus,
+    FunctionCall,
+    Message,
+    Outcome,
+    Policy,
+    Record,
+    Source,
+    ToolCall,
+    Trajectory,
+    Usage,
+    WideFloat,
+    is_wide,
+)
 
 
 @dataclass
@@ -106,9 +121,16 @@ class Fields:
 
     def str(self, key: str, *, required: bool = False, default: str | None = None) -> str | None:
         value = self.data.get(key)
-        return value if type(value) is str else self.get(key, str, required=required, default=default)
+        if type(value) is str:
+            return value
+        if value is None and not required:  # the other common case: the key is absent
+            return default
+        return self.get(key, str, required=required, default=default)
 
     def obj(self, key: str, *, required: bool = False) -> Fields | None:
+        value = self.data.get(key)
+        if value is None and not required:
+            return None
         value = self.get(key, dict, required=required)
         return None if value is None else Fields(value, self.path, self.line, self._name(key))
 
@@ -138,6 +160,8 @@ def _kind_name(t: type) -> str:
 def _kind(value: Any) -> str:
     if value is None:
         return "null"
+    if isinstance(value, float):  # a WideFloat too (rows decoded with their wide floats marked)
+        return "number"
     return _kind_name(type(value))
 
 
@@ -182,12 +206,15 @@ def read_json_document(path: Path) -> Any:
         raise fail(path, None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise fail(path, exc.lineno, None, f"invalid JSON at column {exc.colno}: {exc.msg}") from None
+    except json.JSONDecodeError:
+        line, message = json_problem(text)
+        raise fail(path, line, None, message) from None
 
 
-def openai_tool_call(call: Fields, diag: Diagnostics) -> ToolCall:
-    """An OpenAI-format ``{id, type, function: {name, arguments}}`` tool call."""
+def openai_tool_call(call: Fields, diag: Diagnostics, kinds: Kinds | None = None) -> ToolCall:
+    """An OpenAI-format ``{id, type, function: {name, arguments}}`` tool call, built with
+    ``kinds`` (the models when None)."""
+    kinds = kinds or MODELS
     function = call.obj("function", required=True)
     assert function is not None
     arguments_raw = function.get("arguments", (str, dict), default="")
@@ -199,9 +226,9 @@ def openai_tool_call(call: Fields, diag: Diagnostics) -> ToolCall:
     else:
         arguments = arguments_raw
     extra = {k: v for k, v in call.data.items() if k not in ("id", "type", "function")}
-    return ToolCall(
+    return kinds.tool_call(
         id=call.str("id", required=True) or "",
-        function=FunctionCall(name=function.str("name", required=True) or "", arguments=arguments),
+        function=kinds.function_call(name=function.str("name", required=True) or "", arguments=arguments),
         raw_arguments=raw,
         extra=extra or None,
     )
@@ -269,7 +296,12 @@ def chat_message(
 
 
 def imported_outcome(
-    fmt: str, *, reward: float | None = None, resolved: bool | None = None, details: dict[str, Any] | None = None
+    fmt: str,
+    *,
+    reward: float | None = None,
+    resolved: bool | None = None,
+    details: dict[str, Any] | None = None,
+    kinds: Kinds | None = None,
 ) -> Outcome | None:
     """The source's own grade, kept as the outcome until ``relearn verify`` grades the patch.
 
@@ -281,7 +313,7 @@ def imported_outcome(
     verdict: dict[str, Any] = {"imported_from": fmt, "re_verified": False}
     if details:
         verdict["source_fields"] = details
-    return Outcome(reward=reward, resolved=resolved, verdict=verdict)
+    return (kinds or MODELS).outcome(reward=reward, resolved=resolved, verdict=verdict)
 
 
 def number(value: Any) -> float | None:
@@ -300,3 +332,262 @@ def flag(value: Any) -> bool | None:
     if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
         return value.strip().lower() in ("true", "1")
     return None
+
+
+# ---- records built without the model ---------------------------------------------------
+# A converter that builds with ``PLAIN`` runs the same code as with ``MODELS``, but each record is
+# a plain object that ``to_record`` turns into its pool line's JSON object (fields in the model's
+# order, None left out: the line ``model_dump_json`` writes), checking each value is one the model
+# would keep unchanged. Any other (one pydantic would coerce or reject) raises ``NotPlain``, and
+# the caller converts again with the models, which validate, coerce and locate the error.
+
+
+class NotPlain(Exception):
+    """A value the model would change or reject: the record is built with the models instead."""
+
+
+# A field's check: a JSON type (the value must be exactly of it, and is kept as it is), or a
+# function that returns the value as the model would write it, raising NotPlain where it can't.
+Check = type | Callable[[Any], Any]
+
+
+def _float(value: Any) -> float:
+    """A float field: an integer becomes a float, as pydantic makes it; marked where wide."""
+    kind = type(value)
+    if kind is int:
+        value = float(value)
+    elif kind is not float and kind is not WideFloat:
+        raise NotPlain
+    return WideFloat(value) if is_wide(value) else value
+
+
+def _objects(value: Any) -> list[dict[str, Any]]:
+    if type(value) is not list or not all(type(item) is dict for item in value):
+        raise NotPlain
+    return value
+
+
+def _ints(value: Any) -> list[int]:
+    if type(value) is not list or not all(type(item) is int for item in value):
+        raise NotPlain
+    return value
+
+
+def _strs(value: Any) -> list[str]:
+    if type(value) is not list or not all(type(item) is str for item in value):
+        raise NotPlain
+    return value
+
+
+def _floats(value: Any) -> list[float]:
+    if type(value) is not list:
+        raise NotPlain
+    return [_float(item) for item in value]
+
+
+def _never(value: Any) -> Any:
+    raise NotPlain  # a field no plain converter fills (links)
+
+
+def _one(kind: type[Plain]) -> Check:
+    def check(value: Any) -> dict[str, Any]:
+        if type(value) is not kind:
+            raise NotPlain
+        return value.to_record()
+
+    return check
+
+
+def _many(kind: type[Plain]) -> Check:
+    def check(value: Any) -> list[dict[str, Any]]:
+        if type(value) is not list or not all(type(item) is kind for item in value):
+            raise NotPlain
+        return [item.to_record() for item in value]
+
+    return check
+
+
+def _among(*allowed: str) -> Check:
+    def check(value: Any) -> str:
+        if type(value) is not str or value not in allowed:
+            raise NotPlain
+        return value
+
+    return check
+
+
+Layout = dict[str, tuple[type | None, Callable[[Any], Any] | None]]
+
+
+def _layout(model: type[Record], checks: dict[str, Check]) -> Layout:
+    """``checks`` in the model's field order, each as (JSON type, None) or (None, function); every
+    field of the model has one."""
+    if set(checks) != set(model.model_fields):
+        raise TypeError(f"{model.__name__}: checks for {sorted(checks)}, fields {sorted(model.model_fields)}")
+    plain_types = (str, int, bool, dict)
+    return {name: (checks[name], None) if checks[name] in plain_types else (None, checks[name]) for name in model.model_fields}  # type: ignore[misc]
+
+
+class Plain:
+    """A record of ``FIELDS`` built without validation; ``to_record`` checks and writes it.
+    ``BLANK``: every field at its default (None unless the model says otherwise), in the model's
+    order, which the object's own fields keep (``BLANK`` goes in first)."""
+
+    FIELDS: ClassVar[Layout]
+    BLANK: ClassVar[dict[str, Any]]
+
+    def __init__(self, **values: Any) -> None:
+        fields = self.__dict__
+        fields.update(self.BLANK)
+        fields.update(values)
+
+    def to_record(self) -> dict[str, Any]:
+        values = self.__dict__
+        if len(values) != len(self.BLANK):  # a key the model would keep as an extra field
+            raise NotPlain
+        record = {}
+        layout = self.FIELDS
+        for name, value in values.items():
+            if value is None:
+                continue
+            kind, check = layout[name]
+            if kind is not None:
+                if type(value) is not kind:
+                    raise NotPlain
+                record[name] = value
+            else:
+                record[name] = check(value)  # type: ignore[misc]
+        return record
+
+
+def _blank(fields: Layout, **defaults: Any) -> dict[str, Any]:
+    return {name: defaults.get(name) for name in fields}
+
+
+class PlainFunctionCall(Plain):
+    FIELDS = _layout(FunctionCall, {"name": str, "arguments": dict})
+    BLANK = _blank(FIELDS)
+
+
+class PlainToolCall(Plain):
+    FIELDS = _layout(
+        ToolCall,
+        {"id": str, "type": _among("function", "custom"), "function": _one(PlainFunctionCall), "raw_arguments": str, "extra": dict},
+    )
+    BLANK = _blank(FIELDS, type="function")
+
+
+_USAGE = {"input_tokens": int, "cached_input_tokens": int, "output_tokens": int, "reasoning_output_tokens": int, "total_tokens": int}
+
+
+class PlainUsage(Plain):
+    FIELDS = _layout(Usage, {**_USAGE, "cost_usd": _float, "api_calls": int})
+    BLANK = _blank(FIELDS)
+
+
+class PlainMessage(Plain):
+    FIELDS = _layout(
+        Message,
+        {
+            "role": _among("system", "developer", "user", "assistant", "tool"),
+            "content": str,
+            "reasoning_content": str,
+            "tool_calls": _many(PlainToolCall),
+            "tool_call_id": str,
+            "name": str,
+            "generated": bool,
+            "token_ids": _ints,
+            "logprobs": _floats,
+            "timestamp": str,
+            "duration_ms": _float,
+            "usage": _one(PlainUsage),
+            "metadata": dict,
+            "extra": dict,
+        },
+    )
+    BLANK = _blank(FIELDS, generated=False)
+
+    def to_record(self) -> dict[str, Any]:
+        # Message's own validator: these the model rejects.
+        if (self.tool_calls and self.role != "assistant") or (self.role == "tool" and not self.tool_call_id):
+            raise NotPlain
+        return super().to_record()
+
+
+class PlainPolicy(Plain):
+    FIELDS = _layout(Policy, {"name": str, "checkpoint": str, "step": int, "provider": str})
+    BLANK = _blank(FIELDS)
+
+
+class PlainOutcome(Plain):
+    FIELDS = _layout(Outcome, {"reward": _float, "resolved": bool, "verdict_ref": str, "verdict": dict, "suspicious": _strs})
+    BLANK = _blank(FIELDS)
+
+
+class PlainContextReset(Plain):
+    FIELDS = _layout(ContextReset, {"message_index": int, "reason": str, "keep": _ints, "replacement_known": bool})
+    BLANK = _blank(FIELDS, reason="compacted", replacement_known=True)
+
+
+class PlainSource(Plain):
+    FIELDS = _layout(
+        Source,
+        {"format": str, "format_version": str, "path": str, "meta": dict, "records": _objects, "warnings": _strs, "content_hash": str},
+    )
+    BLANK = _blank(FIELDS)
+
+
+def _exit_status(value: Any) -> str:
+    if type(value) is not ExitStatus:
+        raise NotPlain
+    return value.value
+
+
+class PlainTrajectory(Plain):
+    """A trajectory whose ``to_record`` leaves ``id`` empty where the model would compute it
+    (the content id): the row reader computes it once, for the id and the content hash alike."""
+
+    FIELDS = _layout(
+        Trajectory,
+        {
+            "schema_version": _among(SCHEMA_VERSION),
+            "id": str,
+            "task_id": str,
+            "policy": _one(PlainPolicy),
+            "attempt": int,
+            "messages": _many(PlainMessage),
+            "tools": _objects,
+            "final_patch": str,
+            "exit_status": _exit_status,
+            "outcome": _one(PlainOutcome),
+            "usage": _one(PlainUsage),
+            "context_resets": _many(PlainContextReset),
+            "links": _never,
+            "started_at": str,
+            "finished_at": str,
+            "source": _one(PlainSource),
+        },
+    )
+    BLANK = _blank(FIELDS, schema_version=SCHEMA_VERSION, id="", exit_status=ExitStatus.unknown)
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """The record classes a converter builds with: the models, or their plain stand-ins (which
+    have the models' fields, so the converter's code and annotations hold for both)."""
+
+    message: Any
+    tool_call: Any
+    function_call: Any
+    usage: Any
+    policy: Any
+    outcome: Any
+    context_reset: Any
+    source: Any
+    trajectory: Any
+
+
+MODELS = Kinds(Message, ToolCall, FunctionCall, Usage, Policy, Outcome, ContextReset, Source, Trajectory)
+PLAIN = Kinds(
+    PlainMessage, PlainToolCall, PlainFunctionCall, PlainUsage, PlainPolicy, PlainOutcome, PlainContextReset, PlainSource, PlainTrajectory
+)

@@ -162,7 +162,7 @@ class _RolloutReader:
             except RecordError as exc:
                 if not self.salvage:
                     raise
-                self.diag.warn(number, f"skipped (salvage): {exc}")
+                self.diag.warn(number, f"skipped (salvage): {exc.what}")
                 self.skipped_lines.append(number)
         if not seen_any:
             raise fail(self.name, None, None, "empty file")

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from harness.importers.base import Diagnostics, Fields, fail, parse_arguments
-from records.pools import RecordError
+from records.pools import RecordError, json_problem
 from records.pools import loads as fast_loads
 from records.trajectory import is_wide
 
@@ -79,10 +79,8 @@ class RolloutJson:
     def loads(self, number: int, text: str) -> Any:
         try:
             return fast_loads(text, self.decoder)
-        except json.JSONDecodeError as exc:
-            truncated = exc.pos >= len(text.rstrip("\n")) - 1
-            hint = " (the line is truncated)" if truncated else ""
-            raise fail(self.path, number, None, f"invalid JSON at column {exc.colno}: {exc.msg}{hint}") from None
+        except json.JSONDecodeError:
+            raise fail(self.path, number, None, json_problem(text)[1]) from None
 
 
 def extra_fields(data: dict[str, Any], known: frozenset[str]) -> dict[str, Any]:

@@ -27,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.importers.base import (
+    MODELS,
     Diagnostics,
     Fields,
     ImportResult,
+    Kinds,
     fail,
     flag,
     imported_outcome,
@@ -37,8 +39,8 @@ from harness.importers.base import (
     parse_arguments,
     text_of_parts,
 )
-from harness.importers.rows import JSONL_SUFFIXES, Row, read_rows
-from records.trajectory import ExitStatus, FunctionCall, Message, Policy, Source, ToolCall, Trajectory, Usage
+from harness.importers.rows import JSONL_SUFFIXES, MARKED, Row, RowRecord, plain_or_model, read_rows
+from records.trajectory import ExitStatus, Message, Trajectory, Usage
 
 FORMAT = "nemo-gym"
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -63,6 +65,11 @@ VERIFIER_FIELDS = (
 )
 ID_FIELDS = ("task_id", "instance_id")
 MAPPED_FIELDS = {*VERIFIER_FIELDS, "resolved", "model_patch"}
+# Top-level keys with a place (never counted as a server's); the keys a message item's and a
+# function_call item's own fields take (left out of what is kept of the item). Sets: tested per key.
+NAMED_FIELDS = frozenset({*KNOWN_FIELDS, *ID_FIELDS, *MAPPED_FIELDS})
+MESSAGE_ITEM_FIELDS = frozenset({"content", *TOKEN_FIELDS})
+CALL_ITEM_FIELDS = frozenset({"type", "call_id", "name", "arguments", *TOKEN_FIELDS})
 
 
 def discover(root: Path) -> list[Path]:
@@ -70,22 +77,30 @@ def discover(root: Path) -> list[Path]:
 
 
 def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
-    return read_rows(path, lambda row, diagnostics: convert(row, str(path), diagnostics), empty="no rollouts")
+    return read_rows(path, lambda row, diagnostics: convert_row(row, str(path), diagnostics), empty="no rollouts", decoder=MARKED)
 
 
-def convert(row: Row, path: str, diag: Diagnostics) -> Trajectory:
+def convert_row(row: Row, path: str, diag: Diagnostics) -> RowRecord | Trajectory:
+    """The rollout as its pool line's JSON object, built by ``convert`` without the models where
+    every value is one they would keep (``rows.plain_or_model``); else ``convert``'s Trajectory."""
+    return plain_or_model(row, diag, lambda kinds: convert(row, path, diag, kinds))
+
+
+def convert(row: Row, path: str, diag: Diagnostics, kinds: Kinds = MODELS) -> Trajectory:
+    """The rollout's Trajectory, built with ``kinds``: the models (the reference), or the plain
+    records (``base.PLAIN``) that ``convert_row`` writes."""
     top = Fields(row.data, path, row.line, row.prefix)
     params = top.obj("responses_create_params", required=True)
     response = top.obj("response", required=True)
     assert params is not None and response is not None
-    builder = _Calls(path, row.line, diag)
+    builder = _Calls(path, row.line, diag, kinds)
 
     instructions = params.str("instructions")
     if instructions:
-        builder.messages.append(Message(role="system", content=instructions, extra={"nemo_gym_field": "instructions"}))
+        builder.messages.append(kinds.message(role="system", content=instructions, extra={"nemo_gym_field": "instructions"}))
     prompt = params.get("input", (str, list), required=True)
     if isinstance(prompt, str):
-        builder.messages.append(Message(role="user", content=prompt))
+        builder.messages.append(kinds.message(role="user", content=prompt))
     else:
         for item in params.items("input"):
             builder.item(item, from_input=True)
@@ -98,7 +113,7 @@ def convert(row: Row, path: str, diag: Diagnostics) -> Trajectory:
         raise fail(path, row.line, response._name("output"), "no model output: nothing the policy generated")
 
     for key in top.data:
-        if key not in KNOWN_FIELDS and key not in ID_FIELDS and key not in MAPPED_FIELDS:
+        if key not in NAMED_FIELDS:
             diag.unknown_kind(row.line, f"server field {key!r}")
     reward = number(top.data.get("reward"))
     if "reward" in top.data and reward is None and top.data["reward"] is not None:
@@ -112,28 +127,29 @@ def convert(row: Row, path: str, diag: Diagnostics) -> Trajectory:
     if task_id is None and task_index is not None:
         task_id = f"ng-task-{task_index}"  # rollouts of one task share it, which pass@k needs
     response_id = response.str("id")
-    return Trajectory(
+    return kinds.trajectory(
         id=f"nemo-gym-{response_id}" if response_id else "",
         task_id=task_id,
-        policy=Policy(name=response.str("model")),
+        policy=kinds.policy(name=response.str("model")),
         attempt=top.get("_ng_rollout_index", int),
         messages=builder.messages,
         tools=[_chat_tool(t) for t in params.list("tools") if isinstance(t, dict)] or None,
         final_patch=top.str("model_patch"),
         exit_status=_exit_status(response),
-        outcome=imported_outcome(FORMAT, reward=reward, resolved=flag(top.data.get("resolved")), details=details or None),
-        usage=_usage(response.obj("usage"), builder.calls),
-        source=Source(format=FORMAT, path=path, meta=meta, records=builder.records or None),
+        outcome=imported_outcome(FORMAT, reward=reward, resolved=flag(top.data.get("resolved")), details=details or None, kinds=kinds),
+        usage=_usage(response.obj("usage"), builder.calls, kinds),
+        source=kinds.source(format=FORMAT, path=path, meta=meta, records=builder.records or None),
     )
 
 
 class _Calls:
     """Folds Responses-API items into chat messages, one assistant message per model call."""
 
-    def __init__(self, path: str, line: int | None, diag: Diagnostics) -> None:
+    def __init__(self, path: str, line: int | None, diag: Diagnostics, kinds: Kinds) -> None:
         self.path = path
         self.line = line
         self.diag = diag
+        self.kinds = kinds
         self.messages: list[Message] = []
         self.current: Message | None = None
         self.calls = 0
@@ -162,7 +178,7 @@ class _Calls:
             raise fail(self.path, self.line, item._name("role"), f"unknown role {role!r}")
         text, extra = _content(item)
         extra.update({k: v for k, v in item.data.items() if k not in ("type", "role", "content")})
-        self.messages.append(Message(role=role, content=text, extra=extra or None))  # type: ignore[arg-type]
+        self.messages.append(self.kinds.message(role=role, content=text, extra=extra or None))
 
     def model_part(self, kind: str, item: Fields, from_input: bool) -> None:
         message = self.assistant_for(kind, from_input)
@@ -178,9 +194,7 @@ class _Calls:
         elif kind == "message":
             text, parts = _content(item)
             message.content = text
-            extra.setdefault("message_items", []).append(
-                {k: v for k, v in item.data.items() if k not in ("content", *TOKEN_FIELDS)} | parts
-            )
+            extra.setdefault("message_items", []).append({k: v for k, v in item.data.items() if k not in MESSAGE_ITEM_FIELDS} | parts)
         else:
             call_id = item.str("call_id", required=True) or ""
             name = item.str("name", required=True) or ""
@@ -191,8 +205,10 @@ class _Calls:
             if call_id in self.open_calls or call_id in self.answered:
                 raise fail(self.path, self.line, item._name("call_id"), f"call_id {call_id!r} used twice")
             self.open_calls[call_id] = name
-            call_extra = {k: v for k, v in item.data.items() if k not in ("type", "call_id", "name", "arguments", *TOKEN_FIELDS)}
-            call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments), raw_arguments=raw, extra=call_extra or None)
+            call_extra = {k: v for k, v in item.data.items() if k not in CALL_ITEM_FIELDS}
+            call = self.kinds.tool_call(
+                id=call_id, function=self.kinds.function_call(name=name, arguments=arguments), raw_arguments=raw, extra=call_extra or None
+            )
             message.tool_calls = [*(message.tool_calls or []), call]
         message.extra = extra
         if any(k in item.data for k in TOKEN_FIELDS):
@@ -242,7 +258,7 @@ class _Calls:
             if order[kind] > filled or (kind == "function_call" and filled == 2):
                 return current
         self.end_call()
-        message = Message(role="assistant", generated=not from_input)
+        message = self.kinds.message(role="assistant", generated=not from_input)
         self.messages.append(message)
         self.current = message
         if not from_input:
@@ -265,7 +281,7 @@ class _Calls:
         if isinstance(output, list):
             extra["content_parts"] = output
             output = text_of_parts(output)
-        self.messages.append(Message(role="tool", content=output, tool_call_id=call_id, name=name, extra=extra or None))
+        self.messages.append(self.kinds.message(role="tool", content=output, tool_call_id=call_id, name=name, extra=extra or None))
 
     def check_calls(self) -> None:
         for call_id, name in self.open_calls.items():
@@ -308,12 +324,12 @@ def _exit_status(response: Fields) -> ExitStatus:
     )
 
 
-def _usage(fields: Fields | None, calls: int) -> Usage | None:
+def _usage(fields: Fields | None, calls: int, kinds: Kinds) -> Usage | None:
     if fields is None:
-        return Usage(api_calls=calls) if calls else None
+        return kinds.usage(api_calls=calls) if calls else None
     input_details = fields.obj("input_tokens_details")
     output_details = fields.obj("output_tokens_details")
-    return Usage(
+    return kinds.usage(
         input_tokens=fields.get("input_tokens", int),
         cached_input_tokens=input_details.get("cached_tokens", int) if input_details is not None else None,
         output_tokens=fields.get("output_tokens", int),

@@ -34,9 +34,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.importers.base import (
+    MODELS,
     Diagnostics,
     Fields,
     ImportResult,
+    Kinds,
     fail,
     flag,
     imported_outcome,
@@ -46,9 +48,9 @@ from harness.importers.base import (
     read_json_document,
     text_of_parts,
 )
-from harness.importers.rows import JSONL_SUFFIXES, Row, read_rows
+from harness.importers.rows import JSONL_SUFFIXES, MARKED, Row, RowRecord, plain_or_model, read_rows
 from records.pools import RecordError
-from records.trajectory import ContextReset, ExitStatus, FunctionCall, Message, Policy, Source, ToolCall, Trajectory, Usage
+from records.trajectory import ContextReset, ExitStatus, Message, Policy, ToolCall, Trajectory, Usage
 
 FORMAT = "openhands"
 
@@ -172,7 +174,7 @@ def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
             and ("action" in document[0] or "observation" in document[0])
         ):
             return read_guarded(path, lambda diagnostics: [convert_events(document, str(path), None, "", diagnostics)])
-    return read_rows(path, lambda row, diagnostics: convert_record(row, str(path), diagnostics), empty="no records")
+    return read_rows(path, lambda row, diagnostics: convert_row(row, str(path), diagnostics), empty="no records", decoder=MARKED)
 
 
 def convert_events(events: list[Any], path: str, line: int | None, prefix: str, diag: Diagnostics) -> Trajectory:
@@ -182,13 +184,20 @@ def convert_events(events: list[Any], path: str, line: int | None, prefix: str, 
     return builder.trajectory(meta={}, task_id=None)
 
 
-def convert_record(row: Row, path: str, diag: Diagnostics) -> Trajectory:
-    """One evaluation (or resolver) record: its events, and what the run says around them."""
+def convert_row(row: Row, path: str, diag: Diagnostics) -> RowRecord | Trajectory:
+    """The record as its pool line's JSON object, built by ``convert_record`` without the models
+    where every value is one they would keep (``rows.plain_or_model``); else its Trajectory."""
+    return plain_or_model(row, diag, lambda kinds: convert_record(row, path, diag, kinds))
+
+
+def convert_record(row: Row, path: str, diag: Diagnostics, kinds: Kinds = MODELS) -> Trajectory:
+    """One evaluation (or resolver) record: its events, and what the run says around them; built
+    with ``kinds``, the models (the reference) or the plain records ``convert_row`` writes."""
     top = Fields(row.data, path, row.line, row.prefix)
     history = top.list("history", required=True)
     if not history:
         raise fail(path, row.line, top._name("history"), "empty: nothing to import")
-    builder = _Events(path, row.line, top._name("history"), diag)
+    builder = _Events(path, row.line, top._name("history"), diag, kinds)
     builder.run(history)
     for key in top.data:
         if key not in RECORD_FIELDS:
@@ -217,7 +226,7 @@ def convert_record(row: Row, path: str, diag: Diagnostics) -> Trajectory:
     resolved, details = _resolved(top, test_result)
     trajectory = builder.trajectory(meta=meta, task_id=task_id)
     trajectory.final_patch = patch
-    trajectory.outcome = imported_outcome(FORMAT, resolved=resolved, details=details)
+    trajectory.outcome = imported_outcome(FORMAT, resolved=resolved, details=details, kinds=kinds)
     return trajectory
 
 
@@ -245,14 +254,14 @@ def _record_usage(top: Fields, builder: _Events) -> Usage | None:
     accumulated = metrics.obj("accumulated_token_usage")
     costs = metrics.list("costs")
     if accumulated is not None:
-        usage = Usage(
+        usage = builder.kinds.usage(
             input_tokens=accumulated.get("prompt_tokens", int),
             output_tokens=accumulated.get("completion_tokens", int),
             cached_input_tokens=accumulated.get("cache_read_tokens", int),
             api_calls=usage.api_calls if usage is not None else None,
         )
     if cost is not None or costs:
-        usage = usage or Usage()
+        usage = usage or builder.kinds.usage()
         usage.cost_usd = cost
         usage.api_calls = usage.api_calls or (len(costs) if costs else None)
     return usage
@@ -261,15 +270,16 @@ def _record_usage(top: Fields, builder: _Events) -> Usage | None:
 class _Events:
     """Walks one event list into messages."""
 
-    def __init__(self, path: str, line: int | None, prefix: str, diag: Diagnostics) -> None:
+    def __init__(self, path: str, line: int | None, prefix: str, diag: Diagnostics, kinds: Kinds = MODELS) -> None:
         self.path = path
         self.line = line
         self.prefix = prefix
         self.diag = diag
+        self.kinds = kinds
         self.messages: list[Message] = []
         self.records: list[dict[str, Any]] = []
         self.resets: list[ContextReset] = []
-        self.policy = Policy()
+        self.policy: Policy = kinds.policy()
         self.tools: list[dict[str, Any]] | None = None
         self.version: str | None = None
         self.finished = False
@@ -290,11 +300,13 @@ class _Events:
     def run(self, events: list[Any]) -> None:
         for index, raw in enumerate(events):
             event = Fields(raw, self.path, self.line, f"{self.prefix}[{index}]")
-            if isinstance(event.str("timestamp"), str):
-                self.timestamps.append(event.data["timestamp"])
-            for key in event.data:
-                if key not in EVENT_FIELDS and not self._is_flat(event):
-                    self.diag.unknown_kind(self.line, f"event field {key!r}")
+            timestamp = event.str("timestamp")
+            if timestamp is not None:
+                self.timestamps.append(timestamp)
+            if not (event.data.keys() <= EVENT_FIELDS or self._is_flat(event)):
+                for key in event.data:
+                    if key not in EVENT_FIELDS:
+                        self.diag.unknown_kind(self.line, f"event field {key!r}")
             if "action" in event.data:
                 self.action(index, event)
             elif "observation" in event.data:
@@ -328,7 +340,9 @@ class _Events:
             self.keep(index, event.data)
             if kind == "condensation":
                 # The condenser rewrote what later calls see, and the events do not say into what.
-                self.resets.append(ContextReset(message_index=len(self.messages), reason="openhands:condensation", replacement_known=False))
+                self.resets.append(
+                    self.kinds.context_reset(message_index=len(self.messages), reason="openhands:condensation", replacement_known=False)
+                )
                 self.diag.warn(self.line, f"{event.prefix}: a condensation: what later turns saw is unknown, and they are not trained on")
         elif source == "user":
             # A command the user ran in the session (a GUI terminal): not the model's action.
@@ -352,7 +366,9 @@ class _Events:
         self.version = fields.str("openhands_version") or self.version
         extra = {"openhands_event": _without(event.data, "args"), "args": _without(args, "content", "tools")}
         self.messages.append(
-            Message(role="system", content=fields.str("content", default="") or "", timestamp=event.str("timestamp"), extra=extra)
+            self.kinds.message(
+                role="system", content=fields.str("content", default="") or "", timestamp=event.str("timestamp"), extra=extra
+            )
         )
 
     def message_action(self, index: int, event: Fields, args: dict[str, Any], source: str | None) -> None:
@@ -373,7 +389,7 @@ class _Events:
             extra["args"] = leftover
         if parts is not None:
             extra["content_parts"] = parts
-        self.messages.append(Message(role="user", content=text, timestamp=event.str("timestamp"), extra=extra))
+        self.messages.append(self.kinds.message(role="user", content=text, timestamp=event.str("timestamp"), extra=extra))
 
     def tool_action(self, index: int, event: Fields, kind: str, args: dict[str, Any]) -> None:
         message = self.assistant(index, event, kind, args)
@@ -399,9 +415,9 @@ class _Events:
         """A call from the action's own arguments: the model's wording is not in the file."""
         name = (tcm.str("function_name") if tcm is not None else None) or kind
         arguments = {k: v for k, v in args.items() if k not in BOOKKEEPING_ARGS}
-        return ToolCall(
+        return self.kinds.tool_call(
             id=call_id or f"openhands-{event.data.get('id', index)}",
-            function=FunctionCall(name=name, arguments=arguments),
+            function=self.kinds.function_call(name=name, arguments=arguments),
             extra={"rebuilt": True, "openhands_action": kind},
         )
 
@@ -422,7 +438,7 @@ class _Events:
             message = self.from_response(response)
         else:
             thought = args.get("thought") if isinstance(args.get("thought"), str) else None
-            message = Message(role="assistant", content=thought or None, generated=True)
+            message = self.kinds.message(role="assistant", content=thought or None, generated=True)
             if kind != "message":
                 message.extra = {"rebuilt": True}
         message.timestamp = event.str("timestamp")
@@ -445,14 +461,14 @@ class _Events:
         extra: dict[str, Any] = {"model_response": response.data}
         if isinstance(content, list):
             content = text_of_parts(content)
-        calls = [openai_tool_call(call, self.diag) for call in body.items("tool_calls")]
-        message = Message(
+        calls = [openai_tool_call(call, self.diag, self.kinds) for call in body.items("tool_calls")]
+        message = self.kinds.message(
             role="assistant",
             content=content,
             reasoning_content=body.str("reasoning_content"),
             tool_calls=calls or None,
             generated=True,
-            usage=_usage(response.obj("usage")),
+            usage=_usage(response.obj("usage"), self.kinds),
             extra=extra,
         )
         # vLLM returns the sampled ids when asked (return_token_ids); keep them for the mask check.
@@ -490,7 +506,7 @@ class _Events:
         timestamp = event.str("timestamp")
         if call_id is not None:
             self.messages.append(
-                Message(
+                self.kinds.message(
                     role="tool",
                     content=content,
                     tool_call_id=call_id,
@@ -504,7 +520,7 @@ class _Events:
         elif content:
             # No call it answers (an error the agent loop reported, a text-protocol turn): the
             # model read it as the next user message.
-            self.messages.append(Message(role="user", content=content, timestamp=timestamp, metadata=meta, extra=extra))
+            self.messages.append(self.kinds.message(role="user", content=content, timestamp=timestamp, metadata=meta, extra=extra))
         else:
             self.keep(index, event.data)
 
@@ -565,7 +581,7 @@ class _Events:
             values = [getattr(u, key) for u in usages if getattr(u, key) is not None]
             return sum(values) if values else None
 
-        self.usage = Usage(
+        self.usage = self.kinds.usage(
             input_tokens=total("input_tokens"),
             output_tokens=total("output_tokens"),
             cached_input_tokens=total("cached_input_tokens"),
@@ -578,7 +594,7 @@ class _Events:
         meta = {"layout": "flat" if self.flat else "events", **meta}
         if self.dropped:
             meta["dropped"] = sorted(self.dropped)
-        return Trajectory(
+        return self.kinds.trajectory(
             task_id=task_id,
             policy=self.policy,
             messages=self.messages,
@@ -588,7 +604,7 @@ class _Events:
             context_resets=self.resets or None,
             started_at=self.timestamps[0] if self.timestamps else None,
             finished_at=self.timestamps[-1] if self.timestamps else None,
-            source=Source(
+            source=self.kinds.source(
                 format=FORMAT,
                 format_version=self.version,
                 path=self.path,
@@ -599,7 +615,7 @@ class _Events:
         )
 
 
-def _usage(fields: Fields | None) -> Usage | None:
+def _usage(fields: Fields | None, kinds: Kinds) -> Usage | None:
     """A litellm (OpenAI-shaped) usage block; Anthropic's cache reads count as cached input."""
     if fields is None:
         return None
@@ -607,7 +623,7 @@ def _usage(fields: Fields | None) -> Usage | None:
     completion_details = fields.obj("completion_tokens_details")
     cached = prompt_details.get("cached_tokens", int) if prompt_details is not None else None
     cached = cached or fields.get("cache_read_input_tokens", int) or cached
-    return Usage(
+    return kinds.usage(
         input_tokens=fields.get("prompt_tokens", int),
         output_tokens=fields.get("completion_tokens", int),
         total_tokens=fields.get("total_tokens", int),

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from pydantic import ValidationError
 
-from harness.importers.base import Diagnostics, ImportResult, fail, read_json_document
-from records.pools import RecordError, iter_lines, parse_json_line, validation_error
-from records.trajectory import Trajectory
+from harness.importers.base import MODELS, PLAIN, Diagnostics, ImportResult, Kinds, Plain, fail, read_json_document
+from records.pools import RecordError, iter_lines, loads, parse_json_line, validation_error
+from records.trajectory import Trajectory, WideFloat, is_wide, mark_wide_floats, record_content_id
 
 JSONL_SUFFIXES = (".jsonl", ".jsonl.zst", ".ndjson")
 JSON_SUFFIXES = (".json",)
@@ -50,6 +51,9 @@ class Row:
     line: int | None
     # Parquet gives every struct every key any row has, null where a row had none.
     null_filled: bool = False
+    # JSON whose every wide float is a WideFloat (read with a ``decoder``): ``plain_or_model`` may
+    # build its record without the models.
+    marked: bool = False
 
     @property
     def prefix(self) -> str:
@@ -71,23 +75,46 @@ def kind_of(path: Path) -> str:
     return "jsonl"
 
 
-def iter_rows(path: Path) -> Iterator[Row | RecordError]:
+def _marked_float(text: str) -> float:
+    number = float(text)
+    return WideFloat(number) if is_wide(number) else number
+
+
+# Decodes rows with every float that ``is_wide`` marked (``WideFloat``), so that a record built of
+# their values (``plain``) is written as pydantic writes it with no walk over them.
+MARKED = msgspec.json.Decoder(float_hook=_marked_float)
+
+
+def iter_rows(path: Path, decoder: msgspec.json.Decoder | None = None) -> Iterator[Row | RecordError]:
     """Every row of ``path``, or a located error in its place (a line that is not JSON).
-    A file that cannot be read at all raises RecordError."""
+    A file that cannot be read at all raises RecordError. ``decoder``: JSON Lines rows decoded
+    by it (``MARKED``), as ``records.pools.loads`` takes one."""
     kind = kind_of(path)
     if kind == "parquet":
         yield from _parquet_rows(path)
     elif kind == "json":
         document = read_json_document(path)
+        if decoder is not None:
+            mark_wide_floats(document)
         rows = document if isinstance(document, list) else [document]
         for index, data in enumerate(rows):
-            yield Row(data, index, None)
+            yield Row(data, index, None, marked=decoder is not None)
     else:
         for index, (number, text) in enumerate(iter_lines(path)):
             try:
-                yield Row(parse_json_line(path, number, text), index, number)
+                if decoder is None:
+                    yield Row(parse_json_line(path, number, text), index, number)
+                else:
+                    yield Row(_decoded(path, number, text, decoder), index, number, marked=True)
             except RecordError as exc:
                 yield exc
+
+
+def _decoded(path: Path, number: int, text: str, decoder: msgspec.json.Decoder) -> Any:
+    try:
+        return loads(text, decoder)
+    except json.JSONDecodeError:
+        return parse_json_line(path, number, text)  # raises the located error
 
 
 def _parquet_rows(path: Path) -> Iterator[Row]:
@@ -106,7 +133,9 @@ def _parquet_rows(path: Path) -> Iterator[Row]:
                 index += 1
 
 
-def read_rows(path: Path, convert: Converter, *, empty: str = "no rows") -> Iterator[ImportResult]:
+def read_rows(
+    path: Path, convert: Converter, *, empty: str = "no rows", decoder: msgspec.json.Decoder | None = None
+) -> Iterator[ImportResult]:
     """Convert each row of ``path``: one result per row, a rejected row located and the rest
     read on. Every result of the file shares one Diagnostics (the batch summary reads the
     first); each trajectory's own ``source.warnings`` are the warnings its row raised. A converter
@@ -114,7 +143,7 @@ def read_rows(path: Path, convert: Converter, *, empty: str = "no rows") -> Iter
     diagnostics = Diagnostics(str(path))
     seen = False
     try:
-        for row in iter_rows(path):
+        for row in iter_rows(path, decoder):
             seen = True
             if isinstance(row, RecordError):
                 yield ImportResult(str(path), None, row, diagnostics)
@@ -144,12 +173,40 @@ def _convert_row(path: Path, row: Row, convert: Converter, diagnostics: Diagnost
     own = diagnostics.warnings[before:]
     if isinstance(converted, RowRecord):
         source = converted.record.get("source")
-        if own and source is not None:
-            source["warnings"] = own  # after format, path and meta, as the model orders them
+        if source is not None:
+            if own:
+                source["warnings"] = own  # after format, path, meta and records, as the model orders them
+            else:
+                source.pop("warnings", None)
         return ImportResult(str(path), None, None, diagnostics, record=converted.record, content_hash=converted.content_hash)
     if converted.source is not None:
         converted.source.warnings = own or None
     return ImportResult(str(path), converted, None, diagnostics)
+
+
+def plain_or_model(row: Row, diagnostics: Diagnostics, convert: Callable[[Kinds], Trajectory | Plain]) -> RowRecord | Trajectory:
+    """``convert`` run with the plain records (``base.PLAIN``), its trajectory as its pool line's
+    JSON object; where that fails in any way (a value the model would coerce or reject, an error
+    of the input), run again with the models, so that what is written, warned and rejected is the
+    model path's. Only a ``marked`` row is built plain."""
+    if not row.marked:
+        return convert(MODELS)  # type: ignore[return-value]
+    warned, unknown = len(diagnostics.warnings), dict(diagnostics.unknown)
+    try:
+        built = convert(PLAIN)
+        assert isinstance(built, Plain)
+        record = built.to_record()
+        if record["id"]:
+            return RowRecord(record)
+        digest = record_content_id(record)  # ValueError: text no pool line holds (a lone surrogate)
+    except Exception:
+        # Taken back, so that the row is counted once.
+        del diagnostics.warnings[warned:]
+        diagnostics.unknown.clear()
+        diagnostics.unknown.update(unknown)
+        return convert(MODELS)  # type: ignore[return-value]
+    record["id"] = digest
+    return RowRecord(record, content_hash=digest)
 
 
 def decode_json_text(value: Any) -> Any:

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
 from relearn.cli.cluster import RayArg, show_nodes
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
 from relearn.ops.analyze import NllOptions, PasskOptions, run_nll, run_passk
 from relearn.ops.reporting import SILENT, OpError, RichReporter
 
@@ -37,7 +37,7 @@ def _pools(specs: list[str] | None) -> list[NamedPool]:
     try:
         return parse_pools(specs or [])
     except PoolSpecError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
 
 
@@ -122,10 +122,10 @@ def nll_command(
     try:
         summary = run_nll(options, RichReporter(err) if progress else SILENT)
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     except RuntimeError as exc:  # a batch a worker could not score
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_PARTIAL) from None
     show_nodes(summary.per_node, "NLL batches")
     show_problems("rejected", summary.rejected)
@@ -210,7 +210,7 @@ def passk_command(
     try:
         summary = run_passk(PasskOptions(_pools(pools), out_dir, max_k=max_k, limit=limit), RichReporter(err))
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     show_problems("rejected", summary.rejected)
     for table in _passk_tables(summary.result):

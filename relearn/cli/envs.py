@@ -85,6 +85,15 @@ def audit_command(
     pull: PullArg = ContainerOptions.pull,
     cpus: CpusArg = ContainerOptions.cpus,
     memory: MemoryArg = ContainerOptions.memory,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            dir_okay=False,
+            help="Append each task's audit to this JSON Lines file as it is made (instance_id, image, verdict, why; a task's latest line counts). `relearn masks --audit FILE` leaves the flagged tasks' trajectories out of the dataset.",
+        ),
+    ] = AuditOptions.output,
 ) -> None:
     """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged.
 
@@ -93,7 +102,7 @@ def audit_command(
     if verdicts is not None:
         audit_verdicts(verdicts)
     containers = ContainerOptions(image_map=image_map, image_template=image_template, pull=pull, cpus=cpus, memory=memory)
-    summary = run_op(run_audit, AuditOptions(tasks, ids or [], leaky, containers))
+    summary = run_op(run_audit, AuditOptions(tasks, ids or [], leaky, containers, output))
     show_problems("unreadable tasks", summary.unreadable)
     show_problems("images", summary.image_problems)
     table = Table(title="relearn envs audit")
@@ -104,6 +113,8 @@ def audit_command(
     out.print(table)
     unavailable = f"; {summary.unavailable} not on this engine" if summary.unavailable else ""
     out.print(f"{summary.exposed} of {len(summary.audits)} task images expose their fix{unavailable}")
+    if output is not None:
+        out.print(f"audit: {output}", highlight=False)
     raise typer.Exit(EXIT_PARTIAL if summary.exposed or summary.unavailable else EXIT_OK)
 
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from relearn.cli.envs import IdsArg
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg, TasksArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, err, out, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, print_error, run_op, show_problems
 from relearn.ops.containers import ContainerOptions
 from relearn.ops.envs import (
     BuildSwebenchOptions,
@@ -63,9 +63,7 @@ def load_command(
 def check_image_command(
     image: Annotated[
         str | None,
-        typer.Argument(
-            metavar="[IMAGE]", help="The image to check (default: each selected task's own, after --image-map/--image-template)."
-        ),
+        typer.Argument(metavar="IMAGE", help="The image to check (default: each selected task's own, after --image-map/--image-template)."),
     ] = CheckImageOptions.image,
     tasks: TasksArg = CheckImageOptions.tasks,
     ids: IdsArg = None,
@@ -85,7 +83,7 @@ def check_image_command(
     show_problems("images", summary.image_problems)
     for check in summary.checks:
         if check.report is None:
-            err.print(f"[red]error:[/red] {check.error}", highlight=False)
+            print_error(f"{check.error}")
             continue
         table = Table(title=f"{check.instance_id}: {check.image}")
         for column in ("check", "result", "detail"):

@@ -11,7 +11,7 @@ import typer
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
 from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, usage_error
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
 from relearn.ops.collect import AgentOptions
 from relearn.ops.containers import ContainerOptions
 from relearn.ops.evaluate import EvalOptions, run_evaluation
@@ -100,7 +100,7 @@ def report_command(run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="
     try:
         report = write_report(run_dir)
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     out.print((run_dir / "report.md").read_text(), markup=False, highlight=False)
     raise typer.Exit(EXIT_PARTIAL if report["unreadable_records"] else EXIT_OK)
@@ -108,7 +108,7 @@ def report_command(run_dir: Annotated[Path, typer.Argument(metavar="RUN", help="
 
 @eval_app.command("compare")
 def compare_command(
-    runs: Annotated[list[Path], typer.Argument(metavar="RUN...", help="Run folders; the first is the baseline.")],
+    runs: Annotated[list[Path], typer.Argument(metavar="RUN", help="Run folders; the first is the baseline.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Folder for compare.md, compare.json and compare.png.")] = Path("compare"),
     names: Annotated[
         list[str] | None, typer.Option("--name", help="Display names, one per run (e.g. Upstream, Positive SFT, ROSS).")
@@ -119,12 +119,12 @@ def compare_command(
 
     labels = names or [path.name for path in runs]
     if len(labels) != len(runs):
-        err.print("[red]error:[/red] give one --name per run")
+        print_error("give one --name per run")
         raise typer.Exit(EXIT_USAGE)
     try:
         result = compare(list(zip(labels, runs, strict=True)))
     except (NotComparable, FileNotFoundError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     output.mkdir(parents=True, exist_ok=True)
     (output / "compare.json").write_text(json.dumps(result, indent=1))

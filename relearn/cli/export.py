@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems, show_warnings
 from relearn.ops.export import (
     CHAT_PRESETS,
     DatasetExportOptions,
@@ -25,7 +25,7 @@ export_app = typer.Typer(
     help="Export pools (Harbor ATIF, Hugging Face chat JSON, chat-message datasets) and compiled datasets (TRL, axolotl, verl, LLaMA-Factory, datasets; the A \\ E spans as JSONL).",
     no_args_is_help=True,
 )
-PoolsArgument = Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")]
+PoolsArgument = Annotated[list[Path], typer.Argument(metavar="POOL", help="Pool files (.jsonl or .jsonl.zst).")]
 
 
 @export_app.command("atif")
@@ -56,7 +56,7 @@ def chat_command(
 ) -> None:
     """One chat-message row per trajectory: OpenAI messages (tool-call arguments as JSON text), tools, id, task, resolved, reward, patch.
 
-    With --preset, the rows of SWE-Gym, SWE-smith, nebius SWE-agent-trajectories or SWE-rebench-openhands, so `relearn import chat --preset` reads them back to the same messages. A trajectory the preset cannot hold whole (tool calls in the text-only nebius rows) is refused and listed. Exit codes: 0 written, 1 written with records rejected or refused, 2 nothing written (a pool missing).
+    With --preset, the rows of SWE-Gym, SWE-smith, nebius SWE-agent-trajectories or SWE-rebench-openhands, so `relearn import chat --preset` reads them back to the same messages. A trajectory the preset cannot hold whole (tool calls in the text-only nebius rows) is refused and listed.
     """
     _pool_export(PoolExportOptions(pools, output, "chat", preset.value if preset else None))
 
@@ -69,7 +69,8 @@ def _pool_export(options: PoolExportOptions) -> None:
     shape = f"{summary.format} ({summary.preset})" if summary.preset else summary.format
     refused = f", {len(summary.refused)} refused" if summary.format == "chat" else ""
     out.print(f"exported {summary.exported} trajectories as {shape} to {summary.output}; {len(summary.rejected)} records rejected{refused}")
-    raise typer.Exit(EXIT_OK if summary.complete else EXIT_PARTIAL)
+    warned = show_warnings(summary.warnings)
+    raise typer.Exit(EXIT_OK if summary.complete and not warned else EXIT_PARTIAL)
 
 
 @export_app.command("dataset")
@@ -95,7 +96,9 @@ def dataset_command(
 
     trl: Parquet input_ids + assistant_masks (SFTTrainer builds labels from them). axolotl: Parquet input_ids, attention_mask, labels (-100 where not supervised). llamafactory: the same as a save_to_disk folder for tokenized_path. verl: Parquet input_ids + loss_mask and relearn_verl_dataset.py for data.custom_cls. hf: sample and trajectory ids, input_ids, loss_mask, labels and a per-trajectory weight, as Parquet and save_to_disk.
 
-    Beside the data: rows.jsonl (each row's sample and trajectory) and relearn-export.json (tokenizer, chat template hash, the loss that trainer computes and how far it is from relearn's per-trajectory loss). Rows with no supervised token are left out and counted. Exit codes: 0 written, 2 refused (nothing written).
+    Beside the data: rows.jsonl (each row's sample and trajectory) and relearn-export.json (tokenizer, chat template hash, the loss that trainer computes and how far it is from relearn's per-trajectory loss). Rows with no supervised token are left out and counted.
+
+    Set the trainer's length limit to at least the longest row (`relearn masks --ctx`): axolotl drops every row longer than its `sequence_len` (512 tokens unless set; its default `excess_length_strategy: drop`), and TRL cuts rows at `max_length` (1,024 unless set; `max_length=None` keeps them whole).
     """
     options = DatasetExportOptions(dataset, trainer, output, tokenizer=tokenizer, rows_per_file=rows_per_file, overwrite=overwrite)
     summary = run_op(run_export_dataset, options)
@@ -110,7 +113,7 @@ def dataset_command(
         table.add_row(name, str(value))
     out.print(table)
     out.print(f"manifest: {summary.manifest}")
-    raise typer.Exit(EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if show_warnings(summary.warnings) else EXIT_OK)
 
 
 @export_app.command("masks")
@@ -123,11 +126,11 @@ def masks_command(
 ) -> None:
     """Write each sample's A \\ E selection as JSONL: the rendered text, the supervised token runs [start, end) and the same runs as character ranges of the text.
 
-    A trainer with another tokenization supervises the tokens lying wholly inside a character range; one with this tokenizer can use the token runs. Exit codes: 0 written, 2 refused.
+    A trainer with another tokenization supervises the tokens lying wholly inside a character range; one with this tokenizer can use the token runs.
     """
     summary = run_op(run_export_masks, MasksExportOptions(dataset, output, tokenizer=tokenizer))
     out.print(f"exported the A \\ E spans of {summary.samples} samples to {summary.output}")
-    raise typer.Exit(EXIT_OK)
+    raise typer.Exit(EXIT_PARTIAL if show_warnings(summary.warnings) else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:

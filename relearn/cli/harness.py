@@ -10,7 +10,7 @@ from rich.table import Table
 
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg, TasksArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
 from relearn.ops.collect import AgentOptions, CollectOptions, ReplayOptions, run_collect, run_replay
 from relearn.ops.containers import ContainerOptions
 from relearn.ops.reporting import OpError, RichReporter
@@ -37,7 +37,7 @@ def _agent(agent: str, policy: str | None, apply_patch: str, reasoning_effort: s
 
 
 def usage_error(exc: OpError) -> typer.Exit:
-    err.print(f"[red]error:[/red] {exc}", highlight=False)
+    print_error(str(exc))
     return typer.Exit(EXIT_USAGE)
 
 

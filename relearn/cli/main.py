@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 import typer
 
 from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, single_turn, stats, train, verify, view
+from relearn.cli.errors import DEBUG, ReportingGroup
 
 app = typer.Typer(
     name="relearn",
@@ -12,9 +15,33 @@ app = typer.Typer(
     "Pipeline: import/collect -> verify -> review -> masks -> train -> eval.",
     no_args_is_help=True,
     add_completion=False,
-    rich_markup_mode="rich",
+    # The help pages' layout is relearn.cli.help_layout's (click's plain one at the terminal's width);
+    # an error escaping a verb ends as one line and an exit code (relearn.cli.errors).
+    cls=ReportingGroup,
+    rich_markup_mode=None,
     pretty_exceptions_enable=False,
 )
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        typer.echo(f"relearn {version('relearn')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    ctx: typer.Context,
+    _version: bool = typer.Option(
+        False, "--version", "-V", callback=_print_version, is_eager=True, help="Print relearn's version and exit."
+    ),
+    debug: bool = typer.Option(
+        False, "--debug", envvar="RELEARN_DEBUG", help="Show the Python traceback of an error instead of its one line."
+    ),
+) -> None:
+    ctx.meta[DEBUG] = debug
+
+
 pool.register(app)
 export.register(app)
 envs.register(app)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from relearn.cli.cluster import RayArg, show_nodes
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
 from relearn.ops.masks import MasksOptions, run_masks
 from relearn.ops.reporting import OpError, RichReporter
 
@@ -65,6 +65,17 @@ def masks_command(
             help="action: a defect in a tool call excludes the whole call as the template renders it (tags, function name, every argument, and the end of turn after a turn's last call), since the error is the decision to call | minimal: only the quoted characters (the ablation)."
         ),
     ] = MasksOptions.defect_scope,
+    audit: Annotated[
+        Path | None,
+        typer.Option(
+            exists=True,
+            dir_okay=False,
+            help="Image audit records (`relearn envs audit -o FILE`): the trajectories of tasks whose images it flags (.git exposes the fix) are left out of every mode and counted, as the paper's training set left them out. Without it no audit is applied, and the summary says so.",
+        ),
+    ] = MasksOptions.audit,
+    keep_flagged: Annotated[
+        bool, typer.Option(help="Keep the trajectories of the tasks --audit flags (still counted in the summary).")
+    ] = MasksOptions.keep_flagged,
 ) -> None:
     """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
 
@@ -75,15 +86,15 @@ def masks_command(
     options = MasksOptions(
         pool=pool, output=output, reviews=reviews, tokenizer=tokenizer, mode=mode, ctx=ctx, prefix_check=prefix_check, per_turn=per_turn,
         preserve_thinking=preserve_thinking, no_thinking=no_thinking, shard_size=shard_size, include_suspicious=include_suspicious,
-        defect_scope=defect_scope, workers=workers, ray=ray,
+        defect_scope=defect_scope, workers=workers, ray=ray, audit=audit, keep_flagged=keep_flagged,
     )  # fmt: skip
     try:
         summary = run_masks(options, RichReporter(err))
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     except RuntimeError as exc:  # a shard a worker could not compile
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_PARTIAL) from None
     stats, reused = summary.stats, summary.reused
     show_problems("unreadable reviews", summary.review_errors)
@@ -102,6 +113,8 @@ def masks_command(
         ("supervised (A \\ E)", tokens["supervised"]),
         ("TER token-weighted", f"{stats['ter_token_weighted']:.4f}"),
         ("TER mean per sample", f"{stats['ter_mean']:.4f}"),
+        *scope_rows(stats),
+        ("audit", audit_line(stats["audit"])),
     ):
         table.add_row(name, str(value))
     for reason, count in stats["rejected"].items():
@@ -110,7 +123,25 @@ def masks_command(
         table.add_row(f"excluded tokens: {category}", str(count))
     out.print(table)
     out.print(f"statistics: {output / 'stats.json'}")
-    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
+    warned = show_warnings(summary.warnings)
+    raise typer.Exit(EXIT_PARTIAL if summary.partial or warned else EXIT_OK)
+
+
+def scope_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """TER token-weighted under each defect scope, the trained one marked."""
+    return [
+        (f"TER {scope} scope" + (" (trained)" if scope == stats["defect_scope"] else ""), f"{ter['ter_token_weighted']:.4f}")
+        for scope, ter in stats["ter_by_scope"].items()
+    ]
+
+
+def audit_line(audit: dict[str, Any]) -> str:
+    if not audit["applied"]:
+        return "none applied (--audit FILE from `relearn envs audit -o`)"
+    flagged = f"{audit['tasks_flagged']} of {audit['tasks_audited']} tasks flagged"
+    if audit["kept"]:
+        return f"{flagged}; their {audit['trajectories_of_flagged_tasks']} trajectories kept (--keep-flagged)"
+    return f"{flagged}; {audit['trajectories_left_out']} successes of them left out"
 
 
 def register(app: typer.Typer) -> None:

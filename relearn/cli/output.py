@@ -7,6 +7,7 @@ from typing import TypeVar
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from relearn.ops.reporting import OpError, Reporter, RichReporter
 
@@ -18,7 +19,8 @@ EXIT_OK, EXIT_PARTIAL, EXIT_USAGE = 0, 1, 2
 SHOWN_PROBLEMS = 20
 
 out = Console()
-err = Console(stderr=True)
+# Messages on stderr are never wrapped: an error or a problem is one line to read, grep and copy.
+err = Console(stderr=True, soft_wrap=True)
 
 
 def show_problems(title: str, problems: list[str]) -> None:
@@ -31,11 +33,27 @@ def show_problems(title: str, problems: list[str]) -> None:
         err.print(f"  ... and {len(problems) - SHOWN_PROBLEMS} more")
 
 
+def show_warnings(warnings: list[str]) -> bool:
+    """A run that matched nothing (an empty pool, another pool's reviews): one line each on
+    stderr; True when there was any (the verb then exits 1)."""
+    for warning in warnings:
+        err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
+    return bool(warnings)
+
+
+def print_error(message: str) -> None:
+    """The one way a problem is told: ``error: <what is wrong with which path>; <what to do>``
+    on stderr, as one line however long (never wrapped, never read as markup; an exception's
+    own line breaks joined)."""
+    line = " ".join(part.strip() for part in message.splitlines() if part.strip())
+    err.print(Text.assemble(("error:", "red"), " ", line), soft_wrap=True, highlight=False)
+
+
 def run_op(op: Callable[[Options, Reporter], Summary], options: Options) -> Summary:
     """An operation of ``relearn.ops`` with its progress on stderr; unusable input (its
     ``OpError``) exits 2 with the one line."""
     try:
         return op(options, RichReporter(err))
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from harness.import_run import ROW_FORMATS, ChatPreset, ImportFormat, ImportSummary
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems, show_warnings
 from relearn.ops.importing import ImportOptions, run_import
 from relearn.ops.validate import ValidateOptions, run_validate
 
@@ -36,7 +36,7 @@ def import_command(
         ImportFormat,
         typer.Argument(metavar="FORMAT", help=" | ".join(ImportFormat)),
     ],
-    paths: Annotated[list[Path], typer.Argument(help="Files, or directories walked recursively (e.g. ~/.codex/sessions).")],
+    paths: Annotated[list[Path], typer.Argument(metavar="PATH", help="Files, or directories walked recursively (e.g. ~/.codex/sessions).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Pool to append to (.jsonl or .jsonl.zst).")],
     salvage: Annotated[
         bool, typer.Option(help="Keep what parses from a damaged file (each skipped line is a warning) instead of rejecting it.")
@@ -76,7 +76,7 @@ def import_command(
 ) -> None:
     """Import other tools' trajectories into a pool of relearn trajectories.
 
-    Appends to the pool and skips trajectories whose stable id it already holds, so a rerun over the same inputs adds nothing. A damaged file (or, in row formats, a damaged row) is rejected with its file, line and field and the batch goes on; unknown record types and fields are kept under each trajectory's `source` and counted. A grade the source carries (reward, resolved) becomes the outcome, marked imported, until `relearn verify` grades the patch. The pipeline's `\\[pool.import]` table takes the same fields. Exit codes: 0 imported, 1 some files or records rejected, 2 unusable arguments (nothing imported).
+    Appends to the pool and skips trajectories whose stable id it already holds, so a rerun over the same inputs adds nothing. A damaged file (or, in row formats, a damaged row) is rejected with its file, line and field and the batch goes on; unknown record types and fields are kept under each trajectory's `source` and counted. A grade the source carries (reward, resolved) becomes the outcome, marked imported, until `relearn verify` grades the patch. The pipeline's `[pool.import]` table takes the same fields.
     """
     options = ImportOptions(
         format=fmt.value, paths=paths, output=output, salvage=salvage, overwrite=overwrite, preset=preset.value if preset else None,
@@ -90,7 +90,7 @@ def import_command(
 
 
 def validate_command(
-    pools: Annotated[list[Path], typer.Argument(help="Pool files (.jsonl or .jsonl.zst).")],
+    pools: Annotated[list[Path], typer.Argument(metavar="POOL", help="Pool files (.jsonl or .jsonl.zst).")],
 ) -> None:
     """Check pools: records parse, ids are unique, tool results answer earlier calls.
 
@@ -108,7 +108,8 @@ def validate_command(
     for name, count in summary.exit_status.most_common():
         table.add_row(f"exit {name}", str(count))
     out.print(table)
-    raise typer.Exit(EXIT_OK if summary.clean else EXIT_PARTIAL)
+    warned = show_warnings(summary.warnings)
+    raise typer.Exit(EXIT_OK if summary.clean and not warned else EXIT_PARTIAL)
 
 
 def register(app: typer.Typer) -> None:

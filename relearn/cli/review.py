@@ -20,7 +20,7 @@ from typer.core import TyperGroup
 from records.pools import RecordError, read_trajectories_lenient
 from records.review import Review, iter_reviews
 from relearn.cli.cluster import RayArg, show_nodes
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
 from relearn.ops.reporting import OpError, RichReporter
 from relearn.ops.review import JudgeOptions, ReviewOptions, ReviewRunSummary, run_review
 from review.agreement import agreement
@@ -141,7 +141,7 @@ def review_command(
     try:
         summary = run_review(options, RichReporter(err))
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     if estimate:
         assert summary.estimate is not None
@@ -150,7 +150,8 @@ def review_command(
         out.print(json.dumps(figures), soft_wrap=True, markup=False, highlight=False)
         raise typer.Exit(EXIT_OK)
     out.print(_review_table(summary, output))
-    raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
+    warned = show_warnings(summary.warnings)
+    raise typer.Exit(EXIT_PARTIAL if summary.partial or warned else EXIT_OK)
 
 
 def _review_table(summary: ReviewRunSummary, output: Path) -> Table:
@@ -182,7 +183,7 @@ def _review_table(summary: ReviewRunSummary, output: Path) -> Table:
 @review_app.command("bench")
 def bench_command(
     bench: Annotated[
-        Path | None, typer.Argument(metavar="[BENCH]", help="A labelled case set (default: the shipped one in review/bench/cases/).")
+        Path | None, typer.Argument(metavar="BENCH", help="A labelled case set (default: the shipped one in review/bench/cases/).")
     ] = None,
     output: Annotated[Path | None, typer.Option("-o", "--output", help="The results folder (bench.json, bench.md, the reviews).")] = None,
     judge1: Judge1 = JudgeOptions.judge1,
@@ -208,7 +209,7 @@ def bench_command(
     from relearn.ops.review_bench import BenchOptions
 
     if output is None:  # a bench's folder is named on purpose, never defaulted
-        err.print("[red]error:[/red] usage: relearn review bench [BENCH] -o DIR [--judge1 M --judge2 M --backend ...]")
+        print_error("usage: relearn review bench [BENCH] -o DIR [--judge1 M --judge2 M --backend ...]")
         raise typer.Exit(EXIT_USAGE)
     judges = JudgeOptions(
         judge1=judge1, judge2=judge2, backend=backend, base_url=base_url, judge2_base_url=judge2_base_url, api_key_env=api_key_env,
@@ -228,7 +229,7 @@ def label_command(
     from relearn.cli.review_bench import label_from_options
 
     if output is None:  # a label's cases file is named on purpose, never defaulted
-        err.print("[red]error:[/red] usage: relearn review label POOL REVIEWS -o CASES.jsonl")
+        print_error("usage: relearn review label POOL REVIEWS -o CASES.jsonl")
         raise typer.Exit(EXIT_USAGE)
     label_from_options(pool, reviews, output=output)
 
@@ -241,7 +242,7 @@ def agree_command(
 ) -> None:
     """Cohen's kappa on decisions and categories, span F1 and the share of correct tokens wrongly excluded."""
     if pool is None:
-        err.print("[red]error:[/red] usage: relearn review agree REFERENCE OTHER --pool POOL")
+        print_error("usage: relearn review agree REFERENCE OTHER --pool POOL")
         raise typer.Exit(EXIT_USAGE)
     agree(reference, other, pool)
 
@@ -257,7 +258,7 @@ def _reviews(path: Path) -> dict[str, Review]:
 def agree(reference: Path, other: Path, pool: Path) -> None:
     for path in (reference, other, pool):
         if not path.is_file():
-            err.print(f"[red]error:[/red] no such file: {path}")
+            print_error(f"no such file: {path}")
             raise typer.Exit(EXIT_USAGE)
     errors: list[RecordError] = []
     trajectories = {t.id: t for t in read_trajectories_lenient(pool, errors)}

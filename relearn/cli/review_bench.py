@@ -10,7 +10,7 @@ from rich.table import Table
 
 from records.pools import RecordError
 from records.review import Review, iter_reviews
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
 from relearn.ops.reporting import OpError, RichReporter
 from relearn.ops.review_bench import SHOWN, BenchOptions, BenchSummary, fmt, run_review_bench
 from review.bench.cases import BenchCase
@@ -21,7 +21,7 @@ def bench(options: BenchOptions) -> int:
     try:
         summary = run_review_bench(options, RichReporter(err))
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         return EXIT_USAGE
     out.print(bench_table(summary, options.output))
     out.print(f"figures per kind and per case: {options.output / 'bench.md'}, {options.output / 'bench.json'}")
@@ -47,7 +47,7 @@ def label_from_options(pool: Path, reviews_path: Path, *, output: Path) -> None:
 
     for path in (pool, reviews_path):
         if not path.is_file():
-            err.print(f"[red]error:[/red] no such file: {path}")
+            print_error(f"no such file: {path}")
             raise typer.Exit(EXIT_USAGE)
     problems: list[str] = []
     latest: dict[str, Review] = {}
@@ -69,7 +69,7 @@ def label_from_options(pool: Path, reviews_path: Path, *, output: Path) -> None:
     problems += [str(e) for e in unreadable]
     show_problems("not labelled", problems)
     if not cases:
-        err.print("[red]error:[/red] no reviewed trajectory could be labelled")
+        print_error("no reviewed trajectory could be labelled")
         raise typer.Exit(EXIT_USAGE)
     write_cases(output, cases)
     out.print(f"{len(cases)} labelled cases -> {output} (score a reviewer on them: relearn review bench {output} -o DIR)")

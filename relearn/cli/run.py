@@ -9,8 +9,9 @@ import typer
 from rich.table import Table
 
 from relearn.cli.cluster import RayArg
+from relearn.cli.help_layout import EXIT_CODES_STAGES
 from relearn.cli.image_options import terminate_cleanly
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error
 from relearn.pipeline.config import ClusterConfig, PipelineError, load_pipeline
 from relearn.pipeline.runner import StageResult
 
@@ -42,15 +43,15 @@ def run_command(
 
     With --ray ADDRESS (or a cluster table in the file, address = "auto" or HOST:PORT; --ray wins), collect, verify, review, masks and analyze run their units on that Ray cluster (eval runs its containers on this machine, where the model is served).
 
-    Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/): rerunning a finished pipeline does nothing, deleting one stage's output redoes that stage and those after it, changing a stage's settings redoes it and what follows (its old outputs are moved to WORKDIR/.pipeline/stale/, never deleted). A stage that was interrupted resumes. Exit codes: 0 done, 2 unusable pipeline file, 3 a stage failed.
+    Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/): rerunning a finished pipeline does nothing, deleting one stage's output redoes that stage and those after it, changing a stage's settings redoes it and what follows (its old outputs are moved to WORKDIR/.pipeline/stale/, never deleted). A stage that was interrupted resumes.
     """
     try:
         config = load_pipeline(pipeline)
     except PipelineError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     if config.pool.collect is not None and not config.pool.collect.base_url and not dry_run:
-        err.print(f"[red]error:[/red] {pipeline}: pool.collect.base_url: the policy endpoint is needed to collect")
+        print_error(f"{pipeline}: pool.collect.base_url: the policy endpoint is needed to collect")
         raise typer.Exit(EXIT_USAGE)
     if ray is not None:
         config.cluster = ClusterConfig(address=ray, registry=config.cluster.registry if config.cluster is not None else None)
@@ -76,7 +77,7 @@ def demo_command(
     The historical checkpoint is a scripted policy with planted mistakes, redundant
     exploration and reverted edits; the model relearned is a tiny random Qwen3 with the real
     vocabulary. Rerunning it does no work; `relearn run runs/demo/pipeline.toml` is the same
-    pipeline. Exit codes: 0 done, 3 a stage failed (rerun to resume).
+    pipeline.
     """
     from relearn.pipeline.demo import run_demo
 
@@ -85,7 +86,7 @@ def demo_command(
     try:
         results, ctx, config = run_demo(out_dir, err)
     except (FileNotFoundError, RuntimeError) as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None
     code = _summary(results, f"relearn demo -> {out_dir}")
     if code != EXIT_OK:
@@ -114,5 +115,5 @@ def demo_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run_command)
-    app.command("demo")(demo_command)
+    app.command("run", epilog=EXIT_CODES_STAGES)(run_command)
+    app.command("demo", epilog=EXIT_CODES_STAGES)(demo_command)

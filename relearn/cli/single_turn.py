@@ -40,7 +40,9 @@ def _table(title: str, rows: list[tuple[str, object]]) -> Table:
 
 @app.command("import")
 def import_command(
-    paths: Annotated[list[Path], typer.Argument(help="Rollout files (.jsonl, .json, .parquet), or folders walked recursively.")],
+    paths: Annotated[
+        list[Path], typer.Argument(metavar="PATH", help="Rollout files (.jsonl, .json, .parquet), or folders walked recursively.")
+    ],
     output: Annotated[Path, typer.Option("-o", "--output", help="Pool to append to (.jsonl or .jsonl.zst).")],
     preset: Annotated[
         str,
@@ -61,7 +63,7 @@ def import_command(
         bool,
         typer.Option(
             "--thinking/--no-thinking",
-            help="Split a response's <think> block into reasoning (the template's thinking form, as sampled), or keep the response whole as visible text (for training in the template's no-thinking form).",
+            help="Keep the response whole as visible text, for training in the template's no-thinking form (the default, as the paper's single-turn relearning: no-thinking responses, a 32,768-token limit in the pipeline), or --thinking: split a response's <think> block into reasoning (the template's thinking form, as sampled; then compile with `relearn masks` without --no-thinking).",
         ),
     ] = SingleTurnImportOptions.thinking,
 ) -> None:
@@ -93,7 +95,7 @@ def import_command(
 
 @app.command("verify")
 def verify_command(
-    pool: Annotated[Path, typer.Argument(help="Pool of single-turn rollouts.")],
+    pool: Annotated[Path, typer.Argument(metavar="POOL", help="Pool of single-turn rollouts.")],
     output: Annotated[
         Path, typer.Option("-o", "--output", help="The pool with each response's verdict (written beside, then renamed into place).")
     ],
@@ -119,7 +121,7 @@ def verify_command(
 
 @app.command("review")
 def review_command(
-    pool: Annotated[Path, typer.Argument(help="Verified pool of single-turn rollouts.")],
+    pool: Annotated[Path, typer.Argument(metavar="POOL", help="Verified pool of single-turn rollouts.")],
     output: Annotated[Path, typer.Option("-o", "--output", help="Reviews JSONL (appended; resumable by rollout id).")],
     judge: Annotated[str, typer.Option(help="Model of the keep judge, which selects the keep intervals.")],
     auditor: Annotated[

@@ -13,7 +13,9 @@ from rich.table import Table
 
 from records.pool_index import PoolIndex, ReviewIndex
 from records.pools import write_text_atomic
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
+from relearn.ops.outputs import check_json_output, dataset_of_another_pool, empty_pool, reviews_of_another_pool
+from relearn.ops.reporting import OpError, check_writable
 from relearn.view.catalog import DatasetInfo, UsageError
 
 
@@ -95,6 +97,7 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
             ("supervised (A \\ E)", _num(tokens.get("supervised"))),
         ]
         rows += [(f"rejected: {k}", _num(v)) for k, v in sorted(d["rejected"].items())]
+        rows.append(("image audit", _audit_cell(d.get("audit"))))
         out_tables.append(_kv_table(f"dataset: {d['path']}", rows))
 
     ter = report["ter"]
@@ -106,6 +109,9 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
     if dist["n"]:
         rows += [(f"per trajectory: {k}", _pct(dist[k])) for k in ("mean", "median", "p90", "max")]
         rows.append(("trajectories with nothing excluded", _pct(ter["zero_share"])))
+    for scope, by_scope in ter["by_scope"].items():
+        trained = " (trained)" if scope == ter["trained_scope"] else ""
+        rows.append((f"TER, {scope} scope{trained}", _scope_cell(by_scope, ter["unit"])))
     note = "" if ter["source"] == "tokens" else " (estimated in characters: give --dataset for tokens)"
     out_tables.append(_kv_table(f"TER{note}", rows))
 
@@ -181,8 +187,22 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
     return out_tables
 
 
+def _scope_cell(by_scope: dict[str, Any] | None, unit: str) -> str:
+    """A scope's weighted TER and mean per trajectory, or why there is none."""
+    if by_scope is None:
+        return "— (needs a dataset of `relearn masks`)" if unit == "characters" else "— (dataset compiled before both scopes were counted)"
+    return f"{_pct(by_scope['weighted'])} weighted, {_pct(by_scope['mean'])} mean"
+
+
+def _audit_cell(audit: dict[str, Any] | None) -> str:
+    if not audit or not audit.get("applied"):
+        return "none applied"
+    kept = " (kept: --keep-flagged)" if audit.get("kept") else f", {_num(audit.get('trajectories_left_out'))} successes left out"
+    return f"{_num(audit.get('tasks_flagged'))} of {_num(audit.get('tasks_audited'))} tasks flagged{kept}"
+
+
 def stats_command(
-    pools: Annotated[list[Path], typer.Argument(metavar="POOL...", help="Pools of trajectories (.jsonl or .jsonl.zst).")],
+    pools: Annotated[list[Path], typer.Argument(metavar="POOL", help="Pools of trajectories (.jsonl or .jsonl.zst).")],
     reviews: Annotated[Path | None, typer.Option("--reviews", "-r", help="Reviews JSONL: decisions, reasons, defect categories.")] = None,
     dataset: Annotated[
         Path | None, typer.Option("--dataset", "-d", help="Dataset folder written by `relearn masks` (TER in tokens).")
@@ -230,27 +250,34 @@ def stats_command(
         if not ks or min(ks) < 1:
             raise ValueError
     except ValueError:
-        err.print(f"[red]error:[/red] --k takes positive integers separated by commas, not {k!r}", highlight=False)
+        print_error(f"--k takes positive integers separated by commas, not {k!r}")
         raise typer.Exit(EXIT_USAGE) from None
     explicit = None
     if by_step_window is not None:
         try:
             explicit = parse_step_windows(by_step_window)
         except ValueError as exc:
-            err.print(f"[red]error:[/red] --by-step-window: {exc}", highlight=False)
+            print_error(f"--by-step-window: {exc}")
             raise typer.Exit(EXIT_USAGE) from None
         by = "step"
     if by not in GROUP_KEYS:
-        err.print(f"[red]error:[/red] --by must be one of {', '.join(GROUP_KEYS)}")
+        print_error(f"--by must be one of {', '.join(GROUP_KEYS)}")
         raise typer.Exit(EXIT_USAGE)
     missing = [str(p) for p in [*pools, *([reviews] if reviews else [])] if not p.is_file()]
     if missing:
-        err.print(f"[red]error:[/red] no such file: {', '.join(missing)}", highlight=False)
+        print_error(f"no such file: {', '.join(missing)}")
         raise typer.Exit(EXIT_USAGE)
     try:
         info = DatasetInfo.load(dataset) if dataset is not None else None
-    except UsageError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        if json_out and json_out != "-":
+            check_json_output(Path(json_out), STATS_KEYS, "a statistics file of `relearn stats`", flag="--json")
+            check_writable(Path(json_out), "--json")
+        if plots is not None:
+            check_writable(plots, "--plots")
+        if plots is not None and plots.exists() and not plots.is_dir():
+            raise OpError(f"--plots {plots}: is a file, not a folder; give a new or existing folder")
+    except (UsageError, OpError) as exc:
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
 
     indexes = [PoolIndex(p, cache=not no_cache) for p in pools]
@@ -262,6 +289,7 @@ def stats_command(
         TimeElapsedColumn(),
         console=err,
         transient=True,
+        disable=not err.is_terminal,  # (rich would leave an empty line on a pipe)
     )
     with progress:
         for index in [*indexes, *([review_index] if review_index is not None else [])]:
@@ -273,6 +301,7 @@ def stats_command(
     report = compute(indexes, review_index, info, ks=ks, by=by, windows=windows, window_size=window_size, step_windows_given=explicit)
     problems = [str(e) for i in indexes for e in i.errors] + ([str(e) for e in review_index.errors] if review_index is not None else [])
     show_problems("unreadable records", problems)
+    warnings = nothing_matched(report, pools, indexes, info)
     if json_out == "-":
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
     else:
@@ -287,7 +316,27 @@ def stats_command(
             "plots: " + (", ".join(str(p) for p in written) if written else "none (no TER with a training step, nothing excluded)"),
             highlight=False,
         )
-    raise typer.Exit(EXIT_PARTIAL if problems else EXIT_OK)
+    warned = show_warnings(warnings)
+    raise typer.Exit(EXIT_PARTIAL if problems or warned else EXIT_OK)
+
+
+# The keys of the report `--json` writes: an existing file without them is not replaced.
+STATS_KEYS = frozenset({"pools", "trajectories", "pass_at_k"})
+
+
+def nothing_matched(report: dict[str, Any], pools: list[Path], indexes: list[PoolIndex], dataset: DatasetInfo | None) -> list[str]:
+    """The statistics of nothing: an empty pool, reviews or a dataset of another pool."""
+    warnings = [empty_pool(path) for path, index in zip(pools, indexes, strict=True) if not len(index) and not index.errors]
+    if not report["trajectories"]["total"]:
+        return warnings
+    named = pools[0] if len(pools) == 1 else "the pools"
+    reviews = report.get("reviews")
+    if reviews and not reviews["reviewed"] and reviews["not_in_pools"]:
+        warnings.append(reviews_of_another_pool(Path(reviews["file"]), named, reviews["not_in_pools"]))
+    data = report.get("dataset")
+    if data and dataset is not None and dataset.by_trajectory and data["not_in_pools"] == len(dataset.by_trajectory):
+        warnings.append(dataset_of_another_pool(Path(data["path"]), named, len(dataset.by_trajectory)))
+    return warnings
 
 
 def register(app: typer.Typer) -> None:

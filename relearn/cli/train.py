@@ -17,7 +17,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error
 from relearn.ops.reporting import OpError
 from relearn.ops.train import TrainOptions, run_train
 
@@ -111,7 +111,7 @@ def train_command(
     try:
         summary = run_train(opts, console=err)
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     # Stopped by SIGTERM/SIGINT (after writing a checkpoint): the shell's 128 + signal number.
     code = 128 + summary.stopped_by if summary.stopped_by else EXIT_PARTIAL if summary.report.problems else EXIT_OK

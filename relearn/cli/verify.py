@@ -10,7 +10,7 @@ from rich.table import Table
 
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg, TasksArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
 from relearn.ops.containers import ContainerOptions
 from relearn.ops.reporting import OpError, RichReporter
 from relearn.ops.verify import VerifyOptions, VerifySummary, run_verify
@@ -51,7 +51,7 @@ def verify_command(
     try:
         summary = run_verify(options, RichReporter(err))
     except OpError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     render(summary)
     raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)

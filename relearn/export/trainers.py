@@ -12,8 +12,9 @@ it (versions read: ``TRAINERS``):
 - ``verl``: Parquet ``input_ids`` + ``loss_mask`` and ``relearn_verl_dataset.py``, a
   ``data.custom_cls`` for verl's SFT trainers (its own datasets read text, not ids).
 - ``hf``: ``datasets`` with ``sample_id``, ``trajectory_id``, ``input_ids``, ``loss_mask``,
-  ``labels`` and ``weight`` (``1 / supervised tokens``: the paper's per-trajectory loss for a
-  trainer that takes sample weights), as Parquet (``parquet/``) and ``save_to_disk`` (``dataset/``).
+  ``labels`` and ``weight`` (``1 /`` the supervised tokens of the row's whole trajectory over
+  all its rows: the paper's per-trajectory loss for a trainer that takes token weights), as
+  Parquet (``parquet/``) and ``save_to_disk`` (``dataset/``).
 
 Rows stream from the shards to files of ``rows_per_file`` rows; ``rows.jsonl`` names the
 sample and trajectory of each row, and ``relearn-export.json`` records the tokenizer, the
@@ -53,7 +54,7 @@ LOSS = {
     "axolotl": TOKEN_MEAN + ", across gradient accumulation, per device",
     "verl": "per micro-batch token mean, averaged over micro-batches (fsdp trainer); token mean of the global batch (engine trainer)",
     "llamafactory": TOKEN_MEAN + ", across gradient accumulation and devices (num_items_in_batch)",
-    "hf": "yours: `weight` = 1 / supervised tokens gives relearn's per-trajectory loss as a weighted token sum",
+    "hf": "yours: `weight` = 1 / the trajectory's supervised tokens (all its rows) gives relearn's per-trajectory loss as a weighted token sum",
 }
 VERL_DATASET = Path(__file__).with_name("verl_dataset.py")
 
@@ -75,7 +76,16 @@ def labels(sample: ShardRow) -> np.ndarray:
     return out
 
 
-def _columns(fmt: str, sample: ShardRow) -> dict[str, Any]:
+def trajectory_supervised(info: DatasetInfo) -> dict[str, int]:
+    """Each trajectory's supervised targets over all its samples (a context reset or
+    ``--per-turn`` gives several): the unit the paper's loss normalises by, as the trainer's."""
+    whole: dict[str, int] = {}
+    for sample in iter_samples(info):
+        whole[sample.trajectory_id] = whole.get(sample.trajectory_id, 0) + sample.supervised
+    return whole
+
+
+def _columns(fmt: str, sample: ShardRow, whole: dict[str, int]) -> dict[str, Any]:
     mask = sample.loss_mask.copy()
     mask[0] = 0
     if fmt == "trl":
@@ -90,7 +100,7 @@ def _columns(fmt: str, sample: ShardRow) -> dict[str, Any]:
         "input_ids": sample.input_ids,
         "loss_mask": mask.astype(np.int8),
         "labels": labels(sample),
-        "weight": 1.0 / sample.supervised,
+        "weight": 1.0 / whole[sample.trajectory_id],
     }
 
 
@@ -141,7 +151,13 @@ def _kept(info: DatasetInfo, summary: ExportSummary, ids_file: Any, on_row: Call
 
 
 def _write_parquet(
-    samples: Iterator[ShardRow], fmt: str, folder: Path, rows_per_file: int, summary: ExportSummary, prefix: str = ""
+    samples: Iterator[ShardRow],
+    fmt: str,
+    folder: Path,
+    rows_per_file: int,
+    summary: ExportSummary,
+    prefix: str = "",
+    whole: dict[str, int] | None = None,
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     schema = _schema(fmt)
@@ -163,7 +179,7 @@ def _write_parquet(
             writer = pq.ParquetWriter(folder / name, schema)
             summary.files.append(f"{prefix}{name}")
             in_file = 0
-        batch.append({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in _columns(fmt, sample).items()})
+        batch.append({k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in _columns(fmt, sample, whole or {}).items()})
         in_file += 1
         if len(batch) >= 64:
             flush()
@@ -209,7 +225,8 @@ def export_dataset(
             shutil.rmtree(staging / ".parquet")
             summary.files = ["tokenized/"]
         elif fmt == "hf":
-            _write_parquet(samples, fmt, staging / "parquet", rows_per_file, summary, prefix="parquet/")
+            whole = trajectory_supervised(info)  # a first pass: a trajectory's samples may lie anywhere
+            _write_parquet(samples, fmt, staging / "parquet", rows_per_file, summary, prefix="parquet/", whole=whole)
             _saved_from_parquet(sorted((staging / "parquet").glob("*.parquet")), fmt, staging / "dataset", staging / ".cache")
             summary.files.append("dataset/")
         else:

@@ -21,8 +21,9 @@ recorded generation token ids, where present, match.
 from __future__ import annotations
 
 import itertools
-import re
+import os
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,16 +32,21 @@ import numpy as np
 from records.review import CATEGORIES, FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.masks.rows import supervised_targets
+from relearn.masks.scopes import SCOPES, action_block, excluded_by_scope, text_protocol
 from relearn.masks.template import Rendered, RenderError, TemplateShape, context_segments, nfc, nfc_offset, per_turn_renders, render
 
 MODES = ("ross", "positive", "ross-nomask")
 # ``action``: a defect in a tool call covers the whole call as rendered (its wrapper tags,
 # function name, every argument, and the end of turn after a turn's last call), since the
 # error is the decision to call; ``minimal``: only the quoted characters (the ablation).
-DEFECT_SCOPES = ("action", "minimal")
+DEFECT_SCOPES = SCOPES  # (relearn.masks.scopes, which reports TER under each)
 # The longest sample in tokens, for everything that reads a trajectory whole (masks, training,
 # NLL scoring, the pipeline): longer ones are dropped and counted, never cut.
 CONTEXT_TOKENS = 65536
+
+
+# The rejection of a success whose task image the audit flags (.git exposes the fix).
+FLAGGED_BY_AUDIT = "task image flagged by the audit"
 
 
 class Rejected(Exception):
@@ -68,6 +74,8 @@ class Sample:
     eligible_mask: np.ndarray  # uint8
     excluded_category: np.ndarray  # int8
     excluded_by_category: Counter[str] = field(default_factory=Counter)
+    # Eligible tokens excluded under each defect scope (``excluded`` is the trained scope's).
+    excluded_by_scope: dict[str, int] = field(default_factory=dict)
 
     @property
     def ter(self) -> float:
@@ -83,15 +91,28 @@ class MaskOptions:
     per_turn: bool = False
     include_suspicious: bool = False  # successes the verifier found suspicious (records.trajectory.Outcome)
     defect_scope: str = "action"  # one of DEFECT_SCOPES
+    # Tasks whose images the audit flags (``relearn envs audit -o``), task id -> why: their
+    # trajectories are left out of every mode, counted (``relearn.ops.masks`` reads the file).
+    flagged_tasks: dict[str, str] = field(default_factory=dict)
 
 
-def select(trajectory: Trajectory, review: Review | None, mode: str, *, include_suspicious: bool = False) -> list[Defect]:
+def select(
+    trajectory: Trajectory,
+    review: Review | None,
+    mode: str,
+    *,
+    include_suspicious: bool = False,
+    flagged_tasks: dict[str, str] | None = None,
+) -> list[Defect]:
     """Whether a trajectory enters the dataset in ``mode``, and the defects to check (and,
     in ``ross``, to exclude)."""
     if not is_verified_positive(trajectory, allow_suspicious=include_suspicious):
         if is_verified_positive(trajectory, allow_suspicious=True):
             raise Rejected("suspicious verdict", "; ".join((trajectory.outcome.suspicious or [])[:3]) if trajectory.outcome else "")
         raise Rejected("not verified positive", "no outcome with resolved or reward > 0")
+    # Before the review: every mode leaves out the same successes of a flagged task.
+    if flagged_tasks and trajectory.task_id in flagged_tasks:
+        raise Rejected(FLAGGED_BY_AUDIT, f"task {trajectory.task_id}: {flagged_tasks[trajectory.task_id]}")
     if mode == "positive":
         return []
     if review is None:
@@ -189,8 +210,8 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         expected = quote[lo - start : hi - start]
         if text[at : at + hi - lo] != expected:
             raise Rejected("quote not in the render", where)
-        if scope == "action" and defect.field == "content" and _text_protocol(trajectory):
-            block = _action_block(rendered.messages[defect.message_index].content or "", lo, hi)
+        if scope == "action" and defect.field == "content" and text_protocol(trajectory):
+            block = action_block(rendered.messages[defect.message_index].content or "", lo, hi)
             if block is not None:
                 first, last = max(block[0], span.lead), min(block[1], span.lead + span.kept)
                 block_end = span.start + last - span.lead
@@ -210,23 +231,6 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         positions = [call.json_to_render[j] for j in range(start, end) if j in call.json_to_render]
         found = (min(positions), max(positions) + 1) if positions else None
     return call.region if scope == "action" and end > start else found
-
-
-# The action of a text-protocol agent (mini-swe-agent, SWE-agent): the fenced shell block it runs.
-_ACTION_BLOCK = re.compile(r"```(?:bash|sh)[^\n]*\n.*?```", re.DOTALL)
-
-
-def _text_protocol(trajectory: Trajectory) -> bool:
-    """Whether the agent acted through text (a fenced block in its content) rather than tool calls."""
-    return not any(m.tool_calls for m in trajectory.messages)
-
-
-def _action_block(content: str, lo: int, hi: int) -> tuple[int, int] | None:
-    """The fenced shell block of ``content`` holding the characters [lo, hi), fences included."""
-    for block in _ACTION_BLOCK.finditer(content):
-        if block.start() <= lo and hi <= block.end():
-            return block.start(), block.end()
-    return None
 
 
 @dataclass
@@ -340,6 +344,12 @@ def compile_one(
         by_category[category] += int(np.sum(hit))
         code = CATEGORIES.index(category) if category in CATEGORIES else CATEGORIES.index("other")
         token_category[hit & (token_category < 0)] = code
+    trained = (scope, int(excluded_tokens.sum()))
+    by_scope = (
+        excluded_by_scope(rendered, trajectory, defects, (starts, ends), eligible, trained, _defect_render_span)
+        if exclude and defects
+        else dict.fromkeys(SCOPES, 0)
+    )
     return Sample(
         sample_id=sample_id,
         trajectory_id=trajectory.id,
@@ -351,6 +361,7 @@ def compile_one(
         excluded_by_category=by_category,
         eligible_mask=eligible.astype(np.uint8),
         excluded_category=token_category,
+        excluded_by_scope=by_scope,
     )
 
 
@@ -369,7 +380,7 @@ def prepare(
     trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
 ) -> Prepared:
     """Select and render one trajectory, or Rejected with the reason."""
-    defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious)
+    defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious, flagged_tasks=options.flagged_tasks)
     unknown = _unknown_context(trajectory)
     if unknown is not None:
         raise Rejected("context reset without a known replacement", unknown)
@@ -436,28 +447,59 @@ def compile_trajectory(
 def compile_batch(
     items: list[tuple[Trajectory, Review | None]], tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
 ) -> list[list[Sample] | Rejected]:
-    """``compile_trajectory`` of each item, in order, with every render of the batch tokenized
-    in one call: the tokenizer's batch call runs on all cores, where one text at a time runs on
-    one. The results are the same as item by item."""
-    prepared: list[Prepared | Rejected] = []
-    for trajectory, review in items:
-        try:
-            prepared.append(prepare(trajectory, review, tokenizer, options, shape=shape))
-        except Rejected as exc:
-            prepared.append(exc)
-    texts = [r.text for p in prepared if isinstance(p, Prepared) for _suffix, r in p.renders]
-    encoded = iter(encode_texts(tokenizer, texts))
+    """``compile_trajectory`` of each item, in order. A fast tokenizer encodes each trajectory's
+    renders on a pool of threads as soon as they are rendered: its Rust backend releases the GIL,
+    so the cores tokenize while this thread renders the next trajectories and masks those already
+    tokenized, and none waits for the whole batch. The results are the same as item by item."""
+    if getattr(tokenizer, "backend_tokenizer", None) is None:  # a slow tokenizer is Python: nothing to overlap
+        return [_compile_or_rejected(trajectory, review, tokenizer, options, shape) for trajectory, review in items]
+    pending: list[tuple[Prepared, Future[list[Encoded]]] | Rejected] = []
     out: list[list[Sample] | Rejected] = []
-    for p in prepared:
-        if isinstance(p, Rejected):
-            out.append(p)
-            continue
-        mine = [next(encoded) for _ in p.renders]
-        try:
-            out.append(compile_prepared(p, tokenizer, options, mine))
-        except Rejected as exc:
-            out.append(exc)
+
+    def finish(block: bool) -> None:
+        """Mask the pending trajectories in order, while they are tokenized (all when ``block``)."""
+        while len(out) < len(pending):
+            item = pending[len(out)]
+            if isinstance(item, Rejected):
+                out.append(item)
+                continue
+            prepared, encoded = item
+            if not block and not encoded.done():
+                return
+            try:
+                out.append(compile_prepared(prepared, tokenizer, options, encoded.result()))
+            except Rejected as exc:
+                out.append(exc)
+
+    with ThreadPoolExecutor(max_workers=_encode_threads()) as encoders:
+        for trajectory, review in items:
+            try:
+                prepared = prepare(trajectory, review, tokenizer, options, shape=shape)
+            except Rejected as exc:
+                pending.append(exc)
+                continue
+            pending.append((prepared, encoders.submit(encode_texts, tokenizer, [r.text for _suffix, r in prepared.renders])))
+            finish(block=False)
+        finish(block=True)
     return out
+
+
+def _compile_or_rejected(
+    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, shape: TemplateShape | None
+) -> list[Sample] | Rejected:
+    try:
+        return compile_trajectory(trajectory, review, tokenizer, options, shape=shape)
+    except Rejected as exc:
+        return exc
+
+
+def _encode_threads() -> int:
+    """One encoding thread per core this process may run on, or as many as the tokenizer's own
+    thread pool is limited to (``RAYON_NUM_THREADS``: a worker process's share, envs.executor)."""
+    limit = os.environ.get("RAYON_NUM_THREADS", "")
+    if limit.isdigit() and int(limit) > 0:
+        return int(limit)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _unknown_context(trajectory: Trajectory) -> str | None:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from envs.executor import ClusterError, Needs
 from records.pools import RecordError, read_trajectories_lenient
 from relearn.ops.containers import ContainerOptions, container_session, load_task_list, node_counts
+from relearn.ops.outputs import POOL, check_jsonl_output, check_run_dir
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 
 if TYPE_CHECKING:
@@ -117,6 +118,8 @@ def run_collect(options: CollectOptions, reporter: Reporter = SILENT) -> Collect
 
     if options.attempts < 1 or options.workers < 1:
         raise OpError("--attempts and --workers: at least 1")
+    check_run_dir(options.out, ("trajectories.jsonl", "episodes", "verify-logs", "infra_errors.jsonl"), "relearn collect")
+    check_jsonl_output(options.out / "trajectories.jsonl", POOL, flag="--out")
     protocol, codex = options.agent.resolve()
     spec = policy_spec(options, protocol)
     budget = Budget(

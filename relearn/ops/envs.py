@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import tempfile
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from records.pools import JsonlWriter
 from relearn.ops.containers import ContainerOptions, container_session, docker_client, load_task_list, open_backend
-from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.ops.outputs import RELEARN_RECORD, JsonlKind, check_jsonl_output
+from relearn.ops.reporting import SILENT, OpError, Reporter, check_writable, stage
 
 if TYPE_CHECKING:
     import docker
@@ -111,12 +115,18 @@ def _base(client: docker.DockerClient, tasks: list[Task], reporter: Reporter) ->
 # --- audit --------------------------------------------------------------------------------------
 
 
+# What `relearn envs audit -o` appends to (envs.audit.AuditRecord lines; a verdicts file, whose
+# lines have instance_id too, carries schema_version and is refused).
+AUDIT_RECORDS = JsonlKind("an audit file of `relearn envs audit -o`", frozenset({"instance_id", "verdict"}), RELEARN_RECORD)
+
+
 @dataclass
 class AuditOptions:
     tasks: str = "mini"  # a task file or folder, or `mini` (the bundled suite)
     ids: list[str] = field(default_factory=list)
     leaky: bool = False  # mini suite: audit the deliberately leaky builds
     containers: ContainerOptions = field(default_factory=ContainerOptions)  # image map/template, pull, cpus, memory
+    output: Path | None = None  # JSON Lines, one envs.audit.AuditRecord per task, appended as audited (`relearn masks --audit`)
 
 
 @dataclass
@@ -150,7 +160,10 @@ def run_audit(options: AuditOptions, reporter: Reporter = SILENT) -> AuditSummar
     limits = options.containers.limits()
     chosen, unreadable = load_task_list(options.tasks, options.ids)
     audits: list[ImageAudit] = []
-    with container_session(options.containers, reporter) as session:
+    if options.output is not None:
+        check_jsonl_output(options.output, AUDIT_RECORDS, flag="--output")
+        check_writable(options.output, "--output", appended=True)
+    with container_session(options.containers, reporter) as session, _audit_writer(options.output) as write:
         prepared = session.prepare(chosen, need_base=False)  # builds the base when a mini task needs it
         with stage(reporter, "auditing task images", len(prepared.tasks)):
             for task in prepared.tasks:
@@ -158,13 +171,23 @@ def run_audit(options: AuditOptions, reporter: Reporter = SILENT) -> AuditSummar
                     image = task_image(session.client, task, prepared.base, leaky=options.leaky)
                 except (RuntimeError, ValueError) as exc:
                     audits.append(ImageAudit(task.instance_id, None, "error", str(exc)))
-                    reporter.advance()
-                    continue
-                report = audit(session.client, task, image, limits=limits)
-                verdict = "exposed" if report.flagged else ("error" if report.error else "clean")
-                audits.append(ImageAudit(task.instance_id, image, verdict, "; ".join(report.reasons()) or (report.error or "")))
+                else:
+                    report = audit(session.client, task, image, limits=limits)
+                    verdict = "exposed" if report.flagged else ("error" if report.error else "clean")
+                    audits.append(ImageAudit(task.instance_id, image, verdict, "; ".join(report.reasons()) or (report.error or "")))
+                write(audits[-1])
                 reporter.advance()
     return AuditSummary(audits, unreadable, prepared.problems)
+
+
+@contextmanager
+def _audit_writer(path: Path | None) -> Iterator[Callable[[ImageAudit], None]]:
+    """Append each task's audit to ``path`` as it is made (nothing when None)."""
+    if path is None:
+        yield lambda _audit: None
+        return
+    with JsonlWriter(path) as writer:
+        yield lambda audit: writer.write(asdict(audit))
 
 
 @dataclass

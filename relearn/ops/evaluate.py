@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from envs.executor import Needs
 from relearn.ops.collect import AgentOptions
 from relearn.ops.containers import ContainerOptions, container_session, node_counts
+from relearn.ops.outputs import check_run_dir
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ def run_evaluation(options: EvalOptions, reporter: Reporter = SILENT) -> EvalSum
 
     if options.workers < 1:
         raise OpError(f"--workers {options.workers}: at least 1")
+    check_run_dir(options.out, ("manifest.json",), "relearn eval run")
     protocol, codex = options.agent.resolve()
     sampling = {k: v for k, v in (("temperature", options.temperature), ("max_tokens", options.max_output_tokens)) if v is not None}
     spec = PolicySpec(

@@ -17,7 +17,18 @@ from harness.exporters import chat as chat_export
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
 from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
-from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.ops.outputs import (
+    CHAT_ROWS,
+    HF_ROWS,
+    SPANS,
+    check_atif_dir,
+    check_export_dir,
+    check_jsonl_output,
+    check_parquet_output,
+    empty_pool,
+    prepare_parent,
+)
+from relearn.ops.reporting import SILENT, OpError, Reporter, check_writable, stage
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -48,6 +59,7 @@ class PoolExportSummary:
     exported: int
     rejected: list[str]  # records of the pools that are not trajectories, located (file:line: why)
     refused: list[str]  # trajectories the chat preset cannot hold whole (id: why)
+    warnings: list[str] = field(default_factory=list)  # nothing to export: the pools are empty
 
     @property
     def complete(self) -> bool:
@@ -66,10 +78,14 @@ def run_export_pool(options: PoolExportOptions, reporter: Reporter = SILENT) -> 
     for pool in options.pools:
         if not pool.is_file():
             raise OpError(f"{pool}: no such pool file")
-    if options.format == "atif" and options.output.exists() and not options.output.is_dir():
-        raise OpError(f"{options.output}: exists and is not a folder (the ATIF export writes one file per trajectory into a folder)")
-    if options.format != "atif" and options.output.is_dir():
-        raise OpError(f"{options.output}: is a folder; the {options.format} export writes one file")
+    if options.format == "atif":
+        check_atif_dir(options.output)
+    elif options.format == "chat" and options.output.name.lower().endswith((".parquet", ".pq")):
+        check_parquet_output(options.output)
+    else:
+        check_jsonl_output(options.output, HF_ROWS if options.format == "hf" else CHAT_ROWS)
+    check_writable(options.output, "-o")
+    prepare_parent(options.output, reporter)
     errors: list[RecordError] = []
 
     def trajectories() -> Iterator[Trajectory]:
@@ -87,7 +103,10 @@ def run_export_pool(options: PoolExportOptions, reporter: Reporter = SILENT) -> 
         else:
             written = chat_export.export_chat(trajectories(), options.output, options.preset)
             exported, refused = written.rows, written.refused or []
-    return PoolExportSummary(options.format, options.output, options.preset, exported, [str(e) for e in errors], refused)
+    summary = PoolExportSummary(options.format, options.output, options.preset, exported, [str(e) for e in errors], refused)
+    if not exported and not errors and not refused:
+        summary.warnings = [empty_pool(pool) for pool in options.pools]
+    return summary
 
 
 def _write_atif(trajectories: Iterator[Trajectory], folder: Path) -> int:
@@ -125,6 +144,10 @@ class DatasetExportSummary:
     def manifest(self) -> Path:
         return self.output / "relearn-export.json"
 
+    @property
+    def warnings(self) -> list[str]:
+        return [] if self.rows else [f"no sample of the dataset has a supervised token: {self.output} holds no row"]
+
 
 def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILENT) -> DatasetExportSummary:
     from relearn.export.source import ExportError, open_dataset
@@ -134,6 +157,8 @@ def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILEN
         raise OpError(f"--for {options.trainer!r}: expected one of {', '.join(FORMATS)}")
     if options.rows_per_file < 1:
         raise OpError(f"rows per file {options.rows_per_file}: at least 1")
+    check_export_dir(options.output, overwrite=options.overwrite)
+    check_writable(options.output, "-o")
     try:
         info = open_dataset(options.dataset)
         if options.tokenizer is not None:  # the one the trainer will load: checked, not used
@@ -165,11 +190,17 @@ class MasksExportSummary:
     samples: int
     tokenizer: str
 
+    @property
+    def warnings(self) -> list[str]:
+        return [] if self.samples else [f"the dataset holds no sample: {self.output} is empty"]
+
 
 def run_export_masks(options: MasksExportOptions, reporter: Reporter = SILENT) -> MasksExportSummary:
     from relearn.export.source import ExportError, open_dataset
     from relearn.export.spans import export_spans
 
+    check_jsonl_output(options.output, SPANS)
+    check_writable(options.output, "-o")
     try:
         info = open_dataset(options.dataset)
         name = options.tokenizer or info.tokenizer  # the spans are text: decoded with the ids' own tokenizer

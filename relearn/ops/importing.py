@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import zstandard
 
 from harness.import_run import CHAT_COLUMNS, ImportFormat, ImportSummary, discover, import_files
 from harness.importers import chat
-from records.pools import iter_lines
-from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from records.pools import is_zstd, iter_lines
+from relearn.ops.outputs import POOL, check_jsonl_output, check_not_an_input, prepare_parent
+from relearn.ops.reporting import SILENT, OpError, OpInterrupted, Reporter, check_writable, stage
 
 __all__ = ["ImportOptions", "ImportSummary", "PoolCounts", "count_pool", "run_import"]
 
@@ -75,11 +77,33 @@ def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSum
     files = discover(options.format, options.paths)
     if not files:
         raise OpError(f"no {options.format} files under {', '.join(map(str, options.paths))}")
-    options.output.parent.mkdir(parents=True, exist_ok=True)
-    return import_reporting(
-        f"importing {options.format}", options.format, files, options.output, reporter,
-        salvage=options.salvage, overwrite=options.overwrite, importer=importer,
-    )  # fmt: skip
+    check_not_an_input(options.output, files)
+    check_jsonl_output(options.output, POOL)
+    check_writable(options.output, "-o", appended=not options.overwrite)
+    prepare_parent(options.output, reporter)
+    size_before = options.output.stat().st_size if options.output.is_file() else 0
+    try:
+        return import_reporting(
+            f"importing {options.format}", options.format, files, options.output, reporter,
+            salvage=options.salvage, overwrite=options.overwrite, importer=importer,
+        )  # fmt: skip
+    except KeyboardInterrupt:
+        if options.overwrite:
+            raise OpInterrupted(f"{options.output} is as it was (--overwrite swaps the new pool in at the end)", resumes=False) from None
+        added = records_after(options.output, size_before)
+        what = "1 trajectory was" if added == 1 else f"{added:,} trajectories were"
+        raise OpInterrupted(f"{what} added to {options.output}, each whole (a rerun skips what the pool holds)") from None
+
+
+def records_after(path: Path, offset: int) -> int:
+    """The lines a pool gained past ``offset`` (its size before a run appended to it): the
+    records it flushed, read from there on only. A ``.zst`` pool's appends are whole frames."""
+    if not path.is_file():
+        return 0
+    with open(path, "rb") as raw:
+        raw.seek(offset)
+        stream: Any = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True) if is_zstd(path) else raw
+        return sum(chunk.count(b"\n") for chunk in iter(lambda: stream.read(1 << 20), b""))
 
 
 def import_reporting(label: str, fmt: str, files: list[Path], output: Path, reporter: Reporter, **kwargs: Any) -> ImportSummary:

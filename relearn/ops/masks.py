@@ -9,16 +9,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from envs.audit import read_flagged
 from envs.executor import Backend, LocalBackend, Needs
-from records.pools import is_zstd
-from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions
+from records.pools import RecordError, is_zstd, iter_lines
+from relearn.masks.compile import DEFECT_SCOPES, FLAGGED_BY_AUDIT, MODES, MaskOptions
 from relearn.masks.shards import SHARD_SIZE, build_dataset, load_reviews
 from relearn.masks.template import PREFIX_CHECKS
 from relearn.ops.containers import open_backend
+from relearn.ops.outputs import check_dataset_dir, empty_pool, reviews_of_another_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 
 # Rejections that are the mode's selection, not a problem with the input.
-SELECTED_OUT = ("not verified positive", "review rejected", "no review")
+SELECTED_OUT = ("not verified positive", "review rejected", "no review", FLAGGED_BY_AUDIT)
 
 
 @dataclass
@@ -38,6 +42,10 @@ class MasksOptions:
     defect_scope: str = MaskOptions.defect_scope
     workers: int = 1  # worker processes compiling shards at once; 1: here, in the least memory
     ray: str | None = None  # a Ray cluster's address: shards are compiled on its nodes
+    # `relearn envs audit -o` records: trajectories of the tasks flagged there (.git exposes the
+    # fix) are left out of every mode and counted. None: no audit applied (and said so).
+    audit: Path | None = None
+    keep_flagged: bool = False  # keep the flagged tasks' trajectories (still counted in the summary)
 
     def template_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"preserve_thinking": self.preserve_thinking}
@@ -45,10 +53,12 @@ class MasksOptions:
             kwargs["enable_thinking"] = False
         return kwargs
 
-    def mask_options(self) -> MaskOptions:
+    def mask_options(self, flagged_tasks: dict[str, str] | None = None) -> MaskOptions:
+        """``flagged_tasks``: those the audit file flags (task id -> why), left out unless kept."""
         return MaskOptions(
             mode=self.mode, ctx=self.ctx, template_kwargs=self.template_kwargs(), prefix_check=self.prefix_check,
             per_turn=self.per_turn, include_suspicious=self.include_suspicious, defect_scope=self.defect_scope,
+            flagged_tasks={} if self.keep_flagged or flagged_tasks is None else dict(flagged_tasks),
         )  # fmt: skip
 
 
@@ -58,6 +68,31 @@ class MasksSummary:
     reused: int  # shards kept from an earlier run with the same inputs
     review_errors: list[str] = field(default_factory=list)
     per_node: dict[str, int] = field(default_factory=dict)
+    pool: Path = Path()
+    records: int = 0  # lines of the pool (readable or not)
+    reviews: Path | None = None
+    reviewed: int = 0  # trajectories in the reviews file (its latest line of each)
+    matched: int = 0  # of those, trajectories the pool holds
+
+    @property
+    def foreign_reviews(self) -> bool:
+        """Reviews, none of them of this pool's trajectories: another pool's."""
+        return self.reviews is not None and self.reviewed > 0 and not self.matched
+
+    @property
+    def warnings(self) -> list[str]:
+        """What makes the dataset useless although the run worked: the front-ends warn and the
+        verb exits 1 (the pipeline's masks stage fails on an empty pool or another pool's reviews)."""
+        if not self.records:
+            return [empty_pool(self.pool)]
+        if self.foreign_reviews:
+            return [reviews_of_another_pool(self.reviews or Path(), self.pool, self.reviewed)]
+        if self.reviews is not None and not self.reviewed and self.stats["mode"] != "positive":
+            return [f"the reviews file {self.reviews} holds no review: nothing can be accepted"]
+        if not self.stats["samples"]:
+            rejected = ", ".join(f"{reason} {count}" for reason, count in self.stats["rejected"].items())
+            return [f"no trajectory of {self.pool} was kept ({rejected or 'none read'}): the dataset has no sample"]
+        return []
 
     @property
     def invalid(self) -> dict[str, int]:
@@ -84,6 +119,70 @@ def check_options(options: MasksOptions) -> None:
         raise OpError(f"{options.pool}: no such pool")
     if options.reviews is not None and not options.reviews.is_file():
         raise OpError(f"--reviews {options.reviews}: no such file")
+    if options.audit is not None and not options.audit.is_file():
+        raise OpError(f"--audit {options.audit}: no such file (write one with `relearn envs audit -o FILE`)")
+    if options.keep_flagged and options.audit is None:
+        raise OpError("--keep-flagged needs --audit FILE (the audit whose flagged tasks to keep)")
+    check_dataset_dir(options.output)
+
+
+class _Id(msgspec.Struct):
+    id: str = ""
+
+
+_ID_DECODER = msgspec.json.Decoder(_Id)
+
+
+def _pool_matches(pool: Path, reviewed: Any) -> tuple[int, int]:
+    """The pool's records and how many of them ``reviewed`` holds a review of, in one pass
+    that decodes each line's id only."""
+    records = matched = 0
+    try:
+        for _number, text in iter_lines(pool):
+            records += 1
+            try:
+                matched += _ID_DECODER.decode(text).id in reviewed
+            except (msgspec.DecodeError, UnicodeEncodeError):
+                continue  # the compile rejects it, located
+    except RecordError:
+        records += 1  # the rest cannot be read (not UTF-8, broken zstd): the compile says where
+    return records, matched
+
+
+def read_audit(options: MasksOptions) -> tuple[dict[str, str], dict[str, Any]]:
+    """The tasks the audit file flags (task id -> why), and what stats.json says of the audit."""
+    if options.audit is None:
+        return {}, {"applied": False, "note": "no audit applied (--audit FILE from `relearn envs audit -o`)"}
+    try:
+        flagged, audited = read_flagged(options.audit)
+    except RecordError as exc:
+        raise OpError(f"--audit {exc}; fix the line or audit again with `relearn envs audit -o FILE`") from None
+    return flagged, {
+        "applied": True, "file": str(options.audit), "tasks_audited": audited, "tasks_flagged": len(flagged),
+        "kept": options.keep_flagged, "trajectories_of_flagged_tasks": 0,
+    }  # fmt: skip
+
+
+class _Task(msgspec.Struct):
+    task_id: str | None = None
+
+
+_TASK_DECODER = msgspec.json.Decoder(_Task)
+
+
+def _flagged_trajectories(pool: Path, flagged: dict[str, str]) -> int:
+    """The pool's trajectories of flagged tasks (whatever their outcome), in one pass that
+    decodes each line's task id only."""
+    count = 0
+    try:
+        for _number, text in iter_lines(pool):
+            try:
+                count += _TASK_DECODER.decode(text).task_id in flagged
+            except (msgspec.DecodeError, UnicodeEncodeError):
+                continue  # the compile rejects it, located
+    except RecordError:
+        pass  # the rest cannot be read: the compile says where
+    return count
 
 
 @contextmanager
@@ -114,8 +213,12 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
             tokenizer = load_tokenizer(options.tokenizer)
         except ValueError as exc:
             raise OpError(f"--tokenizer {options.tokenizer}: {exc}") from None
+    flagged, audit = read_audit(options)
+    if flagged:
+        audit["trajectories_of_flagged_tasks"] = _flagged_trajectories(options.pool, flagged)
     review_errors: list[str] = []
     reviews = load_reviews(options.reviews, review_errors)  # an index of offsets: flat in the pool's size
+    records, matched = _pool_matches(options.pool, reviews)
     # Progress counts the pool's bytes (a compressed pool's are only known as they are read).
     total = None if is_zstd(options.pool) else options.pool.stat().st_size
     tokens = 0
@@ -127,8 +230,8 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
 
     with compile_backend(options) as backend, stage(reporter, f"compiling {options.mode} masks", total):
         stats, reused = build_dataset(
-            options.pool, reviews, tokenizer, options.tokenizer, options.mask_options(), options.output,
-            shard_size=options.shard_size, on_record=advance, backend=backend,
+            options.pool, reviews, tokenizer, options.tokenizer, options.mask_options(flagged), options.output,
+            shard_size=options.shard_size, on_record=advance, backend=backend, audit=audit,
         )  # fmt: skip
         per_node = dict(getattr(backend, "per_node", {}) or {})
-    return MasksSummary(stats, reused, review_errors, per_node)
+    return MasksSummary(stats, reused, review_errors, per_node, options.pool, records, options.reviews, len(reviews), matched)

@@ -17,6 +17,7 @@ from envs.executor import Needs
 from records.pools import iter_lines
 from records.review import Review, latest_reviews
 from relearn.ops.containers import open_backend
+from relearn.ops.outputs import REVIEWS, check_jsonl_output, empty_pool, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from review.reading import DEFAULT_JUDGE_CONTEXT
 
@@ -92,6 +93,13 @@ class ReviewRunSummary:
     run: PoolReview | None = None  # None with ``estimate``: nothing was reviewed
     ledger: Ledger | None = None
     estimate_problem: str | None = None  # why there is no estimate (an unknown model's price)
+    pool: Path = Path()
+    records: int = 0  # lines of the pool, readable or not
+
+    @property
+    def warnings(self) -> list[str]:
+        """A review that had nothing to review: the front-ends warn and the verb exits 1."""
+        return [empty_pool(self.pool)] if self.run is not None and not self.records else []
 
     @property
     def partial(self) -> bool:
@@ -131,6 +139,7 @@ def make_judges(options: JudgeOptions) -> tuple[tuple[Judge, Judge] | None, Pric
 def check_options(options: ReviewOptions) -> None:
     if not options.pool.is_file():
         raise OpError(f"{options.pool}: no such pool")
+    check_jsonl_output(options.output, REVIEWS)
     if options.workers < 1:
         raise OpError("--workers must be at least 1")
     if options.ray is not None and options.batch:
@@ -166,7 +175,7 @@ def run_review(
 
     check_options(options)
     judges, table = make_judges(options.judges)
-    summary = ReviewRunSummary("judges" if judges else "heuristic")
+    summary = ReviewRunSummary("judges" if judges else "heuristic", pool=options.pool)
     if judges is not None and (options.estimate or on_estimate is not None):
         try:
             summary.estimate = estimate_review(options, judges, table)
@@ -179,7 +188,8 @@ def run_review(
             on_estimate(summary.estimate)
     if options.estimate:
         return summary
-    total = sum(1 for _ in iter_lines(options.pool))
+    total = summary.records = sum(1 for _ in iter_lines(options.pool))
+    prepare_parent(options.output, reporter)
     batching = BatchOptions(poll_s=options.poll_interval, on_event=reporter.note) if options.batch else None
     with open_backend(options.ray, Needs(cpus=0.5)) as backend, stage(reporter, "reviewing", total):
 

@@ -22,6 +22,7 @@ from records.review import Review, latest_reviews
 from records.trajectory import Trajectory
 from relearn.ops.containers import docker_client, sweep_orphans
 from relearn.ops.importing import import_reporting
+from relearn.ops.outputs import POOL, REVIEWS, check_jsonl_output, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.ops.review import JudgeOptions, ReviewOptions, make_judges
 
@@ -33,6 +34,7 @@ __all__ = [
     "COLUMNS",
     "FORMATS",
     "KeepCounts",
+    "SINGLE_TURN_CONTEXT",
     "SingleTurnFormat",
     "SingleTurnImportOptions",
     "SingleTurnReviewOptions",
@@ -50,6 +52,9 @@ SingleTurnFormat = Literal["rows", "verl", "openrlhf", "chat"]
 FORMATS: tuple[str, ...] = get_args(SingleTurnFormat)
 # The columns a row preset's layout can be overridden for (harness.importers.single_turn.SingleTurnOptions).
 COLUMNS = ("prompt", "response", "reward", "step", "task_id", "id", "checkpoint", "token_ids", "logprobs")
+# The token limit of the paper's single-turn relearning (its C.3), the single-turn pipeline's
+# default [masks] and [train] ctx (the agentic default is relearn.masks.compile.CONTEXT_TOKENS).
+SINGLE_TURN_CONTEXT = 32_768
 
 
 # ---- import -------------------------------------------------------------------------------
@@ -61,9 +66,10 @@ class SingleTurnImportOptions:
     output: Path  # the pool appended to; a rerun adds nothing already in it
     format: SingleTurnFormat = "rows"
     columns: dict[str, str] = field(default_factory=dict)  # COLUMNS over the preset's (row formats only)
-    # Split a response's <think> block into reasoning (the template's thinking form, as
-    # sampled); False keeps the whole response as visible text (its no-thinking form).
-    thinking: bool = True
+    # False (the paper's single-turn relearning, its C.2: no-thinking responses): the whole
+    # response is visible text, trained in the template's no-thinking form. True splits a
+    # response's <think> block into reasoning (the template's thinking form, as sampled).
+    thinking: bool = False
 
 
 def _importer(options: SingleTurnImportOptions) -> Any:
@@ -92,7 +98,8 @@ def run_single_turn_import(options: SingleTurnImportOptions, reporter: Reporter 
     files = [f for p in options.paths for f in (importer.discover(p) if p.is_dir() else [p])]
     if not files:
         raise OpError(f"no rollout files (.jsonl, .json, .parquet) under {', '.join(map(str, options.paths))}")
-    options.output.parent.mkdir(parents=True, exist_ok=True)
+    check_jsonl_output(options.output, POOL)
+    prepare_parent(options.output, reporter)
     return import_reporting(f"importing {len(files)} file(s)", "single-turn", files, options.output, reporter, importer=importer)
 
 
@@ -152,6 +159,7 @@ def run_single_turn_verify(options: SingleTurnVerifyOptions, reporter: Reporter 
     if not tasks:
         first = f" (first problem: {task_errors[0]})" if task_errors else ""
         raise OpError(f"{task_file}: no task could be read{first}")
+    check_jsonl_output(options.output, POOL)  # replaced at the end by the pool with verdicts
     summary = SingleTurnVerifySummary(task_problems=[str(e) for e in task_errors])
     partial = options.output.with_name(options.output.name + ".partial")
     done: set[str] = set()
@@ -256,6 +264,7 @@ def run_single_turn_review(options: SingleTurnReviewOptions, reporter: Reporter 
 
     if not options.pool.is_file():
         raise OpError(f"{options.pool}: no such pool")
+    check_jsonl_output(options.output, REVIEWS)
     if options.workers < 1:
         raise OpError("--workers must be at least 1")
     pair, _table = make_judges(options.judges)

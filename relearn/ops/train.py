@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from relearn.ops.outputs import check_run_dir
 from relearn.ops.reporting import OpError
 from relearn.train.options import TrainOptions, UsageError
 
@@ -27,8 +28,10 @@ def run_train(options: TrainOptions, *, console: Console | None = None) -> Train
     data the trainer refuses (nothing was trained); the summary says whether a signal stopped it."""
     from rich.console import Console
 
+    from relearn.train.checkpoints import CHECKPOINTS, METRICS, MODEL_DIR, RUN_FILE
     from relearn.train.loop import train  # torch and transformers: imported only to train
 
+    check_run_dir(options.out, (RUN_FILE, CHECKPOINTS, METRICS, MODEL_DIR), "relearn train")
     if console is None:
         options = replace(options, progress=False)
     try:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from records.pools import RecordError, read_trajectories_lenient
 from records.trajectory import Trajectory, tool_call_pairs
+from relearn.ops.outputs import empty_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 
 
@@ -25,10 +26,15 @@ class ValidateSummary:
     problems: list[str] = field(default_factory=list)  # "POOL: ID: field: what", then repeated ids
     formats: Counter[str] = field(default_factory=Counter)  # the source format ("relearn": our own)
     exit_status: Counter[str] = field(default_factory=Counter)
+    empty: list[Path] = field(default_factory=list)  # pools without a single record
 
     @property
     def clean(self) -> bool:
         return not self.unreadable and not self.problems
+
+    @property
+    def warnings(self) -> list[str]:
+        return [empty_pool(pool) for pool in self.empty]
 
 
 def check_trajectory(trajectory: Trajectory) -> list[str]:
@@ -47,14 +53,17 @@ def check_trajectory(trajectory: Trajectory) -> list[str]:
 
 def run_validate(options: ValidateOptions, reporter: Reporter = SILENT) -> ValidateSummary:
     """Read every pool once, one trajectory at a time; only the ids are kept (to find repeats)."""
-    missing = [str(p) for p in options.pools if not p.is_file()]
-    if missing:
-        raise OpError(f"no such pool file: {', '.join(missing)}")
+    for pool in options.pools:
+        if pool.is_dir():
+            raise OpError(f"{pool}: is a folder, not a pool file; give the pool's .jsonl or .jsonl.zst file")
+        if not pool.is_file():
+            raise OpError(f"{pool}: no such pool file; check the path")
     summary = ValidateSummary()
     seen: set[str] = set()
     repeated: Counter[str] = Counter()
     with stage(reporter, "validating", total=len(options.pools)):
         for pool in options.pools:
+            before = summary.trajectories, len(summary.unreadable)
             for trajectory in read_trajectories_lenient(pool, summary.unreadable):
                 summary.trajectories += 1
                 if trajectory.id in seen:
@@ -65,6 +74,8 @@ def run_validate(options: ValidateOptions, reporter: Reporter = SILENT) -> Valid
                 summary.with_problems += bool(found)
                 summary.formats[trajectory.source.format if trajectory.source else "relearn"] += 1
                 summary.exit_status[trajectory.exit_status.value] += 1
+            if (summary.trajectories, len(summary.unreadable)) == before:
+                summary.empty.append(pool)
             reporter.advance(1, trajectories=summary.trajectories)
     summary.problems.extend(f"id {i!r} appears {n + 1} times" for i, n in repeated.items())
     return summary

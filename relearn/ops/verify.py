@@ -16,6 +16,7 @@ from envs.executor import LocalBackend, Needs
 from records.pools import JsonlWriter, RecordError, iter_lines, iter_pool, read_trajectories_lenient
 from records.trajectory import Trajectory
 from relearn.ops.containers import ContainerOptions, ContainerSession, container_session, load_task_list, node_counts
+from relearn.ops.outputs import VERDICTS, check_jsonl_output, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 
 if TYPE_CHECKING:
@@ -68,12 +69,14 @@ def run_verify(options: VerifyOptions, reporter: Reporter = SILENT) -> VerifySum
     from envs.batch import load_predictions, verify_batch  # swebench: seconds to import
 
     _check(options.workers, options.timeout)
+    check_jsonl_output(options.output, VERDICTS)
     with container_session(options.containers, reporter) as session:
         task_list, task_problems = load_task_list(options.tasks)
         predictions, errors = load_predictions(options.patches)
         unreadable = task_problems + [str(e) for e in errors]
         if not predictions:
             raise OpError(f"no predictions in {options.patches}" + (f"; first problem: {errors[0]}" if errors else ""))
+        prepare_parent(options.output, reporter)
         wanted = {p.instance_id for p in predictions}
         prepared = session.prepare([t for t in task_list if t.instance_id in wanted], need_base=False)
         routed = {t.instance_id: t for t in task_list} | {t.instance_id: t for t in prepared.tasks}

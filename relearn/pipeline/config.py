@@ -57,7 +57,7 @@ from relearn.ops.importing import ImportOptions, chat_only_fields
 from relearn.ops.masks import MasksOptions
 from relearn.ops.review import JudgeOptions, ReviewOptions
 from relearn.ops.single_turn import COLUMNS as SINGLE_TURN_COLUMNS
-from relearn.ops.single_turn import SingleTurnFormat, SingleTurnImportOptions, SingleTurnVerifyOptions
+from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnFormat, SingleTurnImportOptions, SingleTurnVerifyOptions
 from relearn.ops.train import TrainOptions
 from relearn.ops.verify import VerifyOptions
 
@@ -167,9 +167,10 @@ class SingleTurnConfig(_Strict):
     paths: list[str] | None = None  # rollout files or folders (default with tasks = "mini": the suite's rollouts)
     format: SingleTurnFormat = SingleTurnImportOptions.format  # a row preset, or chat-message records with one assistant turn
     columns: dict[str, str] = Field(default_factory=dict)  # prompt, response, reward, step, task_id, id, checkpoint, token_ids, logprobs
-    # Train in the template's thinking form (reasoning inside <think>, as sampled) or its
-    # no-thinking form (reasoning and answer as visible text after the template's empty block).
-    thinking: bool = SingleTurnImportOptions.thinking  # false: the no-thinking form (`--no-thinking`)
+    # Train in the template's no-thinking form (reasoning and answer as visible text after the
+    # template's empty block; the paper's single-turn default) or its thinking form (reasoning
+    # inside <think>, as sampled).
+    thinking: bool = SingleTurnImportOptions.thinking  # true: the thinking form (`--thinking`)
 
     @model_validator(mode="after")
     def known_columns(self) -> SingleTurnConfig:
@@ -252,17 +253,24 @@ class MasksConfig(_Strict):
     per_turn: bool = MasksOptions.per_turn
     preserve_thinking: bool = MasksOptions.preserve_thinking
     include_suspicious: bool = MasksOptions.include_suspicious
+    # `relearn envs audit -o` records (relative to this file): every variant leaves out the
+    # trajectories of the tasks it flags, unless keep_flagged. None: no audit applied.
+    audit: Path | None = MasksOptions.audit
+    keep_flagged: bool = MasksOptions.keep_flagged
     shard_size: int = Field(MasksOptions.shard_size, ge=1)
     # Where it runs, not what it makes (not part of the stage's identity); [cluster] sends the
     # shards to Ray instead.
     workers: int = Field(MasksOptions.workers, ge=1)
 
-    def options(self, pool: Path, output: Path, reviews: Path, mode: str, *, no_thinking: bool, ray: str | None) -> MasksOptions:
+    def options(
+        self, pool: Path, output: Path, reviews: Path, mode: str, *, no_thinking: bool, ray: str | None, audit: Path | None = None
+    ) -> MasksOptions:
+        """``audit``: ``self.audit`` resolved against the pipeline file's folder."""
         return MasksOptions(
             pool=pool, output=output, reviews=reviews, tokenizer=self.tokenizer, mode=mode, ctx=self.ctx,
             prefix_check=self.prefix_check, per_turn=self.per_turn, preserve_thinking=self.preserve_thinking, no_thinking=no_thinking,
             shard_size=self.shard_size, include_suspicious=self.include_suspicious, defect_scope=self.defect_scope, workers=self.workers,
-            ray=ray,
+            ray=ray, audit=audit, keep_flagged=self.keep_flagged,
         )  # fmt: skip
 
     @model_validator(mode="after")
@@ -406,6 +414,12 @@ class PipelineConfig(_Strict):
             raise ValueError(f"[verify] {written}: a single-turn pool is graded by its tasks' verifiers, not [verify]")
         if self.pool.single_turn is not None and "tasks" in self.model_fields_set:
             raise ValueError("tasks: a single-turn pool names its tasks in [pool.single_turn]")
+        if self.pool.single_turn is not None:
+            # The paper's single-turn token limit, unless the file writes its own ctx.
+            if "ctx" not in self.masks.model_fields_set:
+                self.masks.ctx = SINGLE_TURN_CONTEXT
+            if self.train is not None and "ctx" not in self.train.model_fields_set:
+                self.train.ctx = SINGLE_TURN_CONTEXT
         return self
 
     @property

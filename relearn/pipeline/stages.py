@@ -23,6 +23,7 @@ more, ``analyze`` with an ``[analyze]`` table. Work folder layout (``WORKDIR``):
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -293,15 +294,20 @@ def holdout_stage(ctx: Context) -> dict[str, Any]:
 def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
     """`relearn masks` for one variant (``relearn.ops.masks``), here, in [masks] workers or on [cluster]."""
     from relearn.ops.masks import run_masks
-    from relearn.ops.reporting import RichReporter
+    from relearn.ops.reporting import OpError, RichReporter
 
     single_turn = ctx.config.pool.single_turn
     options = ctx.config.masks.options(
         training_pool_path(ctx), dataset_dir(ctx, variant), reviews_path(ctx), variant,
         no_thinking=single_turn is not None and not single_turn.thinking, ray=ctx.ray_address,
+        audit=ctx.config.resolve(ctx.config.masks.audit) if ctx.config.masks.audit else None,
     )  # fmt: skip
     summary = run_masks(options, RichReporter(ctx.console, indent="  "), tokenizer=ctx.tokenizer())
     stats = summary.stats
+    if summary.warnings and (not summary.records or summary.foreign_reviews):
+        # An empty pool or reviews that match none of it: every later stage would train on nothing.
+        raise OpError(f"[masks] {variant}: {summary.warnings[0]}")
+    ctx.notes.extend(f"[masks] {variant}: {warning}" for warning in summary.warnings)
     if summary.review_errors:
         ctx.notes.append(f"{len(summary.review_errors)} unreadable review line(s); first: {summary.review_errors[0]}")
     return {
@@ -312,6 +318,8 @@ def masks_stage(ctx: Context, variant: str) -> dict[str, Any]:
         "supervised_tokens": stats["tokens"]["supervised"],
         "excluded_tokens": stats["tokens"]["excluded"],
         "ter": round(stats["ter_token_weighted"], 4),
+        "ter_by_scope": {scope: round(ter["ter_token_weighted"], 4) for scope, ter in stats["ter_by_scope"].items()},
+        "audit": stats["audit"],
     }
 
 
@@ -457,7 +465,11 @@ def plan(ctx: Context, report: Callable[[], dict[str, Any]]) -> list[Stage]:
         pool_stage_name = "holdout"
         stages.append(Stage("holdout", f"set {len(c.masks.heldout_tasks)} held-out tasks apart", {"heldout_tasks": sorted(c.masks.heldout_tasks)},
                             [training_pool_path(ctx), heldout_pool_path(ctx)], lambda: holdout_stage(ctx), ("verify",), [heldout_dir(ctx)]))  # fmt: skip
-    masks_settings = c.masks.model_dump(mode="json", exclude={"variants", "workers"})
+    masks_settings = _identity(c.masks, {"variants", "workers"}, {"keep_flagged"})
+    if c.masks.audit:
+        # What the audit says, not only where it is: a new audit compiles the datasets again.
+        audit = c.resolve(c.masks.audit)
+        masks_settings["audit"] = hashlib.sha256(audit.read_bytes()).hexdigest() if audit.is_file() else str(audit)
     if c.masks.heldout_tasks:
         masks_settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
     for v in c.variants:

@@ -8,7 +8,10 @@ the unbiased estimator of ``records.passk.pass_at_k``.
 
 TER comes from the dataset's token counts when a dataset is given. Without one it is
 estimated in characters (defect characters over generated assistant characters) and
-labelled ``chars``.
+labelled ``chars``. ``ter.by_scope`` gives it under both defect scopes, whichever the dataset
+was trained under: ``action`` (a defect in a call excludes the whole call) and ``minimal`` (the
+quoted characters only, the paper's "smallest source substring"); the character estimate is
+the quotes' and has no action scope.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 from records.passk import task_table
 from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
+from relearn.masks.scopes import SCOPES
 from relearn.view.catalog import DatasetInfo, Tokens
 
 GROUP_KEYS = ("step", "checkpoint", "policy", "task", "exit", "none")
@@ -155,6 +159,39 @@ def _ter_of(row: Row, source: str) -> tuple[int, int] | None:
     return row.summary.eligible_chars, min(row.review.defect_chars, row.summary.eligible_chars)
 
 
+def _scope_ter(row: Row, source: str, scope: str) -> tuple[int, int] | None:
+    """(eligible, excluded) of a trajectory that enters training under defect ``scope``; None
+    where it is not known (a dataset compiled before both scopes were counted; characters,
+    which know only the quotes)."""
+    if source == "tokens":
+        if row.tokens is None or scope not in row.tokens.excluded_by_scope:
+            return None
+        return row.tokens.eligible, row.tokens.excluded_by_scope[scope]
+    return _ter_of(row, source) if scope == "minimal" else None
+
+
+def ter_by_scope(rows: list[Row], source: str) -> dict[str, dict[str, Any] | None]:
+    """TER under each defect scope over the trajectories that enter training; None for a scope
+    that cannot be told (see ``_scope_ter``)."""
+    out: dict[str, dict[str, Any] | None] = {}
+    for scope in SCOPES:
+        counts = [t for r in rows if (t := _scope_ter(r, source, scope)) is not None]
+        if not counts:
+            out[scope] = None
+            continue
+        eligible = sum(e for e, _x in counts)
+        excluded = sum(x for _e, x in counts)
+        ters = [x / e for e, x in counts if e]
+        out[scope] = {
+            "trajectories": len(counts),
+            "eligible": eligible,
+            "excluded": excluded,
+            "weighted": excluded / eligible if eligible else None,
+            "mean": sum(ters) / len(ters) if ters else None,
+        }
+    return out
+
+
 def compute(
     pools: list[PoolIndex],
     reviews: ReviewIndex | None = None,
@@ -239,6 +276,9 @@ def compute(
             "tokens": stats.get("tokens", {}),
             "ter_token_weighted": stats.get("ter_token_weighted"),
             "ter_mean": stats.get("ter_mean"),
+            "defect_scope": stats.get("defect_scope"),
+            "ter_by_scope": stats.get("ter_by_scope"),
+            "audit": stats.get("audit"),
             "excluded_by_category": excluded,
             "excluded_share_by_category": {k: v / total_excluded for k, v in excluded.items()} if total_excluded else {},
             "not_in_pools": sum(1 for tid in dataset.by_trajectory if tid not in {r.summary.id for r in rows}),
@@ -301,6 +341,8 @@ def compute(
         "weighted": excluded_total / eligible if eligible else None,
         "eligible": eligible,
         "excluded": excluded_total,
+        "trained_scope": dataset.stats.get("defect_scope") if dataset is not None else None,
+        "by_scope": ter_by_scope(rows, source),
         "by": by,
         "groups": group_rows,
         "points": [{"step": r.summary.step, "ter": x / e, "eligible": e} for r, (e, x) in counted_rows if e],

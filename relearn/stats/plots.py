@@ -15,17 +15,31 @@ def _pyplot():  # noqa: ANN202 - matplotlib's module
     return plt
 
 
-def ter_over_steps(report: dict[str, Any], path: Path) -> bool:
+def ter_figure(report: dict[str, Any]) -> Any | None:
     """Per-trajectory TER against the policy's training step, with the weighted TER of
-    each step window; False when no trajectory has both a step and a TER."""
+    each step window; None when no trajectory has both a step and a TER. A pool of one
+    training step gets a bar with its weighted TER written on it: a scatter in one column
+    and a line across nothing read as an empty axis."""
     ter = report["ter"]
     points = [p for p in ter["points"] if p["step"] is not None]
     if not points:
-        return False
+        return None
     plt = _pyplot()
     figure, axis = plt.subplots(figsize=(7, 3.8))
-    axis.scatter([p["step"] for p in points], [p["ter"] * 100 for p in points], s=10, alpha=0.35, color="#4C72B0", label="per trajectory")
-    if ter["by"] == "step":
+    unit = ter["unit"]
+    steps = sorted({p["step"] for p in points})
+    if len(steps) == 1:
+        eligible = sum(p["eligible"] for p in points)
+        weighted = sum(p["ter"] * p["eligible"] for p in points) / eligible
+        bars = axis.bar(steps, [weighted * 100], width=0.6, color="#C44E52", alpha=0.6, label=f"{unit}-weighted")
+        axis.bar_label(bars, labels=[f"{weighted * 100:.1f}%"], padding=3, fontsize=9)
+        axis.set_xticks(steps)
+        axis.set_xlim(steps[0] - 1, steps[0] + 1)
+        axis.set_ylim(0, max(1.0, max(p["ter"] for p in points) * 100) * 1.15)  # room for the label; 0% stays a visible axis
+    axis.scatter(
+        [p["step"] for p in points], [p["ter"] * 100 for p in points], s=10, alpha=0.35, color="#4C72B0", label="per trajectory", zorder=3
+    )
+    if ter["by"] == "step" and len(steps) > 1:
         windows = [g for g in ter["groups"] if g["window"] is not None and g["ter_token_weighted"] is not None]
         for number, g in enumerate(windows):
             lo, hi = g["window"]
@@ -35,10 +49,10 @@ def ter_over_steps(report: dict[str, Any], path: Path) -> bool:
                 hi + 0.5,
                 colors="#C44E52",
                 linewidth=2.5,
-                label=f"{ter['unit']}-weighted per window" if number == 0 else None,
+                label=f"{unit}-weighted per window" if number == 0 else None,
             )
     axis.set_xlabel("policy training step")
-    axis.set_ylabel(f"TER (%, {ter['unit']})")
+    axis.set_ylabel(f"TER (%, {unit})")
     weighted = ter["weighted"]
     axis.set_title(
         f"TER over training steps · {len(points)} trajectories · weighted {weighted * 100:.1f}%"
@@ -48,9 +62,17 @@ def ter_over_steps(report: dict[str, Any], path: Path) -> bool:
     )
     axis.legend(fontsize=8, loc="upper right")
     figure.tight_layout()
+    return figure
+
+
+def ter_over_steps(report: dict[str, Any], path: Path) -> bool:
+    """``ter_figure`` as a PNG; False when there is nothing to draw."""
+    figure = ter_figure(report)
+    if figure is None:
+        return False
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _pyplot().close(figure)
     return True
 
 

@@ -4,6 +4,11 @@ Shards are read through ``relearn.masks.rows`` (one row class, ``ShardRow``, and
 the trainer needs ``sample_id``, ``trajectory_id``, ``input_ids`` (int32) and ``loss_mask``
 (uint8, 1 = supervised target).
 
+The normalisation unit is the trajectory (``trajectory_id``), not the sample: a trajectory
+compiled into several samples (context resets, ``--per-turn``) is weighed once, each sample's
+targets divided by the trajectory's whole supervised count over the samples loaded
+(``trajectory_totals``, one pass over the loaded samples; see ``relearn.train.loss``).
+
 Order of work in a run, and why it is all decided up front:
   * an epoch's order is a permutation drawn from ``(seed, epoch)``, so every rank computes the
     same plan without talking to the others, and a resumed run finds the same order again;
@@ -40,6 +45,7 @@ class LoadReport:
     problems: list[str] = field(default_factory=list)  # refused samples, each with file, row and reason
     too_long: int = 0
     unsupervised: int = 0  # samples with no supervised target: they carry no loss, so they are left out
+    trajectories: int = 0  # distinct trajectory ids among the samples loaded (the normalisation units)
 
 
 def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tuple[list[ShardRow], LoadReport]:
@@ -63,7 +69,17 @@ def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tupl
             samples.append(row)
     except ShardError as exc:
         raise DataError(str(exc)) from None
+    report.trajectories = len({s.trajectory_id for s in samples})
     return samples, report
+
+
+def trajectory_totals(samples: list[ShardRow]) -> list[int]:
+    """For each sample, the supervised count of its whole trajectory: the sum over every loaded
+    sample with the same ``trajectory_id`` (a refused sample is not trained, so not counted)."""
+    whole: dict[str, int] = {}
+    for s in samples:
+        whole[s.trajectory_id] = whole.get(s.trajectory_id, 0) + s.supervised
+    return [whole[s.trajectory_id] for s in samples]
 
 
 def _refusal(row: ShardRow, ctx: int, vocab_size: int | None) -> str | None:
@@ -136,7 +152,7 @@ class Layout:
 class Batch:
     input_ids: torch.Tensor  # long [B, S]; also the targets (shifted inside the loss)
     loss_mask: torch.Tensor  # uint8 [B, S]; 1 = the token at this position is a supervised target
-    segments: torch.Tensor  # long [B, S]; index of the trajectory in this micro-batch
+    segments: torch.Tensor  # long [B, S]; index of the sample in this micro-batch (one segment per sample)
     n_segments: int
     position_ids: torch.Tensor | None  # restarts at 0 for every packed trajectory
     docs: torch.Tensor | None  # long [B, S]: trajectory per position, -1 for padding; None = plain causal
@@ -144,6 +160,7 @@ class Batch:
     tokens: int  # real (unpadded) tokens
     supervised: int
     supervised_per_segment: list[int]
+    trajectory_supervised: list[int]  # per segment: its trajectory's whole supervised count (the loss's divisor)
     targets: torch.Tensor | None = None  # set with ``shifted``: the token predicted at each position
     shifted: bool = False  # loss_mask/targets already aligned with positions (sequence-parallel shards)
 
@@ -151,13 +168,17 @@ class Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         return Batch(
             move(self.input_ids), move(self.loss_mask), move(self.segments), self.n_segments, move(self.position_ids),
-            move(self.docs), self.packed, self.tokens, self.supervised, self.supervised_per_segment, move(self.targets), self.shifted,
+            move(self.docs), self.packed, self.tokens, self.supervised, self.supervised_per_segment, self.trajectory_supervised,
+            move(self.targets), self.shifted,
         )  # fmt: skip
 
 
-def collate(samples: list[ShardRow], rows: list[Row], pad_id: int = 0) -> Batch:
-    """Pad rows to the longest; in a packed row, positions restart per trajectory and the first
-    token of each trajectory is not a target (it would be predicted across the boundary)."""
+def collate(samples: list[ShardRow], rows: list[Row], pad_id: int = 0, totals: list[int] | None = None) -> Batch:
+    """Pad rows to the longest; in a packed row, positions restart per sample and the first
+    token of each sample is not a target (it would be predicted across the boundary).
+    ``totals``: ``trajectory_totals(samples)``, computed here when not given."""
+    totals = trajectory_totals(samples) if totals is None else totals
+    whole: list[int] = []
     lengths = [sum(samples[i].n_tokens for i in row) for row in rows]
     width = max(lengths)
     b = len(rows)
@@ -180,6 +201,7 @@ def collate(samples: list[ShardRow], rows: list[Row], pad_id: int = 0) -> Batch:
             positions[r, at : at + n] = np.arange(n)
             docs[r, at : at + n] = segment
             per_segment.append(s.supervised)
+            whole.append(totals[i])
             segment += 1
             at += n
         positions[r, at:] = np.arange(width - at)  # padding: harmless positions, never attended by real tokens
@@ -196,6 +218,7 @@ def collate(samples: list[ShardRow], rows: list[Row], pad_id: int = 0) -> Batch:
         tokens=sum(lengths),
         supervised=sum(per_segment),
         supervised_per_segment=per_segment,
+        trajectory_supervised=whole,
     )
 
 
@@ -228,6 +251,7 @@ def shard_sequence(batch: Batch, sp: int, sp_rank: int) -> Batch:
         tokens=batch.tokens,
         supervised=batch.supervised,
         supervised_per_segment=batch.supervised_per_segment,
+        trajectory_supervised=batch.trajectory_supervised,
         targets=targets[:, part].contiguous(),
         shifted=True,
     )

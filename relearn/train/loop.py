@@ -3,9 +3,10 @@
 One optimizer step = ``(world / sp) x grad_accum`` micro-batches of ``batch_trajectories`` rows
 (with sequence parallelism, ``sp`` consecutive ranks share each row, 1/sp of its tokens each).
 Every rank derives the whole step's plan from ``(seed, epoch)``, so the loss normaliser of
-the step (trajectories with supervision, or supervised tokens, over all ranks and
-micro-batches) is known before the forward pass and costs no communication; each
-micro-batch's loss is its share of the step's loss, and the shares add up exactly.
+the step (trajectories with supervision, each sample counting for its share of its
+trajectory's supervised targets; or supervised tokens; over all ranks and micro-batches) is
+known before the forward pass and costs no communication; each micro-batch's loss is its
+share of the step's loss, and the shares add up exactly.
 
 Rerunning the same command resumes from the latest checkpoint (``checkpoints``), and the
 metrics of steps after it are dropped, so a killed run reproduces the uninterrupted run's
@@ -53,7 +54,18 @@ from relearn.train.checkpoints import (
     save_final,
     truncate_metrics,
 )
-from relearn.train.data import Batch, Layout, LoadReport, Row, collate, epoch_order, load_samples, plan_rows, shard_sequence
+from relearn.train.data import (
+    Batch,
+    Layout,
+    LoadReport,
+    Row,
+    collate,
+    epoch_order,
+    load_samples,
+    plan_rows,
+    shard_sequence,
+    trajectory_totals,
+)
 from relearn.train.deepspeed_config import deepspeed_config
 from relearn.train.engines import DeepSpeedEngine, Dist, PlainEngine, any_across, setup_distributed, sum_across
 from relearn.train.loss import step_denominator
@@ -105,6 +117,7 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
     dist = setup_distributed(opts)
     say = console.print if dist.main else (lambda *a, **k: None)
     samples, report = _load_data(opts, config, say)
+    whole_counts = trajectory_totals(samples)  # per sample: its trajectory's supervised count
     identity = run_identity(opts, dist.world, opts.dataset)
     tag, saved = _existing_run(opts, identity)
     if saved.get("finished"):
@@ -133,7 +146,8 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
         write_text_atomic(opts.out / RUN_FILE, json.dumps({"identity": identity, "finished": False, "total_steps": total_steps}, indent=1))
         engine_name = f"ZeRO-{opts.zero}" if dist.deepspeed else "plain PyTorch"
         say(
-            f"training {opts.tiny or opts.init} ({parameters / 1e6:.1f}M parameters) on {len(samples)} samples, "
+            f"training {opts.tiny or opts.init} ({parameters / 1e6:.1f}M parameters) on {len(samples)} samples "
+            f"of {report.trajectories} trajectories, "
             f"{opts.epochs} epochs x {steps_per_epoch[0]} steps, world {dist.world}, "
             f"{engine_name}{f', sequence parallel {dist.sp}' if dist.sp > 1 else ''}, loss-norm {opts.loss_norm}"
         )
@@ -149,7 +163,7 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
         while state.epoch < opts.epochs and state.global_step < stop_at and stopped_by is None:
             rows = plan_rows(samples, state.order, pack=opts.pack, ctx=opts.ctx)
             while state.step_in_epoch < layout.steps(len(rows)) and state.global_step < stop_at and stopped_by is None:
-                record = _train_step(engine, samples, rows, layout, state, opts, dist)
+                record = _train_step(engine, samples, whole_counts, rows, layout, state, opts, dist)
                 totals.add(record)
                 if metrics is not None:
                     metrics.write(json.dumps(record) + "\n")
@@ -191,6 +205,7 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
 def _train_step(
     engine: PlainEngine | DeepSpeedEngine,
     samples: list[ShardRow],
+    totals: list[int],
     rows: list[Row],
     layout: Layout,
     state: TrainerState,
@@ -199,7 +214,9 @@ def _train_step(
 ) -> dict[str, Any]:
     """One optimizer step over this rank's micro-batches; advances ``state`` and returns the step's metrics."""
     step = state.step_in_epoch
-    denominator, chunks, step_tokens, step_supervised = _step_plan(samples, rows, layout, step, opts.loss_norm, opts.chunk)
+    denominator, trajectories, chunks, step_tokens, step_supervised = _step_plan(
+        samples, totals, rows, layout, step, opts.loss_norm, opts.chunk
+    )
     # Under ZeRO-3 each LM-head call gathers its weight collectively: all ranks
     # must make the same number of calls, whatever their supervised counts.
     min_chunks = chunks if (dist.deepspeed and opts.zero == 3 and dist.world > 1) else 0
@@ -207,7 +224,7 @@ def _train_step(
     lr = engine.lr()  # the rate this step uses (the scheduler moves on in finish_step)
     local = 0.0
     for micro in layout.micro_rows(rows, step, dist.dp_rank):
-        batch = collate(samples, micro)
+        batch = collate(samples, micro, totals=totals)
         if dist.sp > 1:
             batch = shard_sequence(batch, dist.sp, dist.sp_rank)
         batch = batch.to(dist.device)
@@ -224,27 +241,32 @@ def _train_step(
     state.train_seconds += seconds
     return {
         "step": state.global_step, "epoch": state.epoch + 1, "loss": step_loss, "supervised_tokens": step_supervised,
-        "tokens": step_tokens, "tokens_per_s": step_tokens / seconds, "supervised_tokens_per_s": step_supervised / seconds,
+        "trajectories": trajectories, "tokens": step_tokens, "tokens_per_s": step_tokens / seconds, "supervised_tokens_per_s": step_supervised / seconds,
         "lr": lr, "grad_norm": grad_norm, "seconds": seconds,
     }  # fmt: skip
 
 
-def _step_plan(samples: list[ShardRow], rows: list[Row], layout: Layout, step: int, norm: str, chunk: int) -> tuple[int, int, int, int]:
-    """(denominator, max head chunks of any micro-batch, tokens, supervised) of a global step."""
+def _step_plan(
+    samples: list[ShardRow], totals: list[int], rows: list[Row], layout: Layout, step: int, norm: str, chunk: int
+) -> tuple[float, float, int, int, int]:
+    """(denominator, trajectories in fractions of one, max head chunks of any micro-batch, tokens,
+    supervised) of a global step."""
     step_rows = layout.step_rows(rows, step)
     counts = [samples[i].supervised for row in step_rows for i in row]
+    whole = [totals[i] for row in step_rows for i in row]
     micro = [step_rows[k : k + layout.rows_per_micro] for k in range(0, len(step_rows), layout.rows_per_micro)]
     chunks = max(chunks_needed(sum(samples[i].supervised for row in m for i in row), chunk) for m in micro)
     tokens = sum(samples[i].n_tokens for row in step_rows for i in row)
-    return step_denominator(counts, norm), chunks, tokens, sum(counts)  # type: ignore[arg-type]
+    trajectories = step_denominator(counts, "trajectory", whole)
+    return step_denominator(counts, norm, whole), trajectories, chunks, tokens, sum(counts)  # type: ignore[arg-type]
 
 
-def _inputs(batch: Batch, denominator: int, min_chunks: int) -> dict[str, Any]:
+def _inputs(batch: Batch, denominator: float, min_chunks: int) -> dict[str, Any]:
     return dict(
         input_ids=batch.input_ids, loss_mask=batch.loss_mask, segments=batch.segments, n_segments=batch.n_segments,
         docs=batch.docs, position_ids=batch.position_ids, packed=batch.packed, denominator=float(denominator), min_chunks=min_chunks,
         targets=batch.targets, shifted=batch.shifted,
-        segment_counts=torch.tensor(batch.supervised_per_segment, dtype=torch.long, device=batch.input_ids.device),
+        segment_counts=torch.tensor(batch.trajectory_supervised, dtype=torch.long, device=batch.input_ids.device),
     )  # fmt: skip
 
 

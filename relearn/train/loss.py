@@ -1,7 +1,15 @@
 """The ROSS objective without materialising full logits.
 
-    L = - Σ_τ ( Σ_t m_t log π(z_t | z_<t) ) / Σ_t m_t        (``norm="trajectory"``)
-    L = - Σ_τ Σ_t m_t log π(z_t | z_<t) / Σ_τ Σ_t m_t        (``norm="token"``)
+    L = - 1/|B| Σ_τ ( Σ_t m_t log π(z_t | z_<t) ) / Σ_t m_t   (``norm="trajectory"``, ROSS formula 4)
+    L = - Σ_τ Σ_t m_t log π(z_t | z_<t) / Σ_τ Σ_t m_t            (``norm="token"``)
+
+A trajectory is the normalisation unit, not a sample: a trajectory compiled into several
+samples (a context reset such as a Codex compaction or an ATIF summarisation; every
+``--per-turn`` sample) has each sample's tokens divided by the trajectory's *whole* supervised
+count ``W_τ`` (over all its samples), and counts in a step's ``|B|`` for the fraction
+``n_s / W_τ`` of its supervised targets that the step holds. A trajectory whose samples fall in
+different micro-batches, ranks or steps therefore still weighs one in an epoch, and a 12-token
+final turn weighs 12/80 of its trajectory, not as much as the 68-token turn before it.
 
 ``m_t`` (the shard's ``loss_mask``) marks *targets*: token ``t`` is supervised when ``m_t = 1``,
 and it is predicted from the hidden state at position ``t - 1``. Every token stays in the
@@ -80,23 +88,26 @@ def chunked_nll(
 
 def reduce_nll(
     nll: torch.Tensor, segments: torch.Tensor, n_segments: int, norm: LossNorm, counts: torch.Tensor | None = None
-) -> tuple[torch.Tensor, int, int]:
+) -> tuple[torch.Tensor, int, float]:
     """Sum of the loss contributions in this micro-batch, before the step's denominator.
 
-    Returns ``(contribution, supervised_tokens, trajectories_with_supervision)``. Under
-    ``trajectory`` each trajectory adds its mean NLL; one without a supervised token adds
-    nothing and is not counted (no 0/0 = NaN). Under ``token`` every supervised token adds its NLL.
-    ``counts`` are the trajectories' whole supervised counts, when this rank sees only a shard
-    of them (sequence parallelism); by default they are counted here.
+    Returns ``(contribution, supervised_tokens, trajectories)``. Under ``trajectory`` each
+    segment adds its NLL sum divided by ``counts`` (its trajectory's whole supervised count:
+    the trajectory's mean when the segment holds all of it), and ``trajectories`` is the
+    fraction of trajectories these targets make (``Σ n_seg / counts``); a segment without a
+    supervised target adds nothing (no 0/0 = NaN). Under ``token`` every supervised token adds
+    its NLL. ``counts`` defaults to the segments' own counts here (each segment a whole trajectory).
     """
     if norm == "token":
-        return nll.sum(), int(nll.numel()), 0
+        return nll.sum(), int(nll.numel()), 0.0
+    local = torch.bincount(segments, minlength=n_segments)
     if counts is None:
-        counts = torch.bincount(segments, minlength=n_segments)
+        counts = local
     sums = nll.new_zeros(n_segments).index_add(0, segments, nll)
-    present = counts > 0
-    contribution = (sums[present] / counts[present].to(sums.dtype)).sum()
-    return contribution, int(nll.numel()), int(present.sum())
+    present = (local > 0) & (counts > 0)
+    whole = counts[present].to(sums.dtype)
+    contribution = (sums[present] / whole).sum()
+    return contribution, int(nll.numel()), float((local[present].to(torch.float64) / whole.to(torch.float64)).sum())
 
 
 def masked_loss(
@@ -117,12 +128,12 @@ def masked_loss(
     """The ROSS loss of a micro-batch from the model body's hidden states ``[B, S, H]``.
 
     ``segments`` ``[B, S]`` numbers the trajectories of the micro-batch (a packed row holds
-    several); by default each row is one trajectory. ``denominator`` is the step's normaliser
-    (trajectories with supervision, or supervised tokens, over the whole optimizer step:
+    several); by default each row is one whole trajectory. ``denominator`` is the step's normaliser
+    (trajectories with supervision, in fractions of one, or supervised tokens, over the whole optimizer step:
     all micro-batches and all ranks), so that summing micro-batch losses gives exactly the
     step's loss under gradient accumulation and data parallelism. By default it is this
-    micro-batch's own count. ``shifted`` and ``segment_counts``: see ``select_supervised`` and
-    ``reduce_nll`` (both for sequence-parallel shards).
+    micro-batch's own count. ``segment_counts`` ``[n_segments]``: each segment's trajectory's whole
+    supervised count (see ``reduce_nll``); ``shifted``: see ``select_supervised`` (sequence-parallel shards).
     """
     if norm not in NORMS:
         raise ValueError(f"norm must be one of {NORMS}, not {norm!r}")
@@ -137,13 +148,20 @@ def masked_loss(
     if denominator is None:
         denominator = float(tokens if norm == "token" else trajectories)
     # A micro-batch without any supervised token still returns a loss connected to the
-    # graph (zero-valued), so backward runs and data-parallel ranks stay in step.
+    # graph (zero-valued), so backward runs and data-parallel ranks stay in step. The
+    # denominator may be below one (a step holding parts of trajectories only); it is zero
+    # only when nothing is supervised, and then so is the contribution.
     zero = hidden.sum() * 0.0
-    return contribution / max(denominator, 1.0) + zero
+    return contribution / (denominator if denominator > 0 else 1.0) + zero
 
 
-def step_denominator(supervised_counts: list[int], norm: LossNorm) -> int:
-    """The normaliser of an optimizer step from the supervised-target counts of its trajectories."""
+def step_denominator(supervised_counts: list[int], norm: LossNorm, trajectory_counts: list[int] | None = None) -> float:
+    """The normaliser of an optimizer step from the supervised-target counts of its samples.
+
+    ``trajectory_counts[k]``: the whole supervised count of sample ``k``'s trajectory (by
+    default each sample is a whole trajectory). Under ``trajectory`` a sample counts for the
+    fraction ``n / W`` of its trajectory, so a trajectory counts once over all its samples."""
     if norm == "token":
-        return sum(supervised_counts)
-    return sum(1 for n in supervised_counts if n > 0)
+        return float(sum(supervised_counts))
+    whole = supervised_counts if trajectory_counts is None else trajectory_counts
+    return sum(n / w for n, w in zip(supervised_counts, whole, strict=True) if n > 0)

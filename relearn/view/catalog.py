@@ -15,6 +15,7 @@ from typing import Any
 
 from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
 from records.review import CATEGORIES
+from relearn.masks.compile import MaskOptions
 
 PER_TURN_SUFFIX = re.compile(r"#m\d+$")
 
@@ -29,6 +30,7 @@ class Tokens:
     excluded: int = 0
     tokens: int = 0
     samples: int = 0
+    excluded_by_scope: dict[str, int] = field(default_factory=dict)  # under each defect scope (datasets since masks BUILD 4)
 
     @property
     def ter(self) -> float:
@@ -61,12 +63,16 @@ class DatasetInfo:
         for number, sample in enumerate(samples):
             try:
                 sample_id = str(sample["sample_id"])
-                trajectory_id = PER_TURN_SUFFIX.sub("", sample_id) if per_turn else sample_id
+                # Its trajectory: named since the per-sample records carry it (a context reset
+                # gives ``#r`` samples too); before, only a per-turn suffix could be taken off.
+                trajectory_id = str(sample.get("trajectory_id") or (PER_TURN_SUFFIX.sub("", sample_id) if per_turn else sample_id))
                 tokens = info.by_trajectory.setdefault(trajectory_id, Tokens())
                 tokens.eligible += int(sample["eligible"])
                 tokens.excluded += int(sample["excluded"])
                 tokens.tokens += int(sample.get("tokens", 0))
                 tokens.samples += 1
+                for scope, count in (sample.get("excluded_by_scope") or {}).items():
+                    tokens.excluded_by_scope[scope] = tokens.excluded_by_scope.get(scope, 0) + int(count)
             except (KeyError, TypeError, ValueError) as exc:
                 raise UsageError(f"{path}: per_sample[{number}]: {type(exc).__name__}: {exc}") from None
         return info
@@ -189,6 +195,18 @@ class Catalog:
     pool: PoolIndex
     reviews: ReviewIndex | None = None
     dataset: DatasetInfo | None = None
+    scope: str = MaskOptions.defect_scope  # --defect-scope, when no dataset says its own
+
+    def defect_scope(self) -> str | None:
+        """The scope defects are struck under: the dataset's own (None when its mode masks
+        nothing), else ``scope``, as ``relearn masks`` would compile."""
+        if self.dataset is None:
+            return self.scope
+        if self.dataset.stats.get("mode", "ross") != "ross":
+            return None
+        # A dataset that does not record its scope (compiled before 1e7be56) is struck under
+        # --defect-scope: action unless told (it was the default from d407bd9, quote-only before).
+        return str(self.dataset.stats.get("defect_scope") or self.scope)
 
     def summary(self, position: int) -> TrajectorySummary:
         return self.pool.entries[position].summary
@@ -215,6 +233,20 @@ class Catalog:
         if review is None or not summary.eligible_chars:
             return None, "chars"
         return review.defect_chars / summary.eligible_chars, "chars"
+
+    def stop(self) -> None:
+        """Stop the background indexes (see ``RecordIndex.stop``)."""
+        self.pool.stop()
+        if self.reviews is not None:
+            self.reviews.stop()
+
+    def reviews_of_another_pool(self) -> bool:
+        """Whether reviews were given and, both files indexed, review none of the pool's
+        trajectories (reviews of another pool would otherwise only read "not reviewed")."""
+        reviews, pool = self.reviews, self.pool
+        if reviews is None or not reviews.ready.is_set() or not pool.ready.is_set() or not len(pool):
+            return False
+        return not any(entry.summary.id in reviews.by_id for entry in pool.entries)
 
     def ready_for(self, flt: Filter) -> bool:
         """Whether every source the filter reads is fully indexed."""

@@ -8,12 +8,15 @@ overlap), each followed by a label ``{#n category}`` and listed under its messag
 the judge's description. With ``markers`` (plain text for pipes) excluded runs are
 also written between ``[-`` and ``-]``, as ``git diff --word-diff=plain`` does.
 
-A defect marks exactly the characters ``[start, end)`` of its field, where the field is
-shown as the chat template renders it: reasoning, text, and each tool-call argument as
-``key: value`` (string values raw, others as JSON). A span over
-``tool_calls[i].arguments`` (offsets into the arguments' JSON text) is mapped through
-that layout and covers the shown characters from its first to its last, the same
-characters ``relearn masks`` excludes.
+What is struck is what ``relearn masks`` excludes under the defect scope in force
+(``scoped_range``, from ``relearn.masks.scopes.defect_extent``): under ``action`` a defect in
+a tool call strikes the whole call (its name line and every argument) and one in a
+text-protocol agent's action its whole fenced block; under ``minimal`` exactly the
+characters ``[start, end)`` of its field, where the field is shown as the chat template
+renders it: reasoning, text, and each tool-call argument as ``key: value`` (string values
+raw, others as JSON). A span over ``tool_calls[i].arguments`` (offsets into the arguments'
+JSON text) is mapped through that layout and covers the shown characters from its first to
+its last. ``colour_legend`` names the colours in one line.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from rich.text import Text
 
 from records.review import FIELD, Defect, field_text
 from records.trajectory import Message, Trajectory
+from relearn.masks.scopes import defect_extent
 from relearn.masks.template import map_json_value
 
 STYLES: dict[str, Style] = {
@@ -81,12 +85,15 @@ class LaidOut:
     def __init__(self) -> None:
         self.text = Text()
         self.fields: dict[str, int] = {}  # content, reasoning_content, tool_calls[i].arguments.KEY -> start
+        self.field_ends: dict[str, int] = {}
         self.json_maps: dict[int, dict[int, int]] = {}  # call -> position in the JSON text -> position here
+        self.calls: dict[int, tuple[int, int]] = {}  # call -> its lines here, name through last argument
 
     def add(self, value: str, style: str, *, field_name: str | None = None) -> int:
         start = len(self.text)
         if field_name is not None:
             self.fields[field_name] = start
+            self.field_ends[field_name] = start + len(value)
         self.text.append(value, STYLES[style])
         return start
 
@@ -122,7 +129,7 @@ def layout_assistant(message: Message, base: str) -> LaidOut:
         doc.add(message.content, base, field_name="content")
         doc.add("\n", base)
     for number, call in enumerate(message.tool_calls or []):
-        doc.add(f"▸ call {call.function.name}", "name")
+        call_at = doc.add(f"▸ call {call.function.name}", "name")
         doc.add(f"  {call.id}\n", "context")
         json_map: dict[int, int] = {}
         json_pos = 1  # after "{"
@@ -143,6 +150,7 @@ def layout_assistant(message: Message, base: str) -> LaidOut:
             doc.add("raw arguments: ", "context")
             doc.add(call.raw_arguments + "\n", "context")
         doc.json_maps[number] = json_map
+        doc.calls[number] = (call_at, len(doc.text) - 1)  # the final newline stays unstruck
     return doc
 
 
@@ -159,15 +167,42 @@ def defect_range(doc: LaidOut, defect: Defect) -> tuple[int, int] | None:
     return start + defect.start, start + defect.end
 
 
-def mark_defects(doc: LaidOut, numbered: list[Numbered], options: RenderOptions) -> Text:
-    """Strike the defects' characters and label each run of excluded text."""
+def scoped_range(doc: LaidOut, trajectory: Trajectory, defect: Defect, scope: str) -> tuple[int, int] | None:
+    """The characters shown that ``relearn masks --defect-scope SCOPE`` excludes for the defect:
+    under ``action`` a defect in a tool call strikes the whole call (its name and every
+    argument) and one in a text-protocol agent's action its whole fenced block
+    (``relearn.masks.scopes.defect_extent``); under ``minimal`` the quote."""
+    extent = defect_extent(trajectory, defect, scope)
+    if extent.call is not None and extent.call in doc.calls:
+        return doc.calls[extent.call]
+    if (extent.start, extent.end) == (defect.start, defect.end):
+        return defect_range(doc, defect)
+    start = doc.fields.get(extent.field)
+    return (start + extent.start, start + extent.end) if start is not None and extent.end > extent.start else None
+
+
+def excluded_share(doc: LaidOut, spans: list[tuple[int, int]]) -> str:
+    """``wholly`` when the spans cover every generated character shown (reasoning, text and
+    calls; whitespace aside), ``partly`` when they cover some, "" when none."""
+    if not spans:
+        return ""
+    covered = [False] * len(doc.text)
+    for lo, hi in spans:
+        covered[lo:hi] = [True] * (hi - lo)
+    plain = doc.text.plain
+    generated = [(at, doc.field_ends[name]) for name, at in doc.fields.items() if not name.startswith("tool_calls[")]
+    generated += list(doc.calls.values())
+    left = any(not covered[i] and not plain[i].isspace() for lo, hi in generated for i in range(lo, hi))
+    return "partly" if left else "wholly"
+
+
+def mark_defects(doc: LaidOut, numbered: list[tuple[Numbered, tuple[int, int]]], options: RenderOptions) -> Text:
+    """Strike the given characters of each defect (``scoped_range``) and label each run of
+    excluded text."""
     text = doc.text
     cover = [0] * len(text)
     owners: dict[int, list[Numbered]] = {}
-    for item in numbered:
-        span = defect_range(doc, item.defect)
-        if span is None:
-            continue
+    for item, span in numbered:
         for i in range(*span):
             cover[i] += 1
         owners.setdefault(span[0], []).append(item)
@@ -208,6 +243,25 @@ def mark_defects(doc: LaidOut, numbered: list[Numbered], options: RenderOptions)
     return out
 
 
+def colour_legend(markers: bool = False) -> Text:
+    """One line naming the colours (and, in plain text, the markers) the viewer draws with."""
+    out = Text("colours: ", STYLES["context"])
+    for words, style in (
+        ("supervised", "supervised"), ("context only (not generated)", "context"), ("generated, trajectory not selected", "eligible"),
+    ):  # fmt: skip
+        out.append(words, STYLES[style])
+        out.append(" · ", STYLES["context"])
+    out.append("excluded" + (" [-…-]" if markers else ""), STYLES["excluded"])
+    out.append(" · ", STYLES["context"])
+    out.append("excluded by two defects", STYLES["overlap"])
+    out.append(" · ", STYLES["context"])
+    out.append("{#n category}", STYLES["label"])
+    out.append(" defect label · ", STYLES["context"])
+    out.append("kept" + (" [+…+]" if markers else ""), STYLES["kept"])
+    out.append(" keep interval", STYLES["context"])
+    return out
+
+
 def legend(numbered: list[Numbered]) -> Text:
     out = Text()
     for item in numbered:
@@ -216,12 +270,6 @@ def legend(numbered: list[Numbered]) -> Text:
         out.append(f" {d.field} [{d.start}, {d.end})", STYLES["context"])
         if d.description:
             out.append(f" {d.description}")
-        if d.field.startswith("tool_calls["):
-            # What is struck is the quote; what the masks exclude by default is the whole call.
-            out.append(
-                f"  (relearn masks' default --defect-scope action excludes all of tool call {d.field.split(']')[0][11:]})",
-                STYLES["context"],
-            )
         if item.problem:
             out.append(f"  ⚠ not shown: {item.problem}", STYLES["warning"])
         out.append("\n")

@@ -23,12 +23,14 @@ from relearn.view.marks import (
     RenderOptions,
     check_defect,
     collapse,
+    excluded_share,
     keep_intervals,
     keep_legend,
     layout_assistant,
     legend,
     mark_defects,
     mark_keep,
+    scoped_range,
 )
 
 
@@ -73,6 +75,7 @@ class TrajectoryView:
         ter_source: str = "chars",
         position: int = 0,
         total: int | None = None,
+        scope: str | None = "action",
     ) -> None:
         self.trajectory = trajectory
         self.review = review
@@ -81,11 +84,16 @@ class TrajectoryView:
         self.dataset_mode = dataset_mode
         self.ter, self.ter_source = ter, ter_source
         self.position, self.total = position, total
+        # The defect scope the text is struck under (``relearn masks --defect-scope``); None
+        # where nothing is excluded (a dataset compiled in a mode that does not mask).
+        self.scope = scope
         self.steps = steps_of(trajectory)
         self.defects = [Numbered(n, d, check_defect(trajectory, d)) for n, d in enumerate(review.defects if review else [], start=1)]
         for item in self.defects:
             if item.problem is None and not trajectory.messages[item.defect.message_index].generated:
                 item.problem = "in a message the policy did not generate (never supervised)"
+            elif item.problem is None and scope is None:
+                item.problem = f"not excluded: the dataset's mode is {dataset_mode}"
 
     # -- what the trajectory contributes ------------------------------------------------
     @property
@@ -212,24 +220,33 @@ class TrajectoryView:
         message = self.trajectory.messages[index]
         title = Text()
         if message.role == "assistant":
-            if message.generated:
-                base = "supervised" if self.selected else "eligible"
-                title.append(f"assistant · message {index} · generated · ")
-                title.append(
-                    "supervised" if self.selected else "not supervised (trajectory not selected)",
-                    STYLES["good" if self.selected else "warning"],
-                )
-            else:
-                base = "context"
-                title.append(f"assistant · message {index} · not generated · context only")
+            base = ("supervised" if self.selected else "eligible") if message.generated else "context"
             doc = layout_assistant(message, base)
             keep = [k for k in keep_intervals(self.review) if k.message_index == index]
+            numbered = [n for n in self.defects if n.defect.message_index == index]
+            spans = [
+                (n, span)
+                for n in numbered
+                if n.problem is None and self.scope is not None and not keep
+                if (span := scoped_range(doc, self.trajectory, n.defect, self.scope)) is not None
+            ]
+            share = excluded_share(doc, [span for _, span in spans])
+            if message.generated:
+                title.append(f"assistant · message {index} · generated · ")
+                if not self.selected:
+                    title.append("not supervised (trajectory not selected)", STYLES["warning"])
+                elif share:
+                    title.append(f"{share} excluded", STYLES["bad"])
+                    title.append(f" ({self.scope} scope)", STYLES["context"])
+                else:
+                    title.append("supervised", STYLES["good"])
+            else:
+                title.append(f"assistant · message {index} · not generated · context only")
             if keep:  # a single-turn keep review: show what is kept, not struck defects
                 body = mark_keep(doc, message, keep, options)
                 body.rstrip()
                 return [Rule(title, align="left", style="dim"), body, keep_legend(self.review, keep)]
-            numbered = [n for n in self.defects if n.defect.message_index == index]
-            body = mark_defects(doc, [n for n in numbered if n.problem is None], options)
+            body = mark_defects(doc, spans, options)
             body.rstrip()
             parts: list[RenderableType] = [Rule(title, align="left", style="dim"), body]
             if numbered:
@@ -308,6 +325,7 @@ def load_view(catalog: Catalog, position: int) -> TrajectoryView:
         ter_source=source,
         position=position,
         total=len(catalog.pool) if catalog.pool.ready.is_set() else None,
+        scope=catalog.defect_scope(),
     )
 
 
