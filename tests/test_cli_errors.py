@@ -215,6 +215,9 @@ def test_an_unforeseen_error_says_bug_and_an_environment_one_names_its_path(caps
     assert one_error_line(capsys.readouterr().err) == (
         "error: /data/out.json: permission denied; choose a place you may use, or change its permissions"
     )
+    # Ctrl-C in any other verb: the command that goes on, quoted as the shell takes it back.
+    assert report(KeyboardInterrupt(), ["collect", "-t", "mini", "-o", "runs/my run"]) == 130
+    assert one_error_line(capsys.readouterr().err).endswith("resumes where it stopped): relearn collect -t mini -o 'runs/my run'")
 
 
 def test_ctrl_c_during_an_import_says_what_was_kept_and_how_to_resume(relearn_bin: str, tmp_path: Path, samples: Path) -> None:

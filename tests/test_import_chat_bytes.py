@@ -43,7 +43,8 @@ class ModelPath:
         return rows.read_rows(path, lambda row, diagnostics: chat.convert(row, str(path), self.options, diagnostics), empty="no rows")
 
 
-def _view(summary: ImportSummary) -> dict[str, Any]:
+def summary_view(summary: ImportSummary) -> dict[str, Any]:
+    """What two import paths must agree on besides the pool bytes."""
     return {
         "imported": summary.imported,
         "skipped": summary.skipped_existing,
@@ -62,8 +63,8 @@ def assert_same_pool(path: Path, options: chat.ChatOptions) -> dict[str, Any]:
         pool.unlink(missing_ok=True)
     views = []
     for _ in range(2):
-        got = _view(import_files("chat", [path], fast, importer=chat.ChatImporter(options)))
-        want = _view(import_files("chat", [path], model, importer=ModelPath(options)))
+        got = summary_view(import_files("chat", [path], fast, importer=chat.ChatImporter(options)))
+        want = summary_view(import_files("chat", [path], model, importer=ModelPath(options)))
         assert got == want
         assert fast.read_bytes() == model.read_bytes()
         views.append(got)

@@ -18,11 +18,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.import_run import ImportSummary, import_files
+from harness.import_run import import_files
 from harness.importers import base, nemo_gym, openhands, rows
 from harness.importers.base import ImportResult
 from records.trajectory import Trajectory
 from tests.test_import_bytes import VALUES
+from tests.test_import_chat_bytes import summary_view
 
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
 pytestmark = pytest.mark.skipif(not SAMPLES.is_dir(), reason="the shared samples are not checked out")
@@ -47,17 +48,6 @@ MODEL_PATHS = {
 }
 
 
-def _view(summary: ImportSummary) -> dict[str, Any]:
-    return {
-        "imported": summary.imported,
-        "skipped": summary.skipped_existing,
-        "rejected": [str(error) for error in summary.rejected],
-        "warnings": summary.warnings,
-        "unknown": dict(summary.unknown),
-        "messages": summary.messages,
-    }
-
-
 def assert_same_pool(fmt: str, path: Path) -> dict[str, Any]:
     """Import ``path`` both ways, twice over (the rerun skips what the pool holds): the same pool
     bytes and the same summary. Returns the first import's summary."""
@@ -66,8 +56,8 @@ def assert_same_pool(fmt: str, path: Path) -> dict[str, Any]:
         pool.unlink(missing_ok=True)
     views = []
     for _ in range(2):
-        got = _view(import_files(fmt, [path], fast))
-        want = _view(import_files(fmt, [path], model, importer=MODEL_PATHS[fmt]))
+        got = summary_view(import_files(fmt, [path], fast))
+        want = summary_view(import_files(fmt, [path], model, importer=MODEL_PATHS[fmt]))
         assert got == want
         assert fast.read_bytes() == model.read_bytes()
         views.append(got)

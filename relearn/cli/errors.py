@@ -62,7 +62,10 @@ def report(exc: BaseException, argv: list[str]) -> int:
         print_error(f"interrupted: {exc.kept}; {again}: {resume_command(argv)}")
         return EXIT_INTERRUPTED
     if isinstance(exc, KeyboardInterrupt):
-        print_error("interrupted (Ctrl-C)")
+        print_error(
+            "interrupted (Ctrl-C); to go on, run the same command again (a verb that writes as it goes resumes where it stopped): "
+            + resume_command(argv)
+        )
         return EXIT_INTERRUPTED
     problem = input_problem(exc)
     if problem is not None:

@@ -144,11 +144,17 @@ def write_pipeline_report(
             compare_markdown(comparison).split("\n", 2)[2].strip(),
             "",
         ]
-        lines += ["| model | trajectories trained on | supervised tokens | TER | loss first -> last |", "|---|---|---|---|---|"]
+        # TER under both defect scopes (the paper's is the quote-only one); the trained scope's is the first.
+        lines += [
+            "| model | trajectories trained on | supervised tokens | TER (trained) | TER action | TER minimal | loss first -> last |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for v in train_dirs:
             m, t = counts.get(f"masks:{v}", {}), counts.get(f"train:{v}", {})
+            scopes = m.get("ter_by_scope") or {}
             lines.append(
-                f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
+                f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} "
+                f"| {_fmt(scopes.get('action', '-'))} | {_fmt(scopes.get('minimal', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
             )
         lines += ["", "![resolved](resolved.png)", "", "![training loss](train_loss.png)"]
     write_text_atomic(out / "report.json", json.dumps(report, indent=1, sort_keys=True, default=str))
