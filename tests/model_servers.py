@@ -50,6 +50,8 @@ class ScriptedTurn:
     # responses, vLLM's enable_response_messages (token ids only).
     token_ids: list[int] | None = None
     logprobs: list[float] | None = None
+    # chat: the prompt's ids, on the response beside the choices as vLLM puts them.
+    prompt_token_ids: list[int] | None = None
     # Answer with this HTTP status instead; error_body replaces the protocol's usual error
     # body. 429s carry Retry-After: 0 unless headers say otherwise.
     error: int | None = None
@@ -207,7 +209,7 @@ class ModelServer:
             }
         if body.get("return_token_ids") and turn.token_ids is not None:
             choice["token_ids"] = turn.token_ids  # vLLM's field
-        return {
+        response: dict[str, Any] = {
             "id": f"chatcmpl-{index}",
             "object": "chat.completion",
             "created": int(time.time()),
@@ -220,6 +222,9 @@ class ModelServer:
                 "prompt_tokens_details": {"cached_tokens": turn.cached_input_tokens},
             },
         }
+        if body.get("return_token_ids") and turn.prompt_token_ids is not None:
+            response["prompt_token_ids"] = turn.prompt_token_ids  # vLLM's field, beside the choices
+        return response
 
     def _responses(self, turn: ScriptedTurn, index: int, body: dict[str, Any], finish: str) -> dict[str, Any]:
         output: list[dict[str, Any]] = []

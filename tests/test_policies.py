@@ -362,6 +362,19 @@ def test_chat_token_ids_and_logprobs() -> None:
     assert absent.message.token_ids is None and absent.message.logprobs is None
 
 
+def test_chat_keeps_the_prompt_ids_vllm_returns_beside_the_choices() -> None:
+    script = [ScriptedTurn(content="hi", token_ids=[11], prompt_token_ids=[5, 6, 7]), ScriptedTurn(content="hi")]
+    with ModelServer("chat", script) as server:
+        returned = complete(server)
+        absent = complete(server)
+    assert server.requests[0]["return_token_ids"] is True
+    assert returned.message.extra is not None and returned.message.extra["prompt_token_ids"] == [5, 6, 7]
+    # Recorded with the message: it survives the trajectory's JSON round trip.
+    again = Message.model_validate_json(returned.message.model_dump_json())
+    assert again.extra is not None and again.extra["prompt_token_ids"] == [5, 6, 7]
+    assert absent.message.extra is not None and "prompt_token_ids" not in absent.message.extra
+
+
 def test_chat_token_ids_not_requested() -> None:
     with ModelServer("chat", [ScriptedTurn(content="hi", token_ids=[1], logprobs=[-1.0])]) as server:
         turn = complete(server, request_token_ids=False)

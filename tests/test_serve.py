@@ -121,6 +121,8 @@ def test_chat_policy_gets_a_greedy_completion_counted_as_the_tokenizer_counts(se
     assert first.finish_reason == "length"
     assert reply.usage is not None and reply.token_ids is not None and reply.logprobs is not None
     assert reply.usage.input_tokens == len(_prompt_ids(tokenizer, chat_messages(messages), TOOLS))
+    # The context as the model was given it, recorded beside the generated ids.
+    assert reply.extra is not None and reply.extra["prompt_token_ids"] == _prompt_ids(tokenizer, chat_messages(messages), TOOLS)
     assert reply.usage.output_tokens == len(reply.token_ids) == len(reply.logprobs) == 6
     assert all(lp <= 0 for lp in reply.logprobs)
     # The message is the parse of exactly the tokens it reports.

@@ -368,7 +368,8 @@ def test_chat_template_path() -> None:
     assert path.name == "qwen3_6.jinja" and path.parent.name == "chat_templates" and path.is_file()
     with pytest.raises(ValueError, match="qwen3.6"):
         chat_template_path("llama-9")
-    assert set(BUILTIN) == {"qwen3.6"}
+    assert set(BUILTIN) == {"qwen3.6", "qwen3"}
+    assert chat_template_path("qwen3").name == "qwen3.jinja"
 
 
 # ---------------------------------------------------------------- 4. chat template

@@ -60,6 +60,9 @@ class ChatPolicy(SdkPolicy):
         if content_logprobs is not None:
             logprobs = [float(sdk_field(item, "logprob")) for item in content_logprobs]
         token_ids = sdk_field(choice, "token_ids")
+        # vLLM (return_token_ids) and `relearn serve` put the prompt's ids on the response: the
+        # context exactly as the model was given it, for `relearn stats --context` to check.
+        prompt_ids = sdk_field(response, "prompt_token_ids")
         usage = None
         if response.usage is not None:
             u = response.usage
@@ -78,7 +81,8 @@ class ChatPolicy(SdkPolicy):
             token_ids=list(token_ids) if token_ids is not None else None,
             logprobs=logprobs,
             usage=usage,
-            extra={"response_id": response.id, "model": response.model},
+            extra={"response_id": response.id, "model": response.model}
+            | ({"prompt_token_ids": list(prompt_ids)} if prompt_ids is not None else {}),
         )
         finish = choice.finish_reason
         return message, "tool_calls" if finish == "function_call" else finish

@@ -14,6 +14,7 @@ from rich.table import Table
 from records.pool_index import PoolIndex, ReviewIndex
 from records.pools import write_text_atomic
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
+from relearn.ops.masks import MasksOptions
 from relearn.ops.outputs import check_json_output, dataset_of_another_pool, empty_pool, reviews_of_another_pool
 from relearn.ops.reporting import OpError, check_writable
 from relearn.view.catalog import DatasetInfo, UsageError
@@ -184,7 +185,33 @@ def tables(report: dict[str, Any], shown_tasks: int) -> list[Table]:
             cells.append("—" if not d or not d["n"] else f"{d['mean']:,.1f} / {d['median']:,.0f} / {d['p90']:,.0f} / {d['max']:,}")
         table.add_row(metric, *cells)
     out_tables.append(table)
+    if "context" in report:
+        out_tables.append(_context_table(report["context"]))
     return out_tables
+
+
+def _context_table(context: dict[str, Any]) -> Table:
+    """`--context`: trajectories by the rule that decided their context, and the turns whose
+    render differs from the prompt ids they recorded."""
+    rows = [
+        (f"rule {rule}", f"{_num(n)} trajectories, {_num(context['differs_by_rule'][rule])} differ")
+        for rule, n in context["by_rule"].items()
+    ]
+    rows.append(("turns checked against prompt ids", _num(context["turns_checked"])))
+    rows.append(("turns whose context differs", _num(context["turns_differ"])))
+    if context["render_errors"]:
+        rows.append(("trajectories the template cannot render", _num(context["render_errors"])))
+    for example in context["examples"][:1]:
+        if "position" in example:
+            rows.append(
+                (
+                    f"first difference ({example['trajectory']}, message {example['message']})",
+                    f"token {example['position']}: recorded {example['recorded']!r}, rendered {example['rendered']!r}"
+                    + (f" ({example['hint']})" if "hint" in example else ""),
+                )
+            )
+    per_turn = ", per turn" if context["per_turn"] else ""
+    return _kv_table(f"context the model saw (preserve_thinking={context['template_kwargs']['preserve_thinking']}{per_turn})", rows)
 
 
 def _scope_cell(by_scope: dict[str, Any] | None, unit: str) -> str:
@@ -233,14 +260,32 @@ def stats_command(
     ] = None,
     tasks: Annotated[int, typer.Option(min=0, help="Per-task pass@k rows shown in the table (all are in --json).")] = 20,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Do not read or write the saved indexes (.FILE.view-index.jsonl).")] = False,
+    context: Annotated[
+        bool,
+        typer.Option(
+            "--context",
+            help="Check the context each turn is trained under against what the model saw: where a call recorded its prompt ids, the template's render of the history is tokenised and compared with them (turns that differ, and where); elsewhere the trajectory's protocol decides and the rule is counted. Reads every record once more.",
+        ),
+    ] = False,
+    tokenizer: Annotated[
+        str, typer.Option(help="With --context: the tokenizer and chat template of the masks (built-in qwen3.6 or a Hugging Face folder).")
+    ] = MasksOptions.tokenizer,
+    preserve_thinking: Annotated[
+        bool, typer.Option(help="With --context: render as `relearn masks` does with this preserve_thinking.")
+    ] = MasksOptions.preserve_thinking,
+    per_turn: Annotated[
+        bool, typer.Option("--per-turn", help="With --context: render one sample per turn, as `relearn masks --per-turn` does.")
+    ] = MasksOptions.per_turn,
 ) -> None:
     """Statistics of pools, reviews and datasets: outcomes and exit statuses, per-task pass@k, acceptance and rejection reasons, TER per trajectory and weighted by group, excluded content by category, lengths.
 
     Tables in the terminal; --json for every figure; --plots for PNGs (TER over training steps,
     category shares). TER is in tokens with --dataset (from `relearn masks`' stats.json), else
     estimated in characters and labelled so. Records are indexed once and the index is saved
-    beside each file, so a rerun over a 100k pool reads no record. Exit 1 when some records
-    are unreadable (listed with file, line and field).
+    beside each file, so a rerun over a 100k pool reads no record. --context checks the context
+    each turn is trained under against the prompt ids its call recorded, or names the protocol
+    rule that decides it. Exit 1 when some records are unreadable (listed with file, line and
+    field).
     """
     from relearn.stats.compute import GROUP_KEYS, compute, parse_step_windows
     from relearn.stats.plots import write_plots
@@ -299,6 +344,16 @@ def stats_command(
                 progress.update(bar, completed=len(index))
             index.join()
     report = compute(indexes, review_index, info, ks=ks, by=by, windows=windows, window_size=window_size, step_windows_given=explicit)
+    if context:
+        from relearn.masks.tokenizers import load_tokenizer  # transformers is slow to import; only here
+        from relearn.stats.compute import context_section
+
+        try:
+            loaded = load_tokenizer(tokenizer)
+        except (ValueError, OSError) as exc:
+            print_error(f"--tokenizer {tokenizer}: {exc}")
+            raise typer.Exit(EXIT_USAGE) from None
+        report["context"] = context_section(pools, loaded, {"preserve_thinking": preserve_thinking}, per_turn)
     problems = [str(e) for i in indexes for e in i.errors] + ([str(e) for e in review_index.errors] if review_index is not None else [])
     show_problems("unreadable records", problems)
     warnings = nothing_matched(report, pools, indexes, info)

