@@ -21,7 +21,7 @@ def masks_command(
         Path | None, typer.Option("--reviews", "-r", exists=True, dir_okay=False, help="Review JSONL (needed for ross and ross-nomask).")
     ] = MasksOptions.reviews,
     tokenizer: Annotated[
-        str, typer.Option(help="`qwen3.6` (built in, offline) or a Hugging Face tokenizer folder.")
+        str, typer.Option(help="`qwen3.6` or `qwen3` (built in, offline) or a Hugging Face tokenizer folder.")
     ] = MasksOptions.tokenizer,
     mode: Annotated[
         str, typer.Option(help="ross (A \\ E, accepted) | positive (A, all verified-positive) | ross-nomask (A, accepted).")

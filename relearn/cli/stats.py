@@ -268,7 +268,10 @@ def stats_command(
         ),
     ] = False,
     tokenizer: Annotated[
-        str, typer.Option(help="With --context: the tokenizer and chat template of the masks (built-in qwen3.6 or a Hugging Face folder).")
+        str,
+        typer.Option(
+            help="With --context: the tokenizer and chat template of the masks (built-in qwen3.6, qwen3 for pools sampled from Qwen3, or a Hugging Face folder)."
+        ),
     ] = MasksOptions.tokenizer,
     preserve_thinking: Annotated[
         bool, typer.Option(help="With --context: render as `relearn masks` does with this preserve_thinking.")
