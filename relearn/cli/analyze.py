@@ -16,7 +16,7 @@ from rich.table import Table
 
 from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
 from relearn.cli.cluster import RayArg, show_nodes
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, run_op, show_problems
 from relearn.ops.analyze import NllOptions, PasskOptions, run_nll, run_passk
 from relearn.ops.reporting import SILENT, OpError, RichReporter
 
@@ -207,11 +207,7 @@ def passk_command(
 
     Success is the verifier's (resolved, or a positive reward); trajectories without a verifier result or a task_id are rejected and listed, never counted as failures. Over the problems all pools attempted: problems solved only by each pool, and by any; for each pair of pools, problems solved by both, only one, or neither.
     """
-    try:
-        summary = run_passk(PasskOptions(_pools(pools), out_dir, max_k=max_k, limit=limit), RichReporter(err))
-    except OpError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
+    summary = run_op(run_passk, PasskOptions(_pools(pools), out_dir, max_k=max_k, limit=limit))
     show_problems("rejected", summary.rejected)
     for table in _passk_tables(summary.result):
         out.print(table)

@@ -9,13 +9,12 @@ from typing import Annotated
 import typer
 
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
-from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, usage_error
+from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, out, print_error, run_op, show_problems
 from relearn.ops.collect import AgentOptions
 from relearn.ops.containers import ContainerOptions
 from relearn.ops.evaluate import EvalOptions, run_evaluation
-from relearn.ops.reporting import OpError, RichReporter
 
 eval_app = typer.Typer(
     help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.", no_args_is_help=True
@@ -74,10 +73,7 @@ def run_command(
         max_tokens=max_tokens, max_seconds=max_seconds, max_cost=max_cost, spend_cap=spend_cap, price_in=price_in, price_out=price_out,
         containers=ContainerOptions(image_map, image_template, pull, cpus, memory, ray, registry),
     )  # fmt: skip
-    try:
-        summary = run_evaluation(options, RichReporter(err))
-    except OpError as exc:
-        raise usage_error(exc) from None
+    summary = run_op(run_evaluation, options)
     show_nodes(summary.collect.per_node, "instances")
     show_problems("infrastructure failures (kept apart from model failures)", summary.collect.errors)
     report = summary.report

@@ -10,10 +10,9 @@ from rich.table import Table
 
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg, TasksArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems
 from relearn.ops.collect import AgentOptions, CollectOptions, ReplayOptions, run_collect, run_replay
 from relearn.ops.containers import ContainerOptions
-from relearn.ops.reporting import OpError, RichReporter
 
 ApplyPatchArg = Annotated[
     str,
@@ -34,11 +33,6 @@ ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_r
 
 def _agent(agent: str, policy: str | None, apply_patch: str, reasoning_effort: str | None) -> AgentOptions:
     return AgentOptions(agent=agent, policy=policy, apply_patch=apply_patch, reasoning_effort=reasoning_effort)
-
-
-def usage_error(exc: OpError) -> typer.Exit:
-    print_error(str(exc))
-    return typer.Exit(EXIT_USAGE)
 
 
 def collect_command(
@@ -95,10 +89,7 @@ def collect_command(
         attempts=attempts, workers=workers, max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost=max_cost,
         price_in=price_in, price_out=price_out, containers=ContainerOptions(image_map, image_template, pull, cpus, memory, ray, registry),
     )  # fmt: skip
-    try:
-        summary = run_collect(options, RichReporter(err))
-    except OpError as exc:
-        raise usage_error(exc) from None
+    summary = run_op(run_collect, options)
     show_problems("unreadable tasks", summary.task_problems)
     show_problems("images", summary.image_problems)
     show_problems("errors", summary.collect.errors)
@@ -134,10 +125,7 @@ def replay_command(
     Exits 1 when any trajectory does not reproduce.
     """
     options = ReplayOptions(pool, tasks, ids, verify_patch, ContainerOptions(image_map, image_template, pull, cpus, memory))
-    try:
-        summary = run_replay(options, RichReporter(err))
-    except OpError as exc:
-        raise usage_error(exc) from None
+    summary = run_op(run_replay, options)
     show_problems("unreadable records", summary.unreadable)
     show_problems("unreadable tasks", summary.task_problems)
     show_problems("images", summary.image_problems)

@@ -20,8 +20,7 @@ from typer.core import TyperGroup
 from records.pools import RecordError, read_trajectories_lenient
 from records.review import Review, iter_reviews
 from relearn.cli.cluster import RayArg, show_nodes
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
-from relearn.ops.reporting import OpError, RichReporter
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, out, print_error, run_op, show_problems, show_warnings
 from relearn.ops.review import JudgeOptions, ReviewOptions, ReviewRunSummary, run_review
 from review.agreement import agreement
 
@@ -138,11 +137,7 @@ def review_command(
         pool=pool, output=output, judges=judges, workers=workers, spend_cap=spend_cap, estimate=estimate, batch=batch,
         poll_interval=poll_interval, include_suspicious=include_suspicious, ray=ray,
     )  # fmt: skip
-    try:
-        summary = run_review(options, RichReporter(err))
-    except OpError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
+    summary = run_op(run_review, options)
     if estimate:
         assert summary.estimate is not None
         out.print(summary.estimate.render())

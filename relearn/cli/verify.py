@@ -10,9 +10,8 @@ from rich.table import Table
 
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg, TasksArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems
 from relearn.ops.containers import ContainerOptions
-from relearn.ops.reporting import OpError, RichReporter
 from relearn.ops.verify import VerifyOptions, VerifySummary, run_verify
 
 
@@ -48,11 +47,7 @@ def verify_command(
     """
     containers = ContainerOptions(image_map, image_template, pull, cpus, memory, ray, registry)
     options = VerifyOptions(patches, tasks, output, workers, timeout, log_dir, containers)
-    try:
-        summary = run_verify(options, RichReporter(err))
-    except OpError as exc:
-        print_error(str(exc))
-        raise typer.Exit(EXIT_USAGE) from None
+    summary = run_op(run_verify, options)
     render(summary)
     raise typer.Exit(EXIT_PARTIAL if summary.partial else EXIT_OK)
 
