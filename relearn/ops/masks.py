@@ -126,27 +126,33 @@ def check_options(options: MasksOptions) -> None:
     check_dataset_dir(options.output)
 
 
-class _Id(msgspec.Struct):
-    id: str = ""
+class _Head(msgspec.Struct):
+    """A pool line's ids, of any type (a malformed one counts as no match; the compile
+    rejects the record, located)."""
+
+    id: Any = ""
+    task_id: Any = None
 
 
-_ID_DECODER = msgspec.json.Decoder(_Id)
+_HEAD_DECODER = msgspec.json.Decoder(_Head)
 
 
-def _pool_matches(pool: Path, reviewed: Any) -> tuple[int, int]:
-    """The pool's records and how many of them ``reviewed`` holds a review of, in one pass
-    that decodes each line's id only."""
-    records = matched = 0
+def _pool_heads(pool: Path, reviewed: Any, flagged: dict[str, str]) -> tuple[int, int, int]:
+    """The pool's records, how many of them ``reviewed`` holds a review of, and how many are
+    of a task ``flagged`` names (whatever their outcome): one pass that decodes each line's ids only."""
+    records = matched = of_flagged = 0
     try:
         for _number, text in iter_lines(pool):
             records += 1
             try:
-                matched += _ID_DECODER.decode(text).id in reviewed
+                head = _HEAD_DECODER.decode(text)
             except (msgspec.DecodeError, UnicodeEncodeError):
                 continue  # the compile rejects it, located
+            matched += isinstance(head.id, str) and head.id in reviewed
+            of_flagged += isinstance(head.task_id, str) and head.task_id in flagged
     except RecordError:
         records += 1  # the rest cannot be read (not UTF-8, broken zstd): the compile says where
-    return records, matched
+    return records, matched, of_flagged
 
 
 def read_audit(options: MasksOptions) -> tuple[dict[str, str], dict[str, Any]]:
@@ -161,28 +167,6 @@ def read_audit(options: MasksOptions) -> tuple[dict[str, str], dict[str, Any]]:
         "applied": True, "file": str(options.audit), "tasks_audited": audited, "tasks_flagged": len(flagged),
         "kept": options.keep_flagged, "trajectories_of_flagged_tasks": 0,
     }  # fmt: skip
-
-
-class _Task(msgspec.Struct):
-    task_id: str | None = None
-
-
-_TASK_DECODER = msgspec.json.Decoder(_Task)
-
-
-def _flagged_trajectories(pool: Path, flagged: dict[str, str]) -> int:
-    """The pool's trajectories of flagged tasks (whatever their outcome), in one pass that
-    decodes each line's task id only."""
-    count = 0
-    try:
-        for _number, text in iter_lines(pool):
-            try:
-                count += _TASK_DECODER.decode(text).task_id in flagged
-            except (msgspec.DecodeError, UnicodeEncodeError):
-                continue  # the compile rejects it, located
-    except RecordError:
-        pass  # the rest cannot be read: the compile says where
-    return count
 
 
 @contextmanager
@@ -214,11 +198,11 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
         except ValueError as exc:
             raise OpError(f"--tokenizer {options.tokenizer}: {exc}") from None
     flagged, audit = read_audit(options)
-    if flagged:
-        audit["trajectories_of_flagged_tasks"] = _flagged_trajectories(options.pool, flagged)
     review_errors: list[str] = []
     reviews = load_reviews(options.reviews, review_errors)  # an index of offsets: flat in the pool's size
-    records, matched = _pool_matches(options.pool, reviews)
+    records, matched, of_flagged = _pool_heads(options.pool, reviews, flagged)
+    if flagged:
+        audit["trajectories_of_flagged_tasks"] = of_flagged
     # Progress counts the pool's bytes (a compressed pool's are only known as they are read).
     total = None if is_zstd(options.pool) else options.pool.stat().st_size
     tokens = 0
