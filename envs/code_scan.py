@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import threading
 
 # Attribute paths (after aliases are resolved) that reach into the run itself.
 DOTTED = {
@@ -99,6 +100,13 @@ def changed_lines(old: str | None, new: str) -> set[int] | None:
     return lines
 
 
+# CPython 3.11 keeps the AST constructor's recursion depth per interpreter, not per thread: two
+# verifications parsing at once (threads of one batch) can fail with "SystemError: AST constructor
+# recursion depth mismatch", which refused a gold patch (seen in CI, mini__appconf-1). One parse
+# at a time.
+_PARSE_LOCK = threading.Lock()
+
+
 def scan_source(path: str, new: bytes, old: bytes | None) -> list[str]:
     """Findings for ``path`` (``new`` as written, ``old`` at the base commit or None), one
     line each: ``path:line: what (the code)``."""
@@ -106,7 +114,8 @@ def scan_source(path: str, new: bytes, old: bytes | None) -> list[str]:
     if text is None:
         return [f"{path}: not UTF-8 text, written where Python would load it"]
     try:
-        tree = ast.parse(text, filename=path)
+        with _PARSE_LOCK:
+            tree = ast.parse(text, filename=path)
     except (SyntaxError, ValueError):
         return []  # Python cannot import it either: the tests that need it fail
     old_text = _decode(old) if old is not None else None
