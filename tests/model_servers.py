@@ -276,7 +276,11 @@ class ModelServer:
         if body.get("enable_response_messages") and turn.token_ids is not None:
             # vLLM's raw generated message and its token ids, beside the parsed output.
             raw = {
-                "input_messages": [],
+                "input_messages": (
+                    [{"type": "raw_message_tokens", "message": "(the prompt)", "tokens": turn.prompt_token_ids}]
+                    if turn.prompt_token_ids is not None
+                    else []
+                ),
                 "output_messages": [{"type": "raw_message_tokens", "message": turn.content, "tokens": turn.token_ids}],
             }
         return {

@@ -97,6 +97,7 @@ def codex_solver(request: dict[str, Any]) -> ScriptedTurn:
             content="Reading the repository.",
             tool_calls=[("exec_command", {"cmd": "ls -R . | head -40; env"})],
             token_ids=[11, 12, 13],
+            prompt_token_ids=[1, 2, 3, 4],
         ),
         ScriptedTurn(
             reasoning="The power rule is wrong.",
@@ -569,6 +570,8 @@ def test_codex_solves_a_mini_task(
     assert [m.usage.input_tokens for m in trajectory.messages if m.role == "assistant"] == [100, 200, 300, 400]
     assert (
         trajectory.messages[4].token_ids == [11, 12, 13]
+        and trajectory.messages[4].extra["prompt_token_ids"] == [1, 2, 3, 4]
+        and "prompt_token_ids" not in (trajectory.messages[6].extra or {})
         and trajectory.messages[6].token_ids == [21, 22]
         and trajectory.messages[8].token_ids is None
     )

@@ -18,8 +18,9 @@ from harness.importers import codex
 from records.pools import RecordError, dump_line, loads, parse_json_line
 from records.review import Defect, Review
 from records.trajectory import Trajectory, content_id, dump_record, record_content_id
-from relearn.masks.compile import MaskOptions, Rejected, compile_batch, compile_trajectory, encode_texts
+from relearn.masks.compile import MaskOptions, Rejected, compile_batch, compile_trajectory
 from relearn.masks.template import map_json_value
+from relearn.masks.tokens import encode_texts
 from tests.codex_rollouts import envelope, legacy_session, session, write_rollout
 
 

@@ -18,6 +18,7 @@ from records.pools import read_trajectories, write_atomic
 from records.trajectory import Outcome, Trajectory, tool_call_pairs
 from relearn.masks.compile import MaskOptions, Rejected, compile_trajectory
 from relearn.masks.template import render
+from relearn.masks.tokenizers import load_tokenizer
 
 SAMPLES = ["nemo_gym_competitive_coding_rollouts_token_ids.jsonl", "nemo_gym_deepswe_rollouts.jsonl"]
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -134,8 +135,14 @@ def test_swe_rollout_keeps_the_verifier_fields(samples: Path) -> None:
     assert result.trajectory.messages[0].role == "system" and result.trajectory.messages[1].role == "user"
 
 
-def _rollout(reasoning: str, text: str, generation: list[int] | None, reward: float = 1.0) -> dict[str, Any]:
-    """A single-call rollout in NeMo Gym's layout."""
+# What the policy was given for _rollout's one call, as a Qwen3.6 engine tokenised it.
+PROMPT = "<|im_start|>user\nPrint 3.<|im_end|>\n<|im_start|>assistant\n<think>\n"
+
+
+def _rollout(
+    reasoning: str, text: str, generation: list[int] | None, reward: float = 1.0, prompt: list[int] | None = None
+) -> dict[str, Any]:
+    """A single-call rollout in NeMo Gym's layout (``prompt``: its recorded prompt ids)."""
     message: dict[str, Any] = {
         "id": "msg_1",
         "type": "message",
@@ -144,7 +151,11 @@ def _rollout(reasoning: str, text: str, generation: list[int] | None, reward: fl
         "content": [{"type": "output_text", "text": text, "annotations": []}],
     }
     if generation is not None:
-        message |= {"prompt_token_ids": [1, 2, 3], "generation_token_ids": generation, "generation_log_probs": [-0.5] * len(generation)}
+        message |= {
+            "prompt_token_ids": prompt or [1, 2, 3],
+            "generation_token_ids": generation,
+            "generation_log_probs": [-0.5] * len(generation),
+        }
     return {
         "responses_create_params": {"input": [{"role": "user", "content": "Print 3.", "type": "message"}], "tools": []},
         "response": {
@@ -180,40 +191,61 @@ def _true_ids(tok, t: Trajectory) -> list[int]:  # noqa: ANN001
     ]
 
 
-def test_recorded_ids_are_checked_by_the_mask_compiler(tok, tmp_path: Path) -> None:  # noqa: ANN001
+def _prompt(tok) -> list[int]:  # noqa: ANN001
+    return tok(PROMPT, add_special_tokens=False)["input_ids"]
+
+
+def test_recorded_ids_are_trained_and_a_disagreement_is_reported(tok, tmp_path: Path) -> None:  # noqa: ANN001
     (plain,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", None)])
     ids = _true_ids(tok, plain)
-    (t,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", ids)])
+    (t,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", ids, prompt=_prompt(tok))])
     assert t.messages[-1].token_ids == ids
     (sample,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
-    assert sample.supervised == len(ids)
+    assert sample.supervised == len(ids) and sample.targets == "recorded" and sample.context_rule == "prompt_ids"
+    # The context as sent and the turn as generated (then the template's newline after the turn).
+    assert sample.input_ids.tolist() == _prompt(tok) + ids + tok("\n", add_special_tokens=False)["input_ids"]
     flipped = list(ids)
     flipped[4] += 1
-    (bad,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", flipped)])
-    with pytest.raises(Rejected, match=r"recorded token ids disagree: message 1: .* first difference at 4"):
-        compile_trajectory(bad, None, tok, MaskOptions(mode="positive"))
+    (bad,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", flipped, prompt=_prompt(tok))])
+    (fallback,) = compile_trajectory(bad, None, tok, MaskOptions(mode="positive"))
+    # Not fatal: the text is trained, and why the ids were not is named.
+    assert fallback.targets == "ids_disagree" and fallback.input_ids.tolist() == sample.input_ids.tolist()
+    assert fallback.targets_detail.startswith(f"message 1: its {len(ids)} recorded ids decode to other text than the turn")
 
 
 def test_the_samples_foreign_ids_are_rejected(tok, samples: Path) -> None:  # noqa: ANN001
     """The sample was sampled with a Qwen3 tokenizer (151,669 ids; <think> is 151667), not
-    Qwen3.6's: the compiler must refuse its ids, naming the turn and the first position."""
+    Qwen3.6's: its prompt ids disagree with the render from the first token, cannot stand for
+    the context as sent, and the compiler refuses the trajectory, naming the turn."""
     (result, *_rest) = list(nemo_gym.read(samples / "nemo_gym_competitive_coding_rollouts_token_ids.jsonl"))
     t = result.trajectory.model_copy(update={"outcome": Outcome(resolved=True)})  # the sample's reward is 0
-    recorded = t.messages[1].token_ids
-    ours = _true_ids(tok, t)
-    first = next(i for i, (a, b) in enumerate(zip(recorded, ours, strict=False)) if a != b)
-    with pytest.raises(
-        Rejected,
-        match=rf"recorded token ids disagree: message 1: {len(recorded)} recorded vs {len(ours)} re-tokenized, first difference at {first}$",
-    ):
+    with pytest.raises(Rejected, match=r"recorded prompt ids do not end with the generation prompt: message 1: "):
         compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
+
+
+def test_the_samples_ids_are_trained_exactly_with_the_policys_tokenizer(samples: Path, tokenizer_cache: Path) -> None:
+    """With the tokenizer that sampled them (built-in ``qwen3``), every recorded call's prompt
+    ids are the render's and each turn trains on its recorded ids."""
+    qwen3 = load_tokenizer("qwen3", cache_dir=tokenizer_cache)
+    for result in nemo_gym.read(samples / "nemo_gym_competitive_coding_rollouts_token_ids.jsonl"):
+        t = result.trajectory.model_copy(update={"outcome": Outcome(resolved=True)})
+        (sample,) = compile_trajectory(t, None, qwen3, MaskOptions(mode="positive"))
+        turn = t.messages[1]
+        assert (sample.context_rule, sample.as_sent, sample.targets) == ("prompt_ids", False, "recorded")
+        assert sample.input_ids.tolist()[:-1] == turn.extra["prompt_token_ids"] + turn.token_ids
+        assert qwen3.decode(sample.input_ids[-1:]) == "\n"  # the template's newline after the turn
+        assert sample.eligible == len(turn.token_ids)
 
 
 def test_cli_masks_checks_recorded_ids(relearn_bin: str, tok, tokenizer_cache: Path, tmp_path: Path) -> None:  # noqa: ANN001
     (plain,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", None)])
     ids = _true_ids(tok, plain)
     flipped = [*ids[:-1], ids[-1] + 1]
-    rows = [_rollout("Three is three.", "print(3)", ids), _rollout("Three is three.", "print(3)", flipped, reward=0.5)]
+    prompt = _prompt(tok)
+    rows = [
+        _rollout("Three is three.", "print(3)", ids, prompt=prompt),
+        _rollout("Three is three.", "print(3)", flipped, reward=0.5, prompt=prompt),
+    ]
     path = tmp_path / "rollouts.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     pool = tmp_path / "pool.jsonl"
@@ -227,10 +259,14 @@ def test_cli_masks_checks_recorded_ids(relearn_bin: str, tok, tokenizer_cache: P
     )
     assert masks.returncode in (0, 1), masks.stdout + masks.stderr
     stats = json.loads((out / "stats.json").read_text())
-    assert stats["trajectories_in"] == 2 and stats["trajectories_out"] == 1
-    assert stats["rejected"] == {"recorded token ids disagree": 1}
-    # Listed with the turn and the position of the flipped id (the last one).
-    assert f"first difference at {len(ids) - 1}" in " ".join((masks.stdout + masks.stderr).split())
+    assert stats["trajectories_in"] == 2 and stats["trajectories_out"] == 2 and stats["rejected"] == {}
+    assert stats["targets"]["samples"] == {"recorded": 1, "ids_disagree": 1}
+    assert stats["context"]["by_rule"] == {"prompt_ids": 2} and stats["context"]["as_sent"] == {}
+    (note,) = stats["targets"]["notes"]
+    assert note["detail"].startswith(f"message 1: its {len(ids)} recorded ids decode to other text than the turn")
+    # Listed with the turn, and counted in the summary.
+    words = " ".join((masks.stdout + masks.stderr).split())
+    assert "recorded ids decode to other text than the turn" in words and "generated tokens: ids disagree" in words
 
 
 def test_damaged_lines_are_located_and_the_batch_goes_on(samples: Path, tmp_path: Path) -> None:

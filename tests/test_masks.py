@@ -228,20 +228,18 @@ def test_recorded_token_ids_are_checked(tok) -> None:  # noqa: ANN001
     t = trajectory(BASE)
     rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
     last = rendered.turns[-1]
-    encoding = tok(rendered.text, add_special_tokens=False, return_offsets_mapping=True)
-    actual = [
-        i
-        for i, (s, e) in zip(encoding["input_ids"], encoding["offset_mapping"], strict=True)
-        if s >= last.start and e <= last.end and e > s
-    ]
+    generated = tok(rendered.text[last.start : last.end], add_special_tokens=False)["input_ids"]  # as the engine sampled it
     messages = [dict(m) for m in BASE]
-    messages[6] = dict(messages[6], token_ids=actual)
-    compile_ross(trajectory(messages), [], tok)  # what the engine emitted: accepted
-    messages[6] = dict(messages[6], token_ids=actual[:-1])
-    compile_ross(trajectory(messages), [], tok)  # without the stop token: accepted
-    messages[6] = dict(messages[6], token_ids=[actual[0] + 1, *actual[1:]])
-    with pytest.raises(Rejected, match="recorded token ids disagree.*message 6.*first difference at 0"):
-        compile_ross(trajectory(messages), [], tok)
+    for turn in rendered.turns:
+        messages[turn.message_index] = dict(
+            messages[turn.message_index], token_ids=tok(rendered.text[turn.start : turn.end], add_special_tokens=False)["input_ids"]
+        )
+    assert compile_ross(trajectory(messages), [], tok).targets == "recorded"
+    messages[6] = dict(messages[6], token_ids=generated[:-1])
+    assert compile_ross(trajectory(messages), [], tok).targets == "recorded"  # without the stop token
+    messages[6] = dict(messages[6], token_ids=[generated[0] + 1, *generated[1:]])
+    sample = compile_ross(trajectory(messages), [], tok)  # reported, and the text trained
+    assert sample.targets == "ids_disagree" and sample.targets_detail.startswith("message 6: ")
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(tok) -> None:  # noqa: ANN001
@@ -251,18 +249,25 @@ def test_a_template_that_rewrites_earlier_turns_is_refused(tok) -> None:  # noqa
         {"role": "assistant", "generated": True, "reasoning_content": "Write it.", "content": "Added."},
     ]
     t = trajectory(messages)
-    # Without preserve_thinking, Qwen3.6 drops reasoning from turns before the last query.
+    # Without preserve_thinking, Qwen3.6 drops reasoning from turns before the last query: one
+    # render of the whole trajectory is refused (when the template is trusted, --context render).
     with pytest.raises(Rejected, match="render: prefix.*message 2"):
-        compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False})
+        compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False}, context="render")
     with pytest.raises(Rejected, match="render: prefix.*message 2"):
-        compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False}, prefix_check="every")
+        compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False}, prefix_check="every", context="render")
+    # By default a second query (a user turn after a generated one) says the history was sent
+    # without its reasoning: one sample per turn, under that history.
+    as_sent = compile_trajectory(t, None, tok, MaskOptions(mode="positive", template_kwargs={"preserve_thinking": False}))
+    assert [(s.sample_id.split("#")[1], s.context_rule, s.as_sent) for s in as_sent] == [
+        (f"m{i}", "user_observations", True) for i in (2, 4, 6, 8)
+    ]
     # Per-turn mode: one sample per generated turn, each with the history the model was given.
     review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 2, "reasoning_content", "probably")])
     samples = compile_trajectory(t, review, tok, MaskOptions(template_kwargs={"preserve_thinking": False}, per_turn=True))
     assert [s.sample_id.split("#")[1] for s in samples] == ["m2", "m4", "m6", "m8"]
     assert samples[0].excluded > 0 and all(s.excluded == 0 for s in samples[1:])
     # With preserve_thinking (the default) the whole trajectory is one prefix-stable render.
-    assert compile_ross(t, [], tok, prefix_check="every").supervised > 0
+    assert compile_ross(t, [], tok, prefix_check="every", context="render").supervised > 0
 
 
 def test_modes_and_selection(tok) -> None:  # noqa: ANN001
@@ -560,9 +565,10 @@ def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> N
     assert "Summary of the work so far" in second and "Fixed: add() returns a + b." in supervised_text(tok, after)
     assert before.excluded > 0 and after.excluded > 0  # each defect excluded in its own context
     assert "probably" not in supervised_text(tok, before) and "surely" not in supervised_text(tok, after)
-    # Without the reset the same messages are one sequence, as before.
+    # Without the reset the same messages are one sequence, as before, where the template is
+    # trusted (by default the summary, a user turn after a generated one, compiles per turn).
     (whole,) = compile_trajectory(
-        trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions()
+        trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions(context="render")
     )
     assert whole.sample_id == trajectory(messages).id and whole.eligible == before.eligible + after.eligible
 

@@ -263,7 +263,8 @@ def _exit_status(
 
 def _attach_call_data(messages: list[Message], gateway: Gateway, spec: PolicySpec) -> None:
     """Per model call: its cost (the gateway's prices) and, where the server returned
-    them, the generated token ids (on the call's one assistant message)."""
+    them, the generated token ids (on the call's one assistant message) and the prompt's (in
+    the first message's ``extra.prompt_token_ids``)."""
     by_response: dict[str, list[Message]] = {}
     for message in messages:
         if message.role != "assistant" or not message.generated:
@@ -274,6 +275,9 @@ def _attach_call_data(messages: list[Message], gateway: Gateway, spec: PolicySpe
         if message.usage is not None:
             message.usage.cost_usd = spec.cost_usd(message.usage)
     for response_id, group in by_response.items():
+        prompt = gateway.prompt_ids.get(response_id)
+        if prompt is not None:  # what the call was given (relearn masks trains under it)
+            group[0].extra = {**(group[0].extra or {}), "prompt_token_ids": prompt}
         ids = gateway.token_ids.get(response_id)
         if ids is None:
             continue

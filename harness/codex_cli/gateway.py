@@ -50,6 +50,7 @@ from harness.codex_cli.responses_api import (
     error_body,
     events,
     generated_token_ids,
+    prompt_token_ids,
     retry_after_s,
     usage_of,
 )
@@ -97,6 +98,7 @@ class Gateway:
         self.upstream_error: dict[str, Any] | None = None  # the first call the policy server failed
         self.tools: list[dict[str, Any]] | None = None  # as offered in the first call
         self.token_ids: dict[str, list[int]] = {}  # response id -> generated token ids
+        self.prompt_ids: dict[str, list[int]] = {}  # response id -> the prompt's token ids
         self.calls: list[dict[str, Any]] = []  # a summary per call: status, latencies
         self.first_request: float | None = None  # monotonic: when Codex was up and asking
         self.last_answer: float | None = None  # monotonic: when the last call was answered
@@ -238,11 +240,14 @@ class Gateway:
         cost = self.spec.cost_usd(usage)
         usage.cost_usd = cost
         token_ids = generated_token_ids(response)
+        prompt_ids = prompt_token_ids(response)
         with self._lock:
             self.ledger.tokens += (usage.input_tokens or 0) + (usage.output_tokens or 0)
             self.ledger.cost_usd += cost
             if token_ids is not None:
                 self.token_ids[response["id"]] = token_ids
+            if prompt_ids is not None:
+                self.prompt_ids[response["id"]] = prompt_ids
         self._finish(
             request, received, at, path, body, 200, response,
             overrides=overrides, upstream=(status, attempts, upstream_ms), usage=usage, token_ids=token_ids, notes=notes, stream=body.get("stream") is not False,

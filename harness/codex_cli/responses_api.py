@@ -92,7 +92,17 @@ def complete_response(response: dict[str, Any]) -> list[str]:
 def generated_token_ids(response: dict[str, Any]) -> list[int] | None:
     """vLLM's ``output_messages`` (asked for with ``enable_response_messages``): the
     raw generated messages with their token ids."""
-    messages = response.get("output_messages")
+    return _raw_message_tokens(response, "output_messages")
+
+
+def prompt_token_ids(response: dict[str, Any]) -> list[int] | None:
+    """vLLM's ``input_messages`` (beside ``output_messages``): the prompt as the engine was
+    given it, with its token ids: the context the call saw."""
+    return _raw_message_tokens(response, "input_messages")
+
+
+def _raw_message_tokens(response: dict[str, Any], key: str) -> list[int] | None:
+    messages = response.get(key)
     if not isinstance(messages, list):
         return None
     ids: list[int] = []

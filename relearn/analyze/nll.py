@@ -123,7 +123,11 @@ def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dic
         for number, segment in enumerate(context_segments(trajectory)):
             rendered = render(trajectory, tokenizer, template_kwargs=template_kwargs, segment=segment)
             if rendered.turns:
-                samples.append(compile_one(rendered, trajectory, [], tokenizer, f"{trajectory.id}#r{number}"))
+                sample = compile_one(rendered, trajectory, [], tokenizer, f"{trajectory.id}#r{number}")
+                # What the model produced is scored: text its recorded ids do not decode to is not.
+                if sample.targets == "ids_disagree":
+                    raise Rejected("recorded token ids disagree", sample.targets_detail)
+                samples.append(sample)
     except RenderError as exc:
         raise Rejected(f"render: {exc.reason}", exc.detail) from None
     if not samples:
@@ -576,7 +580,8 @@ def ross_samples(
     if isinstance(review, RecordError):
         raise Rejected("unreadable review", str(review))
     # Length is the plain score's business (skipped as too long, counted there), not a reason here.
-    options = MaskOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope)
+    # The whole render, as ``eligible_tokens`` scores it (not per turn under the context as sent).
+    options = MaskOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope, context="render")
     masked = compile_trajectory(trajectory, review, tokenizer, options)
     if len(masked) != len(plain):
         raise Rejected("internal: the mask compiler's sequences differ from the scored ones", f"{len(masked)} != {len(plain)}")

@@ -76,6 +76,18 @@ def masks_command(
     keep_flagged: Annotated[
         bool, typer.Option(help="Keep the trajectories of the tasks --audit flags (still counted in the summary).")
     ] = MasksOptions.keep_flagged,
+    context: Annotated[
+        str,
+        typer.Option(
+            help="as-sent: a trajectory whose render departs from what the model saw is compiled one sample per turn under the context as sent: its calls' recorded prompt ids where the pool has them and they disagree with the render, or the history without reasoning where the harness never sent reasoning back (observations as user turns, text-only agents); stats.json counts trajectories by the rule that decided | render: trust the template's render of the history."
+        ),
+    ] = MasksOptions.context,
+    recorded_ids: Annotated[
+        bool,
+        typer.Option(
+            help="Train each generated turn on the token ids the policy recorded for it (where every generated turn of a sample has them), not on its text tokenised again; ids that decode to other text than the turn are reported in stats.json and the text is trained."
+        ),
+    ] = MasksOptions.recorded_ids,
 ) -> None:
     """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
 
@@ -86,7 +98,8 @@ def masks_command(
     options = MasksOptions(
         pool=pool, output=output, reviews=reviews, tokenizer=tokenizer, mode=mode, ctx=ctx, prefix_check=prefix_check, per_turn=per_turn,
         preserve_thinking=preserve_thinking, no_thinking=no_thinking, shard_size=shard_size, include_suspicious=include_suspicious,
-        defect_scope=defect_scope, workers=workers, ray=ray, audit=audit, keep_flagged=keep_flagged,
+        defect_scope=defect_scope, workers=workers, ray=ray, audit=audit, keep_flagged=keep_flagged, context=context,
+        recorded_ids=recorded_ids,
     )  # fmt: skip
     try:
         summary = run_masks(options, RichReporter(err))
@@ -100,6 +113,7 @@ def masks_command(
     show_problems("unreadable reviews", summary.review_errors)
     show_nodes(summary.per_node, "shards")
     show_problems("rejected", [f"{r['trajectory_id']}: {r['reason']}: {r['detail']}" for r in stats["rejections"]])
+    show_problems("recorded ids not trained (the text was)", [f"{n['sample_id']}: {n['detail']}" for n in stats["targets"]["notes"]])
     table = Table(title=f"relearn masks --mode {mode} -> {output}", show_header=False)
     tokens = stats["tokens"]
     for name, value in (
@@ -114,6 +128,7 @@ def masks_command(
         ("TER token-weighted", f"{stats['ter_token_weighted']:.4f}"),
         ("TER mean per sample", f"{stats['ter_mean']:.4f}"),
         *scope_rows(stats),
+        *context_rows(stats),
         ("audit", audit_line(stats["audit"])),
     ):
         table.add_row(name, str(value))
@@ -133,6 +148,17 @@ def scope_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
         (f"TER {scope} scope" + (" (trained)" if scope == stats["defect_scope"] else ""), f"{ter['ter_token_weighted']:.4f}")
         for scope, ter in stats["ter_by_scope"].items()
     ]
+
+
+def context_rows(stats: dict[str, Any]) -> list[tuple[str, str]]:
+    """Accepted trajectories by the rule that decided their context (how many compiled per turn
+    under the context as sent), and samples by where their generated tokens came from."""
+    context, targets = stats["context"], stats["targets"]
+    rows = [
+        (f"context: {rule}", f"{count}" + (f" ({context['as_sent'][rule]} as sent)" if context["as_sent"].get(rule) else ""))
+        for rule, count in context["by_rule"].items()
+    ]
+    return rows + [(f"generated tokens: {name.replace('_', ' ')}", str(count)) for name, count in targets["samples"].items()]
 
 
 def audit_line(audit: dict[str, Any]) -> str:

@@ -14,13 +14,17 @@ a defect in a tool call to the whole call as rendered; ``minimal`` to the quoted
 VALIDATE fails closed, per trajectory, with a reason: the rendered text re-tokenizes to
 the same ids; every defect's quote is at its offsets, in its field and in the render;
 every supervised token is in A; no supervised token touches a defect character; the
-template is prefix-stable at each generated turn (or per-turn rendering was chosen);
-recorded generation token ids, where present, match.
+template is prefix-stable at each generated turn (or per-turn rendering was chosen).
+
+What the model saw and did (``MaskOptions.context``, ``MaskOptions.recorded_ids``): a
+trajectory whose trained context would differ from the one the model had (its recorded prompt
+ids disagree with the render, or its protocol says the history was sent without reasoning,
+``relearn.masks.context_check``) is compiled one sample per turn under the context as sent; a
+generated turn that recorded its ids is trained on them (``relearn.masks.tokens``).
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -31,9 +35,22 @@ import numpy as np
 
 from records.review import CATEGORIES, FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
+from relearn.masks.byte_level import byte_table
+from relearn.masks.context_check import AS_SENT_RULES, check_trajectory, prompt_ids
 from relearn.masks.rows import supervised_targets
 from relearn.masks.scopes import SCOPES, action_block, excluded_by_scope, text_protocol
-from relearn.masks.template import Rendered, RenderError, TemplateShape, context_segments, nfc, nfc_offset, per_turn_renders, render
+from relearn.masks.template import (
+    Rendered,
+    RenderError,
+    TemplateShape,
+    context_segments,
+    nfc,
+    nfc_offset,
+    per_turn_renders,
+    probe,
+    render,
+)
+from relearn.masks.tokens import Encoded, PromptMismatch, as_sent, encode_render, encode_texts, uses_recorded_ids
 
 MODES = ("ross", "positive", "ross-nomask")
 # ``action``: a defect in a tool call covers the whole call as rendered (its wrapper tags,
@@ -43,6 +60,7 @@ DEFECT_SCOPES = SCOPES  # (relearn.masks.scopes, which reports TER under each)
 # The longest sample in tokens, for everything that reads a trajectory whole (masks, training,
 # NLL scoring, the pipeline): longer ones are dropped and counted, never cut.
 CONTEXT_TOKENS = 65536
+CONTEXTS = ("as-sent", "render")
 
 
 # The rejection of a success whose task image the audit flags (.git exposes the fix).
@@ -76,6 +94,10 @@ class Sample:
     excluded_by_category: Counter[str] = field(default_factory=Counter)
     # Eligible tokens excluded under each defect scope (``excluded`` is the trained scope's).
     excluded_by_scope: dict[str, int] = field(default_factory=dict)
+    targets: str = "text"  # one of relearn.masks.tokens.TARGETS
+    targets_detail: str = ""  # why recorded ids were not used (``ids_disagree``)
+    context_rule: str = ""  # relearn.masks.context_check.RULES: what decided the trajectory's context
+    as_sent: bool = False  # compiled per turn under the context as sent
 
     @property
     def ter(self) -> float:
@@ -94,6 +116,13 @@ class MaskOptions:
     # Tasks whose images the audit flags (``relearn envs audit -o``), task id -> why: their
     # trajectories are left out of every mode, counted (``relearn.ops.masks`` reads the file).
     flagged_tasks: dict[str, str] = field(default_factory=dict)
+    # ``as-sent``: a trajectory whose render departs from what the model saw (by its recorded
+    # prompt ids, or by its protocol's rule) is compiled per turn under the context as sent;
+    # ``render``: the template's render is trusted.
+    context: str = "as-sent"
+    # Generated turns that recorded their ids are trained on them, not on their text tokenised
+    # again (relearn.masks.tokens).
+    recorded_ids: bool = True
 
 
 def select(
@@ -233,46 +262,6 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
     return call.region if scope == "action" and end > start else found
 
 
-@dataclass
-class Encoded:
-    """One text through the tokenizer: ids (int32), their character offsets (int64, n x 2),
-    and the ids decoded back to text."""
-
-    ids: np.ndarray
-    offsets: np.ndarray
-    decoded: str
-
-
-def encode_texts(tokenizer: Any, texts: list[str]) -> list[Encoded]:
-    """Tokenize ``texts`` with offsets and decode them back, all in one call.
-
-    A fast tokenizer is driven through its Rust backend's batch calls: the same ids and
-    offsets as ``tokenizer(text, return_offsets_mapping=True)`` for each text, the texts
-    spread over the backend's threads, and none of the per-token Python lists the wrapper
-    builds on the way."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        out = []
-        for text in texts:
-            encoded = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-            ids = np.asarray(encoded["input_ids"], dtype=np.int32)
-            offsets = np.asarray(encoded["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-            out.append(Encoded(ids, offsets, tokenizer.decode(ids.tolist(), skip_special_tokens=False, clean_up_tokenization_spaces=False)))
-        return out
-    encodings = backend.encode_batch(texts, add_special_tokens=False)
-    token_ids = [e.ids for e in encodings]
-    decoded = backend.decode_batch(token_ids, skip_special_tokens=False)
-    return [
-        Encoded(np.fromiter(ids, dtype=np.int32, count=len(ids)), _offsets_array(e.offsets), text)
-        for ids, e, text in zip(token_ids, encodings, decoded, strict=True)
-    ]
-
-
-def _offsets_array(offsets: list[tuple[int, int]]) -> np.ndarray:
-    # Flattened through an iterator: two and a half times faster than np.array of the tuples.
-    return np.fromiter(itertools.chain.from_iterable(offsets), dtype=np.int64, count=2 * len(offsets)).reshape(-1, 2)
-
-
 def compile_one(
     rendered: Rendered,
     trajectory: Trajectory,
@@ -283,18 +272,22 @@ def compile_one(
     scope: str = "action",
     exclude: bool = True,
     encoded: Encoded | None = None,
+    recorded_ids: bool = True,
 ) -> Sample:
     """One sample's ids and mask. ``exclude=False`` (ross-nomask) validates the defects as
     ``ross`` does and then supervises all of A. ``encoded``: the render already through the
-    tokenizer (``encode_texts``), when the caller tokenized many renders at once."""
+    tokenizer (``relearn.masks.tokens.encode_render``), when the caller tokenized many renders
+    at once; else it is encoded here, on recorded ids where ``recorded_ids`` and the turns have
+    them."""
     if scope not in DEFECT_SCOPES:
         raise ValueError(f"defect scope {scope!r} is not one of {', '.join(DEFECT_SCOPES)}")
     text = rendered.text
-    encoded = encoded or encode_texts(tokenizer, [text])[0]
+    encoded = encoded or encode_render(tokenizer, rendered, recorded_ids)
     ids, offsets = encoded.ids, encoded.offsets
-    # VALIDATE: the render round-trips through the tokenizer. Once the ids decode to the very
-    # text they came from, encoding that text again would give the same ids (the tokenizer is a
-    # function of its input), so one encode and one decode check it.
+    # VALIDATE: the ids decode to the render. For a render tokenised whole: once the ids decode
+    # to the very text they came from, encoding that text again would give the same ids (the
+    # tokenizer is a function of its input), so one encode and one decode check it. For recorded
+    # ids: each token's characters are where the mask takes them from.
     if encoded.decoded != text:
         raise Rejected("render does not round-trip through the tokenizer")
 
@@ -323,19 +316,6 @@ def compile_one(
     if np.any(supervised & ~eligible) or np.any(supervised & touches):
         raise Rejected("internal: supervised token outside A or on a defect")
 
-    for turn in rendered.turns:
-        recorded = rendered.messages[turn.message_index].token_ids
-        if recorded is None:
-            continue
-        in_turn = (starts >= turn.start) & (ends <= turn.end) & (width > 0)
-        actual = ids[in_turn].tolist()
-        if recorded != actual and recorded != actual[:-1]:
-            first = next((i for i, (a, b) in enumerate(zip(recorded, actual, strict=False)) if a != b), min(len(recorded), len(actual)))
-            raise Rejected(
-                "recorded token ids disagree",
-                f"message {turn.message_index}: {len(recorded)} recorded vs {len(actual)} re-tokenized, first difference at {first}",
-            )
-
     by_category: Counter[str] = Counter()
     excluded_tokens = eligible & touches
     token_category = np.full(len(ids), -1, dtype=np.int8)
@@ -362,6 +342,8 @@ def compile_one(
         eligible_mask=eligible.astype(np.uint8),
         excluded_category=token_category,
         excluded_by_scope=by_scope,
+        targets=encoded.targets,
+        targets_detail=encoded.detail,
     )
 
 
@@ -374,6 +356,8 @@ class Prepared:
     defects: list[Defect]
     renders: list[tuple[str, Rendered]]
     split: bool  # each sample excludes the defects of its own turns only
+    context_rule: str = ""  # what decided the context (relearn.masks.context_check.RULES)
+    as_sent: bool = False  # one sample per turn under the context as sent
 
 
 def prepare(
@@ -384,12 +368,21 @@ def prepare(
     unknown = _unknown_context(trajectory)
     if unknown is not None:
         raise Rejected("context reset without a known replacement", unknown)
+    shape = shape or _probe(tokenizer, options)
+    check = check_trajectory(trajectory, tokenizer, options.template_kwargs, shape, options.per_turn)
+    # Reasoning the harness never sent back is left out of each turn's history whatever the
+    # template would do with it (a template that drops it rewrites the earlier turns instead).
+    sent = options.context == "as-sent" and check.error is None and (check.rule in AS_SENT_RULES[1:] or check.differs)
     segments = context_segments(trajectory)
     try:
         renders: list[tuple[str, Rendered]] = []
         for number, segment in enumerate(segments):
             prefix = f"#r{number}" if len(segments) > 1 else ""
-            if options.per_turn:
+            if sent:
+                renders += [
+                    (f"{prefix}#m{r.turns[0].message_index}", r) for r in _as_sent_renders(trajectory, tokenizer, options, segment, shape)
+                ]
+            elif options.per_turn:
                 renders += [
                     (f"{prefix}#m{r.turns[0].message_index}", r)
                     for r in per_turn_renders(trajectory, tokenizer, template_kwargs=options.template_kwargs, segment=segment, shape=shape)
@@ -409,11 +402,40 @@ def prepare(
         raise Rejected(f"render: {exc.reason}", exc.detail) from None
     if not any(r.turns for _suffix, r in renders):
         raise Rejected("no generated assistant turn")
-    return Prepared(trajectory, defects, renders, options.per_turn or len(segments) > 1)
+    return Prepared(trajectory, defects, renders, sent or options.per_turn or len(segments) > 1, check.rule, sent)
+
+
+def _probe(tokenizer: Any, options: MaskOptions) -> TemplateShape:
+    try:
+        return probe(tokenizer, options.template_kwargs)
+    except RenderError as exc:
+        raise Rejected(f"render: {exc.reason}", exc.detail) from None
+
+
+def _as_sent_renders(
+    trajectory: Trajectory, tokenizer: Any, options: MaskOptions, segment: list[int], shape: TemplateShape
+) -> list[Rendered]:
+    """One render per generated turn under the history the call was sent: its recorded prompt
+    ids where it has them, else the template's history without the reasoning the harness
+    never sent back."""
+    renders = per_turn_renders(
+        trajectory, tokenizer, template_kwargs=options.template_kwargs, segment=segment, shape=shape, history_reasoning=False
+    )
+    out = []
+    for rendered in renders:
+        ids = prompt_ids(trajectory.messages[rendered.turns[0].message_index])
+        if ids is None:
+            out.append(rendered)
+            continue
+        try:
+            out.append(as_sent(rendered, ids, tokenizer, shape.generation_prompt))
+        except PromptMismatch as exc:
+            raise Rejected("recorded prompt ids do not end with the generation prompt", str(exc)) from None
+    return out
 
 
 def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, encoded: list[Encoded]) -> list[Sample]:
-    """The samples of a prepared trajectory, given each render's ``encoded`` text."""
+    """The samples of a prepared trajectory, given each render's ``encoded`` tokens."""
     trajectory, defects = prepared.trajectory, prepared.defects
     samples = []
     for (suffix, rendered), tokens in zip(prepared.renders, encoded, strict=True):
@@ -430,18 +452,29 @@ def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, e
         )
         if len(sample.input_ids) > options.ctx:
             raise Rejected("longer than ctx", f"{len(sample.input_ids)} tokens > {options.ctx}")
+        sample.context_rule, sample.as_sent = prepared.context_rule, prepared.as_sent
         samples.append(sample)
     return samples
+
+
+def encode_prepared(tokenizer: Any, prepared: Prepared, recorded_ids: bool) -> list[Encoded]:
+    """Each render of a prepared trajectory through the tokenizer: the renders trained on
+    their text in one batch call, the others on their recorded ids."""
+    renders = [rendered for _suffix, rendered in prepared.renders]
+    plain = [i for i, r in enumerate(renders) if r.context_ids is None and not (recorded_ids and uses_recorded_ids(r))]
+    texts = dict(zip(plain, encode_texts(tokenizer, [renders[i].text for i in plain]), strict=True))
+    return [texts[i] if i in texts else encode_render(tokenizer, r, recorded_ids) for i, r in enumerate(renders)]
 
 
 def compile_trajectory(
     trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
 ) -> list[Sample]:
     """The samples one trajectory contributes, or Rejected with the reason. A trajectory with
-    context resets gives one sample per context (ids ``#r{k}``); per-turn mode one per turn.
-    ``shape``: the template probed once by a caller compiling many trajectories."""
+    context resets gives one sample per context (ids ``#r{k}``); per-turn mode, or a trajectory
+    compiled under the context as sent, one per turn (``#m{i}``). ``shape``: the template probed
+    once by a caller compiling many trajectories."""
     prepared = prepare(trajectory, review, tokenizer, options, shape=shape)
-    return compile_prepared(prepared, tokenizer, options, encode_texts(tokenizer, [r.text for _suffix, r in prepared.renders]))
+    return compile_prepared(prepared, tokenizer, options, encode_prepared(tokenizer, prepared, options.recorded_ids))
 
 
 def compile_batch(
@@ -453,6 +486,7 @@ def compile_batch(
     tokenized, and none waits for the whole batch. The results are the same as item by item."""
     if getattr(tokenizer, "backend_tokenizer", None) is None:  # a slow tokenizer is Python: nothing to overlap
         return [_compile_or_rejected(trajectory, review, tokenizer, options, shape) for trajectory, review in items]
+    byte_table(tokenizer)  # built here once, not by the encoding threads at once
     pending: list[tuple[Prepared, Future[list[Encoded]]] | Rejected] = []
     out: list[list[Sample] | Rejected] = []
 
@@ -478,7 +512,7 @@ def compile_batch(
             except Rejected as exc:
                 pending.append(exc)
                 continue
-            pending.append((prepared, encoders.submit(encode_texts, tokenizer, [r.text for _suffix, r in prepared.renders])))
+            pending.append((prepared, encoders.submit(encode_prepared, tokenizer, prepared, options.recorded_ids)))
             finish(block=False)
         finish(block=True)
     return out

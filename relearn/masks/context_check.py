@@ -18,8 +18,8 @@ protocol decides, and the rule that applied is named (``RULES``):
   render with ``preserve_thinking`` is the context the model had.
 
 Under ``preserve_thinking`` (the masks' default), the two middle rules mean the render differs
-from what the model saw (``differs`` is True); recompiling such trajectories under the context
-as sent is left to the masks.
+from what the model saw (``differs`` is True); ``relearn masks`` compiles such trajectories, and
+those whose recorded prompt ids disagree with the render, per turn under the context as sent.
 """
 
 from __future__ import annotations
@@ -33,6 +33,10 @@ from records.trajectory import Trajectory
 from relearn.masks.template import Rendered, RenderError, TemplateShape, context_segments, per_turn_renders, probe, render
 
 RULES = ("prompt_ids", "no_reasoning", "reasoning_not_sent", "user_observations", "tool_observations")
+# The rules under which ``relearn masks`` compiles a trajectory per turn under the context as
+# sent: recorded prompt ids that disagree with the render, and (always) the two rules of a
+# history sent without its reasoning.
+AS_SENT_RULES = ("prompt_ids", "reasoning_not_sent", "user_observations")
 
 # Import formats whose agents send the model only text back: no reasoning in the history.
 TEXT_ONLY_FORMATS = frozenset({"mini-swe-agent", "swe-agent"})
@@ -65,20 +69,25 @@ class ContextCheck:
     error: str | None = None  # the template could not render the trajectory
 
 
-def _prompt_ids(message: Any) -> list[int] | None:
+def prompt_ids(message: Any) -> list[int] | None:
     ids = (message.extra or {}).get("prompt_token_ids")
     return list(ids) if isinstance(ids, list) and ids else None
 
 
 def protocol_rule(trajectory: Trajectory) -> str:
     """The rule that decides a trajectory without recorded prompt ids (see the module text)."""
-    generated = [i for i, m in enumerate(trajectory.messages) if m.role == "assistant" and m.generated]
+    generated = {i for i, m in enumerate(trajectory.messages) if m.role == "assistant" and m.generated}
     if not any(trajectory.messages[i].reasoning_content for i in generated):
         return "no_reasoning"
     if trajectory.source is not None and trajectory.source.format in TEXT_ONLY_FORMATS:
         return "reasoning_not_sent"
-    if generated and any(m.role == "user" for m in trajectory.messages[generated[0] + 1 :]):
-        return "user_observations"
+    # Within each context the model had: a reset's summary, given as a user turn, opens its
+    # context and is no observation.
+    for segment in context_segments(trajectory):
+        roles = [trajectory.messages[i].role for i in segment]
+        first = next((k for k, i in enumerate(segment) if i in generated), None)
+        if first is not None and "user" in roles[first + 1 :]:
+            return "user_observations"
     return "tool_observations"
 
 
@@ -117,7 +126,7 @@ def check_trajectory(
     arguments (and ``per_turn``), with its recorded prompt ids; or name the protocol rule where
     none are recorded. A trajectory the template cannot render is an ``error`` (the masks
     reject it too)."""
-    if not any(m.generated and _prompt_ids(m) for m in trajectory.messages):
+    if not any(m.generated and prompt_ids(m) for m in trajectory.messages):
         rule = protocol_rule(trajectory)
         preserve = bool(template_kwargs.get("preserve_thinking"))
         return ContextCheck(trajectory.id, rule, differs=preserve and rule in ("reasoning_not_sent", "user_observations"))
@@ -126,7 +135,7 @@ def check_trajectory(
     try:
         for rendered in _renders(trajectory, tokenizer, template_kwargs, per_turn, shape):
             for turn in rendered.turns:
-                recorded = _prompt_ids(trajectory.messages[turn.message_index])
+                recorded = prompt_ids(trajectory.messages[turn.message_index])
                 if recorded is None:
                     continue
                 check.turns_checked += 1

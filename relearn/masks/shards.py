@@ -33,9 +33,11 @@ from records.pools import RecordError, is_zstd, iter_pool_records, parse_json_li
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
 from relearn.masks.compile import FLAGGED_BY_AUDIT, MaskOptions, Rejected, Sample, compile_batch
+from relearn.masks.context_check import RULES
 from relearn.masks.rows import ShardRow, ShardWriter
 from relearn.masks.scopes import SCOPES
 from relearn.masks.template import RenderError, TemplateShape, probe
+from relearn.masks.tokens import TARGETS
 
 SHOWN_REJECTIONS = 200
 SHARD_SIZE = 256  # trajectories of the pool per shard
@@ -56,6 +58,12 @@ class ShardStats:
     supervised: int = 0
     excluded_by_category: Counter[str] = field(default_factory=Counter)
     excluded_by_scope: Counter[str] = field(default_factory=Counter)  # excluded under each defect scope
+    # Accepted trajectories by the rule that decided their context, and those of each rule
+    # compiled per turn under the context as sent (relearn.masks.context_check).
+    context_rules: Counter[str] = field(default_factory=Counter)
+    as_sent: Counter[str] = field(default_factory=Counter)
+    targets: Counter[str] = field(default_factory=Counter)  # samples by relearn.masks.tokens.TARGETS
+    notes: list[dict[str, str]] = field(default_factory=list)  # recorded ids not used, and why
     per_sample: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, sample: Sample) -> None:
@@ -66,6 +74,9 @@ class ShardStats:
         self.supervised += sample.supervised
         self.excluded_by_category.update(sample.excluded_by_category)
         self.excluded_by_scope.update(sample.excluded_by_scope)
+        self.targets[sample.targets] += 1
+        if sample.targets_detail:
+            self.notes.append({"sample_id": sample.sample_id, "targets": sample.targets, "detail": sample.targets_detail})
         self.per_sample.append(
             {
                 "sample_id": sample.sample_id,
@@ -75,8 +86,17 @@ class ShardStats:
                 "excluded": sample.excluded,
                 "ter": sample.ter,
                 "excluded_by_scope": sample.excluded_by_scope,
+                "targets": sample.targets,
+                # The rule that decided the sample's context (relearn.masks.context_check), and
+                # whether it was compiled under the context as sent.
+                "context": sample.context_rule + (" as sent" if sample.as_sent else ""),
             }
         )
+
+    def trajectory(self, first: Sample) -> None:
+        """Count an accepted trajectory's context rule (from its first sample)."""
+        self.context_rules[first.context_rule] += 1
+        self.as_sent[first.context_rule] += first.as_sent
 
     def reject(self, trajectory_id: str, reason: str, detail: str) -> None:
         self.rejected[reason] += 1
@@ -86,8 +106,10 @@ class ShardStats:
 # Bumped when the same inputs and options compile differently: 2 renders each context between
 # resets apart (shards built before it trained post-reset turns on the history before the reset);
 # 3 has ross-nomask validate the defects as ross does, so both hold the same trajectories;
-# 4 counts the excluded tokens under both defect scopes (shards before it lack the count).
-BUILD = 4
+# 4 counts the excluded tokens under both defect scopes (shards before it lack the count);
+# 5 trains recorded ids and compiles under the context as sent (earlier shards re-tokenised
+# the render and trusted the template's history).
+BUILD = 5
 
 
 def options_hash(options: MaskOptions, tokenizer_name: str, template: str) -> str:
@@ -334,6 +356,7 @@ def _compile_batches(
                     stats.reject(entry.trajectory_id or "", produced.reason, produced.detail)
                 else:
                     stats.accepted += 1
+                    stats.trajectory(produced[0])
                     for sample in produced:
                         stats.add(sample)
                         rows.append(_row(sample))
@@ -506,6 +529,8 @@ def _stats_to_json(stats: ShardStats) -> dict[str, Any]:
     data["rejected"] = dict(stats.rejected)
     data["excluded_by_category"] = dict(stats.excluded_by_category)
     data["excluded_by_scope"] = dict(stats.excluded_by_scope)
+    for name in ("context_rules", "as_sent", "targets"):
+        data[name] = dict(getattr(stats, name))
     return data
 
 
@@ -514,6 +539,8 @@ def _stats_from_json(data: dict[str, Any]) -> ShardStats:
     stats.rejected = Counter(data.get("rejected", {}))
     stats.excluded_by_category = Counter(data.get("excluded_by_category", {}))
     stats.excluded_by_scope = Counter(data.get("excluded_by_scope", {}))
+    for name in ("context_rules", "as_sent", "targets"):
+        setattr(stats, name, Counter(data.get(name, {})))
     return stats
 
 
@@ -536,8 +563,14 @@ def summarise(shards: list[ShardStats], options: MaskOptions, tokenizer_name: st
     excluded = sum(s.excluded for s in shards)
     ters = [s["ter"] for s in per_sample]
     scopes: Counter[str] = Counter()
+    rules: Counter[str] = Counter()
+    sent: Counter[str] = Counter()
+    targets: Counter[str] = Counter()
     for shard in shards:
         scopes.update(shard.excluded_by_scope)
+        rules.update(shard.context_rules)
+        sent.update(shard.as_sent)
+        targets.update(shard.targets)
     return {
         "pool": str(pool),
         "mode": options.mode,
@@ -571,5 +604,18 @@ def summarise(shards: list[ShardStats], options: MaskOptions, tokenizer_name: st
             for scope in SCOPES
         },
         "excluded_by_category": dict(sorted(categories.items())),
+        # What the model saw: accepted trajectories by the rule that decided their context, and
+        # of those the ones compiled per turn under the context as sent; samples by where their
+        # generated tokens came from (recorded ids, or the text), with why ids were not used.
+        "context": {
+            "mode": options.context,
+            "by_rule": {rule: rules[rule] for rule in RULES if rules[rule]},
+            "as_sent": {rule: sent[rule] for rule in RULES if sent[rule]},
+        },
+        "targets": {
+            "recorded_ids": options.recorded_ids,
+            "samples": {name: targets[name] for name in TARGETS if targets[name]},
+            "notes": [note for shard in shards for note in shard.notes][:SHOWN_REJECTIONS],
+        },
         "per_sample": per_sample,
     }

@@ -83,6 +83,9 @@ class Rendered:
     turns: list[Turn]
     messages: list[Message]  # the NFC-normalised messages the offsets refer to
     end_of_turn: str = ""  # the template's end-of-turn token (each turn's end)
+    # The history as the call was sent, where it replaces the template's (``tokens.as_sent``):
+    # the recorded prompt ids that ``text`` before the turn decodes from.
+    context_ids: list[int] | None = None
 
 
 def nfc(value: Any) -> Any:
@@ -410,19 +413,23 @@ def per_turn_renders(
     template_kwargs: dict[str, Any] | None = None,
     segment: list[int] | None = None,
     shape: TemplateShape | None = None,
+    history_reasoning: bool = True,
 ) -> list[Rendered]:
     """For templates that rewrite earlier turns: one render per generated assistant turn,
-    the conversation up to it (as the model was given it, within its ``segment``) plus that turn."""
+    the conversation up to it (as the model was given it, within its ``segment``) plus that turn.
+    Without ``history_reasoning`` the earlier assistant turns are given without their reasoning,
+    as harnesses that send only text back gave them."""
     kwargs = dict(template_kwargs or {})
     shape = shape or probe(tokenizer, kwargs)
     conversation = template_input(trajectory, segment)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
+    history = chat if history_reasoning else [_without_reasoning(m) for m in chat]
     out = []
     for chat_index, source in enumerate(sources):
         if chat[chat_index]["role"] != "assistant" or not messages[source].generated:
             continue
-        prefix = _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True)
-        full = _render(tokenizer, chat[: chat_index + 1], tools, kwargs)
+        prefix = _render(tokenizer, history[:chat_index], tools, kwargs, prompt=True)
+        full = _render(tokenizer, [*history[:chat_index], chat[chat_index]], tools, kwargs)
         if not full.startswith(prefix):
             raise RenderError("prefix", f"message {source}: the turn does not continue its own prompt")
         end_at = full.find(shape.end_of_turn, len(prefix))
@@ -433,3 +440,9 @@ def per_turn_renders(
         _locate_fields(text, turn, messages[source], shape)
         out.append(Rendered(text, [turn], messages, shape.end_of_turn))
     return out
+
+
+def _without_reasoning(message: dict[str, Any]) -> dict[str, Any]:
+    if message["role"] != "assistant" or "reasoning_content" not in message:
+        return message
+    return {key: value for key, value in message.items() if key != "reasoning_content"}

@@ -14,7 +14,7 @@ import msgspec
 from envs.audit import read_flagged
 from envs.executor import Backend, LocalBackend, Needs
 from records.pools import RecordError, is_zstd, iter_lines
-from relearn.masks.compile import DEFECT_SCOPES, FLAGGED_BY_AUDIT, MODES, MaskOptions
+from relearn.masks.compile import CONTEXTS, DEFECT_SCOPES, FLAGGED_BY_AUDIT, MODES, MaskOptions
 from relearn.masks.shards import SHARD_SIZE, build_dataset, load_reviews
 from relearn.masks.template import PREFIX_CHECKS
 from relearn.ops.containers import open_backend
@@ -46,6 +46,8 @@ class MasksOptions:
     # fix) are left out of every mode and counted. None: no audit applied (and said so).
     audit: Path | None = None
     keep_flagged: bool = False  # keep the flagged tasks' trajectories (still counted in the summary)
+    context: str = MaskOptions.context  # as-sent | render (relearn.masks.compile.CONTEXTS)
+    recorded_ids: bool = MaskOptions.recorded_ids
 
     def template_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"preserve_thinking": self.preserve_thinking}
@@ -59,6 +61,7 @@ class MasksOptions:
             mode=self.mode, ctx=self.ctx, template_kwargs=self.template_kwargs(), prefix_check=self.prefix_check,
             per_turn=self.per_turn, include_suspicious=self.include_suspicious, defect_scope=self.defect_scope,
             flagged_tasks={} if self.keep_flagged or flagged_tasks is None else dict(flagged_tasks),
+            context=self.context, recorded_ids=self.recorded_ids,
         )  # fmt: skip
 
 
@@ -107,7 +110,7 @@ class MasksSummary:
 def check_options(options: MasksOptions) -> None:
     for name, value, allowed in (
         ("--mode", options.mode, MODES), ("--defect-scope", options.defect_scope, DEFECT_SCOPES),
-        ("--prefix-check", options.prefix_check, PREFIX_CHECKS),
+        ("--prefix-check", options.prefix_check, PREFIX_CHECKS), ("--context", options.context, CONTEXTS),
     ):  # fmt: skip
         if value not in allowed:
             raise OpError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")

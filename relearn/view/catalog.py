@@ -31,6 +31,8 @@ class Tokens:
     tokens: int = 0
     samples: int = 0
     excluded_by_scope: dict[str, int] = field(default_factory=dict)  # under each defect scope (datasets since masks BUILD 4)
+    context: str = ""  # the rule that decided its context, "... as sent" when compiled so (BUILD 5)
+    targets: str = ""  # where its generated tokens came from (relearn.masks.tokens.TARGETS; BUILD 5)
 
     @property
     def ter(self) -> float:
@@ -71,6 +73,8 @@ class DatasetInfo:
                 tokens.excluded += int(sample["excluded"])
                 tokens.tokens += int(sample.get("tokens", 0))
                 tokens.samples += 1
+                tokens.context = str(sample.get("context") or tokens.context)
+                tokens.targets = str(sample.get("targets") or tokens.targets)
                 for scope, count in (sample.get("excluded_by_scope") or {}).items():
                     tokens.excluded_by_scope[scope] = tokens.excluded_by_scope.get(scope, 0) + int(count)
             except (KeyError, TypeError, ValueError) as exc:

@@ -114,6 +114,13 @@ class TrajectoryView:
             if self.tokens is not None:
                 out.append(f"in the dataset ({self.dataset_mode})", STYLES["good"])
                 out.append(f" · {self.tokens.eligible:,} eligible, {self.tokens.excluded:,} excluded tokens")
+                if self.tokens.context.endswith(" as sent"):
+                    rule = self.tokens.context.removesuffix(" as sent")
+                    out.append(f" · {self.tokens.samples} samples, one a turn under the context as sent ({rule})", STYLES["context"])
+                if self.tokens.targets in ("recorded", "partly_recorded"):
+                    out.append(" · trained on the recorded token ids", STYLES["context"])
+                elif self.tokens.targets == "ids_disagree":
+                    out.append(" · recorded ids disagree with the text: the text trained", STYLES["warning"])
                 if self.dataset_mode != "ross" and self.defects:
                     out.append(f" · the defects shown are not excluded in mode {self.dataset_mode}", STYLES["warning"])
             else:
