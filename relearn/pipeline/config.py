@@ -257,6 +257,10 @@ class MasksConfig(_Strict):
     # trajectories of the tasks it flags, unless keep_flagged. None: no audit applied.
     audit: Path | None = MasksOptions.audit
     keep_flagged: bool = MasksOptions.keep_flagged
+    # as-sent: trajectories whose render departs from what the model saw compile per turn under
+    # the context as sent; render: the template's history is trusted.
+    context: Literal["as-sent", "render"] = MasksOptions.context  # type: ignore[assignment]
+    recorded_ids: bool = MasksOptions.recorded_ids  # train generated turns on their recorded ids
     shard_size: int = Field(MasksOptions.shard_size, ge=1)
     # Where it runs, not what it makes (not part of the stage's identity); [cluster] sends the
     # shards to Ray instead.
@@ -270,7 +274,7 @@ class MasksConfig(_Strict):
             pool=pool, output=output, reviews=reviews, tokenizer=self.tokenizer, mode=mode, ctx=self.ctx,
             prefix_check=self.prefix_check, per_turn=self.per_turn, preserve_thinking=self.preserve_thinking, no_thinking=no_thinking,
             shard_size=self.shard_size, include_suspicious=self.include_suspicious, defect_scope=self.defect_scope, workers=self.workers,
-            ray=ray, audit=audit, keep_flagged=self.keep_flagged,
+            ray=ray, audit=audit, keep_flagged=self.keep_flagged, context=self.context, recorded_ids=self.recorded_ids,
         )  # fmt: skip
 
     @model_validator(mode="after")
