@@ -151,10 +151,13 @@ def test_stats_counts_rules_and_differing_turns(tok: Any, tokenizer_cache: Path,
     assert context["by_rule"] == {"prompt_ids": 2, "user_observations": 1}
     assert context["differs_by_rule"] == {"prompt_ids": 1, "user_observations": 1}
     assert (context["turns_checked"], context["turns_differ"]) == (4, 1)
+    assert context["as_sent"] == 2  # ids-differ by its prompt ids, no-ids by its protocol
     assert context["examples"][0]["trajectory"] == "ids-differ"
     table = CliRunner().invoke(cli_app, ["stats", str(pool), "--context", "--no-preserve-thinking"])
     assert table.exit_code == 0, table.output
     assert "turns whose context differs" in table.output and "preserve_thinking=False" in table.output
+    # Without preserve_thinking the ids agree, but the user-observation history is still sent without reasoning.
+    assert "compiled per turn as sent by `relearn masks`" in " ".join(table.output.split())
     missing = CliRunner().invoke(cli_app, ["stats", str(pool), "--context", "--tokenizer", str(tmp_path / "nothing")])
     assert missing.exit_code == 2 and "--tokenizer" in missing.output
 

@@ -199,6 +199,7 @@ def _context_table(context: dict[str, Any]) -> Table:
     ]
     rows.append(("turns checked against prompt ids", _num(context["turns_checked"])))
     rows.append(("turns whose context differs", _num(context["turns_differ"])))
+    rows.append(("compiled per turn as sent by `relearn masks`", f"{_num(context['as_sent'])} trajectories"))
     if context["render_errors"]:
         rows.append(("trajectories the template cannot render", _num(context["render_errors"])))
     for example in context["examples"][:1]:

@@ -36,7 +36,7 @@ import numpy as np
 from records.review import CATEGORIES, FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.masks.byte_level import byte_table
-from relearn.masks.context_check import AS_SENT_RULES, check_trajectory, prompt_ids
+from relearn.masks.context_check import check_trajectory, compiled_as_sent, prompt_ids
 from relearn.masks.rows import supervised_targets
 from relearn.masks.scopes import SCOPES, action_block, excluded_by_scope, text_protocol
 from relearn.masks.template import (
@@ -372,7 +372,7 @@ def prepare(
     check = check_trajectory(trajectory, tokenizer, options.template_kwargs, shape, options.per_turn)
     # Reasoning the harness never sent back is left out of each turn's history whatever the
     # template would do with it (a template that drops it rewrites the earlier turns instead).
-    sent = options.context == "as-sent" and check.error is None and (check.rule in AS_SENT_RULES[1:] or check.differs)
+    sent = options.context == "as-sent" and compiled_as_sent(check)
     segments = context_segments(trajectory)
     try:
         renders: list[tuple[str, Rendered]] = []

@@ -119,6 +119,13 @@ def _renders(
     return out
 
 
+def compiled_as_sent(check: ContextCheck) -> bool:
+    """Whether ``relearn masks`` (``--context as-sent``) compiles the trajectory per turn under
+    the context as sent: recorded prompt ids that disagree with its render, or, whatever the
+    template would do, a history its harness sent without reasoning."""
+    return check.error is None and (check.rule in AS_SENT_RULES[1:] or check.differs)
+
+
 def check_trajectory(
     trajectory: Trajectory, tokenizer: Any, template_kwargs: dict[str, Any], shape: TemplateShape | None = None, per_turn: bool = False
 ) -> ContextCheck:
@@ -161,6 +168,7 @@ class ContextReport:
     turns_checked: int = 0
     turns_differ: int = 0
     render_errors: int = 0
+    as_sent: int = 0  # trajectories `relearn masks --context as-sent` compiles per turn as sent
     examples: list[dict[str, Any]] = field(default_factory=list)
 
     EXAMPLES = 5
@@ -172,6 +180,7 @@ class ContextReport:
         self.turns_checked += check.turns_checked
         self.turns_differ += check.turns_differ
         self.render_errors += check.error is not None
+        self.as_sent += compiled_as_sent(check)
         if (check.first is not None or check.error is not None) and len(self.examples) < self.EXAMPLES:
             example: dict[str, Any] = {"trajectory": check.trajectory_id}
             if check.first is not None:
@@ -197,6 +206,7 @@ class ContextReport:
             "turns_checked": self.turns_checked,
             "turns_differ": self.turns_differ,
             "render_errors": self.render_errors,
+            "as_sent": self.as_sent,
             "examples": self.examples,
         }
 
