@@ -171,3 +171,19 @@ def test_the_nemo_gym_samples_prompt_ids_match_the_render_of_their_own_tokenizer
     other = check_context(trajectories, tok, {"preserve_thinking": True})
     assert (other.turns_checked, other.turns_differ) == (5, 5)
     assert all(e["position"] == 0 and e["recorded_tokens"] == 109 for e in other.examples)
+
+
+def test_each_context_is_tokenised_as_the_prompt_alone(tok: Any) -> None:
+    """The whole render is tokenised once and split at each turn's role header (an added token,
+    where the tokenizer splits first): every turn's context ids are those of its prefix alone."""
+    from relearn.masks.context_check import _contexts
+    from relearn.masks.template import probe, render
+
+    messages = _with_ids(tok, _tool_agent())
+    trajectory = _trajectory(messages)
+    kwargs = {"preserve_thinking": True}
+    rendered = render(trajectory, tok, template_kwargs=kwargs)
+    got = list(_contexts(tok, rendered, probe(tok, kwargs), trajectory))
+    assert len(got) == len(rendered.turns) >= 2
+    for turn, ids in got:
+        assert ids == tok(rendered.text[: turn.start], add_special_tokens=False)["input_ids"]

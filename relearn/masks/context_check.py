@@ -25,12 +25,15 @@ those whose recorded prompt ids disagree with the render, per turn under the con
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from records.trajectory import Trajectory
-from relearn.masks.template import Rendered, RenderError, TemplateShape, context_segments, per_turn_renders, probe, render
+from relearn.masks.template import Rendered, RenderError, TemplateShape, Turn, context_segments, per_turn_renders, probe, render
+from relearn.masks.tokens import encode_texts
 
 RULES = ("prompt_ids", "no_reasoning", "reasoning_not_sent", "user_observations", "tool_observations")
 # The rules under which ``relearn masks`` compiles a trajectory per turn under the context as
@@ -119,6 +122,34 @@ def _renders(
     return out
 
 
+def _tokenised(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _contexts(tokenizer: Any, rendered: Rendered, shape: TemplateShape, trajectory: Trajectory) -> Iterator[tuple[Turn, list[int]]]:
+    """Each generated turn that recorded its prompt ids, with the render before it tokenised
+    as an engine tokenises the prompt it is sent: alone. The render is tokenised once whole:
+    where the turn's role header opens with an added token (``<|im_start|>``), which the
+    tokenizer splits the text at before anything else, the whole render's tokens before the
+    header are the prompt's, and only the header and generation prompt are tokenised again; a
+    linear cost where tokenising every prefix would be quadratic in the turns."""
+    turns = [t for t in rendered.turns if prompt_ids(trajectory.messages[t.message_index]) is not None]
+    if not turns:
+        return
+    splits = any(shape.role_header.startswith(token) for token in tokenizer.get_added_vocab())
+    whole = encode_texts(tokenizer, [rendered.text])[0] if splits else None
+    for turn in turns:
+        opening = rendered.text.rfind(shape.role_header, 0, turn.start)
+        if whole is None or opening < 0:
+            yield turn, _tokenised(tokenizer, rendered.text[: turn.start])
+            continue
+        before = int(np.searchsorted(whole.offsets[:, 1], opening, side="right"))  # tokens that end by the header
+        if before < len(whole.ids) and whole.offsets[before, 0] < opening:  # one straddles it: no split there
+            yield turn, _tokenised(tokenizer, rendered.text[: turn.start])
+            continue
+        yield turn, whole.ids[:before].tolist() + _tokenised(tokenizer, rendered.text[opening : turn.start])
+
+
 def compiled_as_sent(check: ContextCheck) -> bool:
     """Whether ``relearn masks`` (``--context as-sent``) compiles the trajectory per turn under
     the context as sent: recorded prompt ids that disagree with its render, or, whatever the
@@ -141,12 +172,10 @@ def check_trajectory(
     shape = shape or probe(tokenizer, template_kwargs)
     try:
         for rendered in _renders(trajectory, tokenizer, template_kwargs, per_turn, shape):
-            for turn in rendered.turns:
+            for turn, ids in _contexts(tokenizer, rendered, shape, trajectory):
                 recorded = prompt_ids(trajectory.messages[turn.message_index])
-                if recorded is None:
-                    continue
+                assert recorded is not None
                 check.turns_checked += 1
-                ids = list(tokenizer(rendered.text[: turn.start], add_special_tokens=False)["input_ids"])
                 difference = _difference(tokenizer, turn.message_index, recorded, ids)
                 if difference is not None:
                     check.turns_differ += 1
