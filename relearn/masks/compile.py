@@ -380,7 +380,8 @@ def prepare(
             prefix = f"#r{number}" if len(segments) > 1 else ""
             if sent:
                 renders += [
-                    (f"{prefix}#m{r.turns[0].message_index}", r) for r in _as_sent_renders(trajectory, tokenizer, options, segment, shape)
+                    (f"{prefix}#m{r.turns[0].message_index}", r)
+                    for r in _as_sent_renders(trajectory, tokenizer, options, segment, shape, check.rule)
                 ]
             elif options.per_turn:
                 renders += [
@@ -413,13 +414,18 @@ def _probe(tokenizer: Any, options: MaskOptions) -> TemplateShape:
 
 
 def _as_sent_renders(
-    trajectory: Trajectory, tokenizer: Any, options: MaskOptions, segment: list[int], shape: TemplateShape
+    trajectory: Trajectory, tokenizer: Any, options: MaskOptions, segment: list[int], shape: TemplateShape, rule: str
 ) -> list[Rendered]:
     """One render per generated turn under the history the call was sent: its recorded prompt
-    ids where it has them, else the template's history without the reasoning the harness
-    never sent back."""
+    ids where it has them, else the template's history, without the reasoning the harness
+    never sent back where the ``rule`` says so."""
     renders = per_turn_renders(
-        trajectory, tokenizer, template_kwargs=options.template_kwargs, segment=segment, shape=shape, history_reasoning=False
+        trajectory,
+        tokenizer,
+        template_kwargs=options.template_kwargs,
+        segment=segment,
+        shape=shape,
+        history_reasoning=rule == "prompt_ids",
     )
     out = []
     for rendered in renders:
