@@ -227,22 +227,16 @@ def test_ctrl_c_during_an_import_says_what_was_kept_and_how_to_resume(relearn_bi
     os.mkfifo(fifo)
     out = tmp_path / "pool.jsonl"
     command = [relearn_bin, "import", "codex", str(samples / CODEX), str(fifo), "-o", str(out)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # With SIGINT's default action restored: a suite started as a background job of a shell
+    # without job control inherits SIGINT ignored, and Python then never turns it into
+    # KeyboardInterrupt (the import would wait on the FIFO for ever, as the user asked).
+    process = subprocess.Popen(["env", "--default-signal=INT", *command], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not (out.exists() and out.read_bytes().endswith(b"\n")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.05)
     process.send_signal(signal.SIGINT)
-    try:
-        _stdout, stderr = process.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        # The kernel may hand a process's SIGINT to one of its helper threads (pyarrow's
-        # jemalloc keeps one); then the main thread, blocked opening the FIFO, is not woken,
-        # and Python acts on the signal at its next instruction, once the FIFO opens, as it
-        # does when Ctrl-C also ends the program writing a `<(...)` input.
-        with open(fifo, "wb"):
-            pass
-        _stdout, stderr = process.communicate(timeout=60)
+    _stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 130
     line = one_error_line(stderr, f"1 trajectory was added to {out}, each whole")
     assert line.endswith(f"to resume, run the same command again: relearn import codex {samples / CODEX} {fifo} -o {out}")
