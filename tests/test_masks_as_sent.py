@@ -10,18 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from records.review import Defect, Review, field_text
-from records.trajectory import Trajectory
+from records.review import Review
 from relearn.masks.compile import MaskOptions, Rejected, compile_trajectory
 from relearn.masks.template import render
 from relearn.masks.tokens import decode_spans
 from relearn.ops.masks import MasksOptions, run_masks
+from tests.test_masks import call, defect, supervised_text, trajectory
 
 KWARGS = {"preserve_thinking": True}
-
-
-def call(call_id: str, name: str, **arguments: object) -> dict:
-    return {"id": call_id, "function": {"name": name, "arguments": arguments}}
 
 
 AGENT = [
@@ -48,10 +44,6 @@ AGENT = [
 GENERATED = (2, 4, 6)
 
 
-def trajectory(messages: list[dict], **extra: object) -> Trajectory:
-    return Trajectory.model_validate({"messages": messages, "outcome": {"resolved": True, "reward": 1.0}, **extra})
-
-
 def ids(tok, text: str) -> list[int]:  # noqa: ANN001
     return tok(text, add_special_tokens=False)["input_ids"]
 
@@ -64,17 +56,6 @@ def with_generation_ids(tok, messages: list[dict]) -> list[dict]:  # noqa: ANN00
     for turn in rendered.turns:
         out[turn.message_index]["token_ids"] = ids(tok, rendered.text[turn.start : turn.end])
     return out
-
-
-def defect(t: Trajectory, index: int, field: str, quote: str) -> Defect:
-    text = field_text(t.messages[index], field)
-    assert text is not None
-    start = text.index(quote)
-    return Defect(message_index=index, field=field, start=start, end=start + len(quote), quote=quote, category="other")
-
-
-def supervised(tok, sample) -> str:  # noqa: ANN001
-    return tok.decode([i for i, m in zip(sample.input_ids.tolist(), sample.loss_mask.tolist(), strict=True) if m])
 
 
 def test_decode_spans_gives_each_token_its_characters(tok) -> None:  # noqa: ANN001
@@ -120,7 +101,7 @@ def test_defects_map_onto_recorded_tokens_as_onto_text_tokens(tok) -> None:  # n
         (exact,) = compile_trajectory(t, review, tok, MaskOptions(defect_scope=scope))
         (text,) = compile_trajectory(t, review, tok, MaskOptions(defect_scope=scope, recorded_ids=False))
         assert exact.targets == "recorded" and exact.excluded == text.excluded > 0
-        assert "subtracts" not in supervised(tok, exact) and "The bug is probably in parse()." in supervised(tok, exact)
+        assert "subtracts" not in supervised_text(tok, exact) and "The bug is probably in parse()." in supervised_text(tok, exact)
 
 
 def test_ids_that_decode_to_other_text_are_reported_and_the_text_trained(tok) -> None:  # noqa: ANN001
@@ -181,7 +162,7 @@ def test_turns_whose_recorded_prompt_differs_compile_under_the_context_as_sent(t
     review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 4, "reasoning_content", "subtracts")])
     masked = compile_trajectory(t, review, tok, MaskOptions(defect_scope="minimal"))
     assert [s.excluded > 0 for s in masked] == [False, True, False]
-    assert "subtracts" not in supervised(tok, masked[1]) and "It" in supervised(tok, masked[1])
+    assert "subtracts" not in supervised_text(tok, masked[1]) and "It" in supervised_text(tok, masked[1])
 
 
 def test_prompt_ids_of_another_tokenizer_reject_the_trajectory(tok) -> None:  # noqa: ANN001
@@ -208,17 +189,17 @@ def test_user_observations_compile_per_turn_without_the_reasoning_never_sent(tok
     t = trajectory(USER_OBSERVATIONS)
     first, second = compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
     assert (second.context_rule, second.as_sent, second.targets) == ("user_observations", True, "text")
-    assert "Look first." in supervised(tok, first)
+    assert "Look first." in supervised_text(tok, first)
     context = tok.decode([i for i, m in zip(second.input_ids.tolist(), second.loss_mask.tolist(), strict=True) if not m])
     assert "cat calc.py" in context and "Look first." not in context  # the earlier turn, as sent: no reasoning
-    assert "It subtracts." in supervised(tok, second)
+    assert "It subtracts." in supervised_text(tok, second)
     (whole,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive", context="render"))
     assert "Look first." in tok.decode(whole.input_ids.tolist()) and not whole.as_sent
     # Without preserve_thinking the template drops that reasoning itself, which rewrites the
     # earlier turn: one render cannot train it, the turns as sent can.
     samples = compile_trajectory(t, None, tok, MaskOptions(mode="positive", template_kwargs={"preserve_thinking": False}))
     assert [s.as_sent for s in samples] == [True, True] and "Look first." not in tok.decode(samples[1].input_ids.tolist())
-    assert "It subtracts." in supervised(tok, samples[1])
+    assert "It subtracts." in supervised_text(tok, samples[1])
 
 
 def test_masks_stats_count_trajectories_by_rule_and_samples_by_targets(tok, tmp_path: Path) -> None:  # noqa: ANN001

@@ -36,7 +36,7 @@ import numpy as np
 from records.review import CATEGORIES, FIELD, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from relearn.masks.byte_level import byte_table
-from relearn.masks.context_check import check_trajectory, compiled_as_sent, prompt_ids
+from relearn.masks.context_check import check_trajectory, compiled_as_sent, context_rule, prompt_ids
 from relearn.masks.rows import supervised_targets
 from relearn.masks.scopes import SCOPES, action_block, excluded_by_scope, text_protocol
 from relearn.masks.template import (
@@ -50,7 +50,7 @@ from relearn.masks.template import (
     probe,
     render,
 )
-from relearn.masks.tokens import Encoded, PromptMismatch, as_sent, encode_render, encode_texts, uses_recorded_ids
+from relearn.masks.tokens import Encoded, PromptMismatch, as_sent, encode_render, encode_texts, tokenised_whole
 
 MODES = ("ross", "positive", "ross-nomask")
 # ``action``: a defect in a tool call covers the whole call as rendered (its wrapper tags,
@@ -369,10 +369,14 @@ def prepare(
     if unknown is not None:
         raise Rejected("context reset without a known replacement", unknown)
     shape = shape or _probe(tokenizer, options)
-    check = check_trajectory(trajectory, tokenizer, options.template_kwargs, shape, options.per_turn)
     # Reasoning the harness never sent back is left out of each turn's history whatever the
     # template would do with it (a template that drops it rewrites the earlier turns instead).
-    sent = options.context == "as-sent" and compiled_as_sent(check)
+    # Trusting the template (``render``), the rule is named but nothing is checked.
+    if options.context == "as-sent":
+        check = check_trajectory(trajectory, tokenizer, options.template_kwargs, shape, options.per_turn)
+        rule, sent = check.rule, compiled_as_sent(check)
+    else:
+        rule, sent = context_rule(trajectory), False
     segments = context_segments(trajectory)
     try:
         renders: list[tuple[str, Rendered]] = []
@@ -381,7 +385,7 @@ def prepare(
             if sent:
                 renders += [
                     (f"{prefix}#m{r.turns[0].message_index}", r)
-                    for r in _as_sent_renders(trajectory, tokenizer, options, segment, shape, check.rule)
+                    for r in _as_sent_renders(trajectory, tokenizer, options, segment, shape, rule)
                 ]
             elif options.per_turn:
                 renders += [
@@ -403,7 +407,7 @@ def prepare(
         raise Rejected(f"render: {exc.reason}", exc.detail) from None
     if not any(r.turns for _suffix, r in renders):
         raise Rejected("no generated assistant turn")
-    return Prepared(trajectory, defects, renders, sent or options.per_turn or len(segments) > 1, check.rule, sent)
+    return Prepared(trajectory, defects, renders, sent or options.per_turn or len(segments) > 1, rule, sent)
 
 
 def _probe(tokenizer: Any, options: MaskOptions) -> TemplateShape:
@@ -467,7 +471,7 @@ def encode_prepared(tokenizer: Any, prepared: Prepared, recorded_ids: bool) -> l
     """Each render of a prepared trajectory through the tokenizer: the renders trained on
     their text in one batch call, the others on their recorded ids."""
     renders = [rendered for _suffix, rendered in prepared.renders]
-    plain = [i for i, r in enumerate(renders) if r.context_ids is None and not (recorded_ids and uses_recorded_ids(r))]
+    plain = [i for i, r in enumerate(renders) if tokenised_whole(r, recorded_ids)]
     texts = dict(zip(plain, encode_texts(tokenizer, [renders[i].text for i in plain]), strict=True))
     return [texts[i] if i in texts else encode_render(tokenizer, r, recorded_ids) for i, r in enumerate(renders)]
 

@@ -36,10 +36,10 @@ from relearn.masks.template import Rendered, RenderError, TemplateShape, Turn, c
 from relearn.masks.tokens import encode_texts
 
 RULES = ("prompt_ids", "no_reasoning", "reasoning_not_sent", "user_observations", "tool_observations")
-# The rules under which ``relearn masks`` compiles a trajectory per turn under the context as
-# sent: recorded prompt ids that disagree with the render, and (always) the two rules of a
-# history sent without its reasoning.
-AS_SENT_RULES = ("prompt_ids", "reasoning_not_sent", "user_observations")
+# The rules of a history sent without its reasoning: ``relearn masks`` compiles such a
+# trajectory per turn under the context as sent (as it does one whose recorded prompt ids
+# disagree with the render).
+NOT_SENT_RULES = ("reasoning_not_sent", "user_observations")
 
 # Import formats whose agents send the model only text back: no reasoning in the history.
 TEXT_ONLY_FORMATS = frozenset({"mini-swe-agent", "swe-agent"})
@@ -75,6 +75,12 @@ class ContextCheck:
 def prompt_ids(message: Any) -> list[int] | None:
     ids = (message.extra or {}).get("prompt_token_ids")
     return list(ids) if isinstance(ids, list) and ids else None
+
+
+def context_rule(trajectory: Trajectory) -> str:
+    """The rule that decides a trajectory's context (``RULES``), without checking it:
+    ``prompt_ids`` where a generated turn recorded them, else its protocol's."""
+    return "prompt_ids" if any(m.generated and prompt_ids(m) for m in trajectory.messages) else protocol_rule(trajectory)
 
 
 def protocol_rule(trajectory: Trajectory) -> str:
@@ -154,7 +160,7 @@ def compiled_as_sent(check: ContextCheck) -> bool:
     """Whether ``relearn masks`` (``--context as-sent``) compiles the trajectory per turn under
     the context as sent: recorded prompt ids that disagree with its render, or, whatever the
     template would do, a history its harness sent without reasoning."""
-    return check.error is None and (check.rule in AS_SENT_RULES[1:] or check.differs)
+    return check.error is None and (check.rule in NOT_SENT_RULES or check.differs)
 
 
 def check_trajectory(
@@ -164,11 +170,10 @@ def check_trajectory(
     arguments (and ``per_turn``), with its recorded prompt ids; or name the protocol rule where
     none are recorded. A trajectory the template cannot render is an ``error`` (the masks
     reject it too)."""
-    if not any(m.generated and prompt_ids(m) for m in trajectory.messages):
-        rule = protocol_rule(trajectory)
-        preserve = bool(template_kwargs.get("preserve_thinking"))
-        return ContextCheck(trajectory.id, rule, differs=preserve and rule in ("reasoning_not_sent", "user_observations"))
-    check = ContextCheck(trajectory.id, "prompt_ids", differs=False)
+    rule = context_rule(trajectory)
+    if rule != "prompt_ids":
+        return ContextCheck(trajectory.id, rule, differs=bool(template_kwargs.get("preserve_thinking")) and rule in NOT_SENT_RULES)
+    check = ContextCheck(trajectory.id, rule, differs=False)
     shape = shape or probe(tokenizer, template_kwargs)
     try:
         for rendered in _renders(trajectory, tokenizer, template_kwargs, per_turn, shape):

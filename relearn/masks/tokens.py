@@ -126,24 +126,30 @@ def _has_ids(rendered: Rendered, turn: Turn) -> bool:
     return bool(rendered.messages[turn.message_index].token_ids)
 
 
-def uses_recorded_ids(rendered: Rendered) -> bool:
-    """Some generated turn of the render carries its ids (else the text is trained whole)."""
-    return any(_has_ids(rendered, t) for t in rendered.turns)
+def _uses_recorded_ids(rendered: Rendered, recorded: bool) -> bool:
+    return recorded and any(_has_ids(rendered, t) for t in rendered.turns)
 
 
-def encode_render(tokenizer: Any, rendered: Rendered, recorded: bool, text_encoded: Encoded | None = None) -> Encoded:
+def tokenised_whole(rendered: Rendered, recorded: bool) -> bool:
+    """Whether the render's ids are its text tokenised in one piece: no recorded ids are used
+    (none are, or ``recorded`` is off) and its history is the template's, not recorded prompt
+    ids (callers batch such renders into one tokenizer call)."""
+    return rendered.context_ids is None and not _uses_recorded_ids(rendered, recorded)
+
+
+def encode_render(tokenizer: Any, rendered: Rendered, recorded: bool) -> Encoded:
     """The sample's ids: with ``recorded`` and ids on generated turns, the history tokenised
     and each turn's recorded ids (a turn without them, its text tokenised); else the render
-    tokenised whole (``text_encoded`` when the caller already has it). An ``as_sent`` render's history is its recorded prompt
-    ids. Where a turn's ids decode to other text than the turn's, the text is trained and the
-    disagreement named (``targets`` ``ids_disagree``)."""
-    exact = recorded and uses_recorded_ids(rendered)
-    if not exact and rendered.context_ids is None:
-        return text_encoded or encode_texts(tokenizer, [rendered.text])[0]
+    tokenised whole. An ``as_sent`` render's history is its recorded prompt ids. Where a turn's
+    ids decode to other text than the turn's, the text is trained and the disagreement named
+    (``targets`` ``ids_disagree``)."""
+    if tokenised_whole(rendered, recorded):
+        return encode_texts(tokenizer, [rendered.text])[0]
+    exact = _uses_recorded_ids(rendered, recorded)
     pieces = _pieces(tokenizer, rendered, exact)
     if isinstance(pieces, str):
         if rendered.context_ids is None:
-            return replace(text_encoded or encode_texts(tokenizer, [rendered.text])[0], targets="ids_disagree", detail=pieces)
+            return replace(encode_texts(tokenizer, [rendered.text])[0], targets="ids_disagree", detail=pieces)
         problem, pieces = pieces, _pieces(tokenizer, rendered, False)
         assert not isinstance(pieces, str)
         return replace(_joined(pieces), targets="ids_disagree", detail=problem)
