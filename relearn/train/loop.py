@@ -67,7 +67,7 @@ from relearn.train.data import (
     trajectory_totals,
 )
 from relearn.train.deepspeed_config import deepspeed_config
-from relearn.train.engines import DeepSpeedEngine, Dist, PlainEngine, any_across, setup_distributed, sum_across
+from relearn.train.engines import DeepSpeedEngine, Dist, PlainEngine, any_across, setup_distributed, shutdown, sum_across
 from relearn.train.loss import step_denominator
 from relearn.train.model import RossLM, build_model, chunks_needed, enable_activation_checkpointing, parameter_count
 from relearn.train.options import TrainOptions, UsageError, check_options, model_config
@@ -115,6 +115,13 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
     console = console or Console(stderr=True)
     config = _checked_config(opts)
     dist = setup_distributed(opts)
+    summary = _train(opts, config, dist, console)
+    # Not on an error: a barrier there would wait for ranks that went on without it.
+    shutdown(dist)
+    return summary
+
+
+def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console) -> Summary:
     say = console.print if dist.main else (lambda *a, **k: None)
     samples, report = _load_data(opts, config, say)
     whole_counts = trajectory_totals(samples)  # per sample: its trajectory's supervised count
