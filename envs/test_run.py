@@ -37,6 +37,7 @@ SETUP_FAILED = 97  # the setup run's exit status when a reset or the test patch 
 ENV_WORDS = ("source", ".", "conda", "cd", "export")
 ECHO_ONLY = re.compile(r"^git (-c \S+ )*(status|show|diff)\b")
 FATAL = re.compile(r"^git (-c \S+ )*(checkout|apply)\b")
+RESET = re.compile(r"^git checkout ([0-9a-f]{7,40}) ((?:[\w./+@-]+ ?)+)$")
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z0-9_.\-]+)\1")
 PYTEST_CALL = re.compile(r"(^|[\s;&|(])(python[0-9.]*\s+(-\S+\s+)*-m\s+pytest|pytest|py\.test)(\s|$)")
 
@@ -97,6 +98,9 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True, tes
     for command in before:
         if ECHO_ONLY.match(command):
             continue
+        reset = RESET.match(command.strip())
+        if reset:
+            command = _reset_test_files(reset.group(1), reset.group(2).split())
         if FATAL.match(command):
             first, _, rest = command.partition("\n")
             what = shlex.quote(" ".join(first.split()[:3]))
@@ -114,6 +118,19 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True, tes
     test_lines.insert(at + 1, "relearn_status=$?")
     phases.test = _script(environment + test_lines + ["exit $relearn_status"])
     return phases
+
+
+def _reset_test_files(commit: str, paths: list[str]) -> str:
+    """The eval script's `git checkout BASE TEST_FILES`, one file at a time: a file the test
+    patch creates does not exist at the base, and git refuses the whole checkout for it
+    (15 of the 500 Verified rows), which here is fatal. It is removed instead, so that the
+    test patch creates it; every other file is reset, and a missing base commit still fails."""
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    return (
+        f"git checkout {commit} -- {quoted} 2>/dev/null || (git cat-file -e {commit}^{{commit}} && for relearn_path in {quoted}; do "
+        f'if git cat-file -e {commit}:"$relearn_path" 2>/dev/null; then git checkout {commit} -- "$relearn_path" || exit 1; '
+        f'else rm -rf -- "$relearn_path"; fi; done)'
+    )
 
 
 def _test_command(lines: list[str]) -> tuple[int | None, str | None]:

@@ -16,6 +16,7 @@ from envs.tasks import Task, load_tasks
 from envs.verify import verify
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
+VERIFIED = Path(__file__).resolve().parent.parent.parent / "shared" / "samples" / "swebench_verified.parquet"
 TASKS, TASK_ERRORS = load_tasks(MINI_SUITE)
 BY_ID = {t.instance_id: t for t in TASKS}
 IDS = sorted(BY_ID)
@@ -309,3 +310,34 @@ def test_tests_without_the_test_patch_in_place_are_not_graded(docker_client: doc
     verdict = verify(docker_client, task, mini.patch, images[mini.instance_id])
     assert not verdict.resolved and verdict.tests is None
     assert verdict.error == "the test patch is not in place after the setup (the test files are not the ones the task grades with)"
+
+
+def test_a_test_file_the_test_patch_creates_is_removed_not_checked_out(tmp_path: Path) -> None:
+    """The setup the verifier runs for a real Verified row whose test patch adds a file
+    (django__django-16454, one of 15): the file does not exist at the base, git refuses the
+    whole `git checkout BASE FILES`, and the row could never be graded. Run here in a scratch
+    repository with the candidate's edits to both files: the existing one is reset, the new one
+    removed so that the test patch can create it, and a base commit that is not there still fails."""
+    import pyarrow.parquet as pq
+
+    from envs.test_run import SETUP_FAILED, split_eval_script
+
+    row = next(r for r in pq.read_table(VERIFIED).to_pylist() if r["instance_id"] == "django__django-16454")
+    setup = split_eval_script(row["eval_script"], "/testbed").setup
+    (line,) = [x for x in setup.splitlines() if x.startswith("git checkout")]
+    existing, created = "tests/user_commands/tests.py", "tests/user_commands/management/commands/subparser_vanilla.py"
+    repo = tmp_path / "repo"
+    (repo / created).parent.mkdir(parents=True)
+    (repo / existing).write_text("the base\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], cwd=repo, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-qm", "base"], cwd=repo, check=True)
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+    (repo / existing).write_text("the candidate's edit\n")
+    (repo / created).write_text("the candidate's own file\n")
+    ran = subprocess.run(["bash", "-c", line.replace(row["base_commit"], base)], cwd=repo, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert (repo / existing).read_text() == "the base\n" and not (repo / created).exists()
+    missing = subprocess.run(["bash", "-c", line], cwd=repo, capture_output=True, text=True)  # the row's own base: not in this repository
+    assert missing.returncode == SETUP_FAILED and "setup step failed" in missing.stderr
