@@ -8,9 +8,11 @@ The image it makes keeps the contract the eval scripts rely on (``envs.contract`
   no future commits for ``git log --all`` to find);
 - ``/opt/miniconda3/bin/activate`` and a ``conda`` shell function, so that
   ``source /opt/miniconda3/bin/activate`` and ``conda activate testbed`` work; the
-  ``testbed`` environment is a Python venv at ``/opt/miniconda3/envs/testbed``, made by
-  the instance's Python version and filled by pip from a wheelhouse (``--wheels``, made
-  with ``pip download`` on a machine with PyPI) instead of conda;
+  ``testbed`` environment is a Python prefix of its own at ``/opt/miniconda3/envs/testbed``
+  (as a conda environment is: its interpreter, standard library and packages, found from
+  wherever the interpreter is started, links included), made by
+  the instance's Python version and filled by pip from a wheelhouse (``--wheels``, filled
+  by ``relearn envs fetch-wheels`` where PyPI answers: ``envs.wheelhouse``) instead of conda;
 - the instance's install steps (``envs.swebench_specs``) already run, so nothing needs
   the network later. The wheelhouse stays in the image (``/opt/relearn/wheels``, pip's
   only index there), because the eval scripts reinstall the package before the tests.
@@ -22,6 +24,7 @@ The Python comes from a Debian suite built by debootstrap (3.9 bullseye, 3.11 bo
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -43,13 +46,22 @@ CONDA_ROOT = "/opt/miniconda3"
 ENV_NAME = "testbed"
 ENV_PREFIX = f"{CONDA_ROOT}/envs/{ENV_NAME}"
 WHEELS = "/opt/relearn/wheels"
-BUILDER = "relearn build-swebench 1"
+BUILDER = "relearn build-swebench 2"
+LOCK = "relearn-wheelhouse.lock.json"  # written by envs.wheelhouse beside the wheels
+# The environment's own pip, setuptools and wheel, whatever the instance's era. pip is the newest
+# the instance's Python gets (26.0.1 for 3.9, 26.3 for 3.11), the one envs.wheelhouse resolves
+# the wheelhouse with (it has --uploaded-prior-to), recorded in the lock: another pip resolves
+# pre-releases otherwise (pytest 6.2's `pluggy<1.0.0a1` took 1.0.0.dev0 in the fetch, and pip
+# 24 and the era's pip 21 then found nothing). setuptools is of the time the official images
+# were built (2024): an era's cannot make PEP 660 editable installs, and setuptools 82 no
+# longer ships pkg_resources, which old setup.py files import.
+BUILD_TOOLS = ("pip", "setuptools==69.5.1", "wheel==0.43.0")
 
 # `conda` as a shell function, for the lines SWE-bench eval scripts run (`conda activate
-# testbed`, `conda deactivate`); activation of a venv is PATH and VIRTUAL_ENV. Written to
+# testbed`, `conda deactivate`); activation of an environment is PATH and VIRTUAL_ENV. Written to
 # run under the scripts' `set -u`.
 CONDA_SH = f"""# relearn's stand-in for conda's shell functions: no conda in this image; the environments
-# are Python venvs under {CONDA_ROOT}/envs made with pip. Supports `conda activate NAME`,
+# are Python prefixes under {CONDA_ROOT}/envs filled with pip. Supports `conda activate NAME`,
 # `conda deactivate`, and `conda run -n NAME CMD` (through {CONDA_ROOT}/bin/conda).
 conda() {{
     case "${{1:-}}" in
@@ -105,10 +117,10 @@ case "${{1:-}}" in
         if [ "$name" != base ]; then export VIRTUAL_ENV=$root/envs/$name PATH=$root/envs/$name/bin:$PATH; fi
         exec "$@" ;;
     env|info)
-        echo "# conda environments (relearn: Python venvs)"
+        echo "# conda environments (relearn: Python prefixes filled with pip)"
         echo "base  $root"
         for d in "$root"/envs/*/; do [ -d "$d" ] && echo "$(basename "$d")  ${{d%/}}"; done ;;
-    --version|-V) echo "conda 0.0 (relearn stand-in: environments are pip venvs)" ;;
+    --version|-V) echo "conda 0.0 (relearn stand-in: environments are filled with pip)" ;;
     activate|deactivate) echo "conda $1: source $root/bin/activate first" >&2; exit 1 ;;
     *) echo "conda ${{1:-}}: not available here (relearn stand-in: activate, deactivate, run, env list)" >&2; exit 1 ;;
 esac
@@ -129,9 +141,16 @@ class BuildResult:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def python_base(client: docker.DockerClient, spec: InstallSpec, python: str, python_image: str | None, log: Callable[[str], None]) -> str:
+def python_base(
+    client: docker.DockerClient,
+    spec: InstallSpec,
+    python: str,
+    python_image: str | None,
+    log: Callable[[str], None],
+    extra_packages: tuple[str, ...] = (),
+) -> str:
     """The image the environment is built ``FROM``: the user's, or a Debian suite whose
-    python3 is ``python`` (with the Debian packages the instance needs)."""
+    python3 is ``python`` (with the Debian packages the instance needs, and ``extra_packages``)."""
     if python_image is not None:
         if spec.apt_packages:
             raise Unsupported(
@@ -147,7 +166,7 @@ def python_base(client: docker.DockerClient, spec: InstallSpec, python: str, pyt
             f"pass --python-image IMAGE (an image with python{python}, git and bash, e.g. a loaded python:{python}-slim with git), "
             "or --python VERSION to build with another version (recorded in the image's labels)"
         )
-    packages = list(dict.fromkeys([*BASE_PACKAGES, *spec.apt_packages]))
+    packages = list(dict.fromkeys([*BASE_PACKAGES, *spec.apt_packages, *extra_packages]))
     return build_base(client, packages=packages, suite=suite, log=log)
 
 
@@ -179,11 +198,16 @@ def _git(*args: str, cwd: Path | None = None, check: bool = True) -> subprocess.
 
 def prepare_testbed(source: Path, base_commit: str, dest: Path) -> None:
     """``dest``: a fresh repository whose only history is ``base_commit`` and its ancestors,
-    checked out at it on branch ``main``."""
+    checked out at it on branch ``main``, with the tags that point into that history (the
+    official images keep them: setuptools-scm versions the package from the last one, and
+    pytest's ``minversion`` check fails on a ``0.1.dev`` version), none after it."""
     if _git("-C", str(source), "cat-file", "-e", f"{base_commit}^{{commit}}", check=False).returncode != 0:
         raise BuildFailed(f"the base commit {base_commit} is not in {source} (fetch it there, or pass a full clone)")
     _git("init", "-q", "-b", "main", str(dest))
     _git("-C", str(dest), "fetch", "-q", "--no-tags", str(source.resolve()), base_commit)
+    tags = _git("-C", str(source), "tag", "--merged", base_commit).stdout.split()
+    if tags:
+        _git("-C", str(dest), "fetch", "-q", "--no-tags", str(source.resolve()), *[f"refs/tags/{t}:refs/tags/{t}" for t in tags])
     _git("-C", str(dest), "reset", "-q", "--hard", base_commit)
     (dest / ".git" / "FETCH_HEAD").unlink(missing_ok=True)
     _git("-C", str(dest), "reflog", "expire", "--expire=now", "--all")
@@ -224,21 +248,46 @@ def requirements_text(source: Path, spec: InstallSpec, task: Task) -> str:
     raise BuildFailed(f"{task.instance_id}: none of {', '.join(spec.requirements)} exists at {commit[:12]} in {source}")
 
 
-def env_script(spec: InstallSpec, python: str, wheels: bool, requirements: bool) -> str:
-    """Makes the ``testbed`` venv and installs what the spec names, in swebench's order:
+def locked_tools(wheels: Path, instance_id: str) -> list[str]:
+    """The build tools the lock says this instance's fetch took (none without a lock)."""
+    path = wheels / LOCK
+    if not path.exists():
+        return []
+    fetches = json.loads(path.read_text()).get("fetches", [])
+    return next((list(f.get("tools") or []) for f in fetches if f.get("instance_id") == instance_id), [])
+
+
+def env_script(spec: InstallSpec, python: str, wheels: bool, requirements: bool, tools: list[str] | None = None) -> str:
+    """Makes the ``testbed`` environment and installs what the spec names, in swebench's order:
     the requirements file, the (conda) packages, then the pinned pip packages."""
     pip = "python -m pip install --no-input --progress-bar off"
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
         f'command -v python{python} >/dev/null || {{ echo "relearn: the base image has no python{python}" >&2; exit 1; }}',
-        f"python{python} -m venv {ENV_PREFIX}",
+        # Made as a venv (pip comes with it), then turned into a prefix of its own, as a conda
+        # environment is: tox-current-env starts the tests through its own link to this
+        # interpreter, and a venv started from another folder is no venv (Python looks for
+        # pyvenv.cfg beside the path it was started by), so the system Python with Debian's
+        # pytest ran instead. With its standard library beside the copied binary, Python finds
+        # this prefix from the binary's real location. Debian's Python reads packages from
+        # dist-packages and installs into local/: both lead to site-packages.
+        f"python{python} -m venv --copies {ENV_PREFIX}",
+        f"stdlib=$(python{python} -c 'import sysconfig; print(sysconfig.get_paths()[\"stdlib\"])')",
+        f'cp -a "$stdlib/." {ENV_PREFIX}/lib/python{python}/',
+        f"rm -f {ENV_PREFIX}/lib/python{python}/EXTERNALLY-MANAGED {ENV_PREFIX}/pyvenv.cfg",
+        f"[ -e {ENV_PREFIX}/lib/python{python}/dist-packages ] || ln -s site-packages {ENV_PREFIX}/lib/python{python}/dist-packages",
+        f"ln -s . {ENV_PREFIX}/local",
+        f'[ "$({ENV_PREFIX}/bin/python -c \'import sys; print(sys.prefix)\')" = {ENV_PREFIX} ] || {{ echo "relearn: {ENV_PREFIX} is not a prefix of its own" >&2; exit 1; }}',
+        # Editable installs put /testbed itself on sys.path (a .pth line), as the official
+        # images' `setup.py develop` does; setuptools' PEP 660 finder hook does not for some
+        # layouts (pylint). The wheelhouse is pip's only index, now and at eval time.
+        "printf '%s\\n' " + " ".join(shlex.quote(line) for line in pip_conf(wheels)) + f" > {ENV_PREFIX}/pip.conf",
     ]
-    if wheels:
-        # The wheelhouse is pip's only index in this environment, now and at eval time.
-        lines.append(f"printf '[global]\\nno-index = true\\nfind-links = {WHEELS}\\n' > {ENV_PREFIX}/pip.conf")
     lines += [f"source {CONDA_ROOT}/bin/activate", f"conda activate {ENV_NAME}"]
-    for tool in ("pip", "setuptools", "wheel"):
+    if tools:  # the versions the fetch took for this instance, not the newest another step brought
+        lines.append(f"{pip} --upgrade {' '.join(shlex.quote(t) for t in tools)}")
+    for tool in () if tools else ("pip", "setuptools", "wheel"):
         if wheels:
             lines.append(f"if ls {WHEELS} | grep -qi '^{tool}-'; then {pip} --upgrade {tool}; fi")
         else:
@@ -250,6 +299,13 @@ def env_script(spec: InstallSpec, python: str, wheels: bool, requirements: bool)
     if spec.pip_packages:
         lines.append(f"{pip} {' '.join(shlex.quote(p) for p in spec.pip_packages)}")
     return "\n".join(lines) + "\n"
+
+
+def pip_conf(wheels: bool) -> list[str]:
+    lines = ["[install]", "config-settings = editable_mode=compat"]
+    if wheels:
+        lines += ["[global]", "no-index = true", f"find-links = {WHEELS}"]
+    return lines
 
 
 def install_script(spec: InstallSpec) -> str:
@@ -295,7 +351,7 @@ def _quote_label(value: str) -> str:
 def wheelhouse_digest(wheels: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(wheels.iterdir()):
-        if path.is_file():
+        if path.is_file() and path.name.endswith((".whl", ".tar.gz", ".zip", ".tar.bz2")):
             digest.update(f"{path.name}\t{path.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]
 
@@ -356,7 +412,8 @@ def build_instance_image(
         requirements = requirements_text(source, spec, task)
         (context / "relearn").mkdir()
         (context / "relearn" / "requirements.txt").write_text(requirements)
-        (context / "relearn" / "env.sh").write_text(env_script(spec, chosen, wheels is not None, bool(requirements.strip())))
+        tools = locked_tools(wheels, task.instance_id) if wheels is not None else []
+        (context / "relearn" / "env.sh").write_text(env_script(spec, chosen, wheels is not None, bool(requirements.strip()), tools))
         (context / "relearn" / "install.sh").write_text(install_script(spec))
         labels = {
             "relearn.builder": BUILDER,
@@ -409,34 +466,30 @@ def _docker_build(
     if error is None:
         return
     tail = "\n".join(lines[-40:])
-    missing = re.findall(r"No matching distribution found for (\S+)", tail)
-    hint = ""
+    raise BuildFailed(f"building {tag} failed: {error}\n{tail}{build_hint(tail)}")
+
+
+def build_hint(log: str) -> str:
+    """What to do about a failed build, for each way it fails offline; names every package."""
+    missing = list(dict.fromkeys(re.findall(r"No matching distribution found for ([^\s;]+)", log)))
+    fetch = "relearn envs fetch-wheels --tasks TASKS --id INSTANCE --repo REPO --wheels WHEELS"
     if missing:
-        hint = (
-            f"\nthe wheelhouse lacks {', '.join(dict.fromkeys(missing))}: add it with `pip download -d WHEELS --only-binary=:all: "
-            f"--python-version X.Y --platform manylinux2014_x86_64 {' '.join(dict.fromkeys(missing))}` on a machine with PyPI "
-            "(`relearn envs build-swebench --plan` prints the whole command)"
+        quoted = " ".join(shlex.quote(m) for m in missing)
+        return (
+            f"\nthe wheelhouse lacks {', '.join(missing)}: fill it for this instance with `{fetch}` where PyPI answers "
+            f"(`relearn envs build-swebench --plan` prints it filled in), or add them by hand: `pip download -d WHEELS {quoted}` "
+            "run by the image's own Python"
         )
-    raise BuildFailed(f"building {tag} failed: {error}\n{tail}{hint}")
-
-
-def download_command(spec: InstallSpec, python: str, requirements: str) -> str:
-    """The ``pip download`` that fills a wheelhouse for ``spec`` (run where PyPI answers)."""
-    pinned = {re.split(r"[<>=!~\[; ]", p, maxsplit=1)[0].lower() for p in spec.pip_packages}
-    unpinned = [p for p in ["pip", "setuptools", "wheel", *spec.packages] if p.lower() not in pinned]
-    names = list(dict.fromkeys([*unpinned, *spec.pip_packages]))
-    reqs = [line.strip() for line in requirements.splitlines() if line.strip() and not line.strip().startswith("-")]
-    words = [
-        "pip",
-        "download",
-        "-d",
-        "WHEELS",
-        "--only-binary=:all:",
-        "--python-version",
-        python,
-        "--platform",
-        "manylinux2014_x86_64",
-        "--implementation",
-        "cp",
-    ]
-    return " ".join(words + [shlex.quote(n) for n in [*names, *reqs]])
+    if re.search(r"ResolutionImpossible|conflicting dependencies|Cannot install .* because these package versions have conflicting", log):
+        return "\nthe versions in the wheelhouse conflict for this step (the lines above name them): refill it with relearn envs fetch-wheels, which resolves each install step as the build runs it"
+    if re.search(
+        r"command '\S*(gcc|cc|g\+\+)' failed|error: command '\S*gcc'|unable to execute '\S*gcc'|No such file or directory: '\S*gcc'", log
+    ):
+        return (
+            "\na package is compiled from source and the base image has no compiler: the wheelhouse holds its sdist, not a wheel. "
+            "relearn envs fetch-wheels builds sdists into wheels (with Debian's compiler where they need one) and names those it cannot build"
+        )
+    sdist = re.findall(r"Processing \S*?/([^/\s]+\.(?:tar\.gz|zip))", log)
+    if sdist:
+        return f"\n{', '.join(dict.fromkeys(sdist))} is an sdist that failed to build offline: relearn envs fetch-wheels builds sdists into wheels while online"
+    return ""

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from envs.images import build_base, task_image  # noqa: E402
 from envs.tasks import load_tasks  # noqa: E402
 
 MINI_SUITE = ROOT / "envs" / "mini_tasks"
+WHEELS = ["pytest", "setuptools", "wheel"]  # the requests recipe installs pytest; `pip install .` needs setuptools
 
 
 @pytest.fixture
@@ -87,3 +90,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         module = getattr(item, "module", None)
         if module is not None and module.__name__.rsplit(".", 1)[-1] in RAY_MODULES:
             item.add_marker(pytest.mark.ray)
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """pytest, setuptools and wheel for CPython 3.11, downloaded from PyPI once per machine
+    (under the relearn cache) and reused by every session."""
+    key = hashlib.sha256(" ".join(["3.11", *WHEELS]).encode()).hexdigest()[:12]
+    folder = Path(os.environ.get("RELEARN_CACHE", Path.home() / ".cache" / "relearn")) / "test-wheelhouse" / key
+    if folder.is_dir() and any(folder.glob("pytest-*.whl")):
+        return folder
+    partial = folder.with_name(folder.name + ".partial")
+    subprocess.run(["rm", "-rf", str(partial)], check=True)
+    command = [sys.executable, "-m", "pip", "download", "-q", "-d", str(partial), "--only-binary=:all:", "--python-version", "3.11"]
+    command += ["--platform", "manylinux2014_x86_64", "--implementation", "cp", *WHEELS]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if result.returncode != 0:
+        pytest.fail(f"could not make the test wheelhouse from PyPI: {result.stderr[-2000:]}")
+    partial.rename(folder)
+    return folder

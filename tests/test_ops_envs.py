@@ -23,6 +23,7 @@ from relearn.ops.envs import (
     BuildOptions,
     BuildSwebenchOptions,
     CheckImageOptions,
+    FetchWheelsOptions,
     GcOptions,
     LoadOptions,
     VerdictAuditOptions,
@@ -31,6 +32,7 @@ from relearn.ops.envs import (
     run_build,
     run_build_swebench,
     run_check_image,
+    run_fetch_wheels,
     run_gc,
     run_load,
 )
@@ -89,12 +91,23 @@ def test_verdict_audit_lists_what_the_verifier_did_and_flags_refusals_contradict
         (BuildSwebenchOptions(str(VERIFIED), ["sympy__sympy-24562", "django__django-11099"], repo="/nowhere"), "--repo is one repository"),
         (BuildSwebenchOptions(str(VERIFIED), ["sympy__sympy-24562"]), "give --repo: a checkout of sympy/sympy"),
         (BuildSwebenchOptions(str(VERIFIED), ["sympy__sympy-24562"], repo="/nowhere"), "no such directory, and not a clone URL"),
+        (FetchWheelsOptions(str(VERIFIED), [], Path("/tmp")), r"name the instances whose wheels to fetch \(--id"),
+        (FetchWheelsOptions(str(VERIFIED), ["sympy__sympy-24562"], Path("/tmp")), "give --repo: a checkout of sympy/sympy"),
+        (
+            FetchWheelsOptions(str(VERIFIED), ["sympy__sympy-24562"], Path("/tmp"), repo="/nowhere"),
+            "no such directory, and not a clone URL",
+        ),
+        (FetchWheelsOptions(str(VERIFIED), ["sympy__sympy-24562"], Path("/etc/hostname"), repo="/nowhere"), "/etc/hostname: not a folder"),
+        (
+            FetchWheelsOptions(str(VERIFIED), ["sympy__sympy-24562"], Path("/tmp"), containers=ContainerOptions(ray="local")),
+            "runs on this machine",
+        ),
     ],
 )
 def test_unusable_options_are_refused_before_any_container_runs(options: object, message: str) -> None:
     op = {
         CheckImageOptions: run_check_image, AuditOptions: run_audit, BuildOptions: run_build, LoadOptions: run_load,
-        BuildSwebenchOptions: run_build_swebench,
+        BuildSwebenchOptions: run_build_swebench, FetchWheelsOptions: run_fetch_wheels,
     }[type(options)]  # fmt: skip
     with pytest.raises(OpError, match=message):
         op(options)  # type: ignore[operator]

@@ -18,7 +18,6 @@ import io
 import json
 import os
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -44,7 +43,6 @@ VERIFIED = SAMPLES / "swebench_verified.parquet"
 INSTANCE = "relearn__tinycalc-1"
 ROW_IMAGE = f"swebench/sweb.eval.x86_64.{instance_key(INSTANCE)}:latest"
 TEST_FILE = "tests/test_ops.py"
-WHEELS = ["pytest", "setuptools", "wheel"]  # requests' recipe installs pytest; `pip install .` needs setuptools
 GIT_ENV = {
     **os.environ,
     "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
@@ -115,25 +113,6 @@ def shaped_like(real: dict, base: str, test_files: list[str], test_patch: str, t
             out.append(line.replace(real["base_commit"], base))
         i += 1
     return "\n".join(out)
-
-
-@pytest.fixture(scope="session")
-def wheelhouse() -> Path:
-    """pytest, setuptools and wheel for CPython 3.11, downloaded from PyPI once per machine
-    (under the relearn cache) and reused by every session."""
-    key = hashlib.sha256(" ".join(["3.11", *WHEELS]).encode()).hexdigest()[:12]
-    folder = Path(os.environ.get("RELEARN_CACHE", Path.home() / ".cache" / "relearn")) / "test-wheelhouse" / key
-    if folder.is_dir() and any(folder.glob("pytest-*.whl")):
-        return folder
-    partial = folder.with_name(folder.name + ".partial")
-    subprocess.run(["rm", "-rf", str(partial)], check=True)
-    command = [sys.executable, "-m", "pip", "download", "-q", "-d", str(partial), "--only-binary=:all:", "--python-version", "3.11"]
-    command += ["--platform", "manylinux2014_x86_64", "--implementation", "cp", *WHEELS]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    if result.returncode != 0:
-        pytest.fail(f"could not make the test wheelhouse from PyPI: {result.stderr[-2000:]}")
-    partial.rename(folder)
-    return folder
 
 
 @pytest.fixture(scope="session")

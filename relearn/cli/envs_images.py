@@ -1,4 +1,4 @@
-"""``relearn envs load|check-image|build-swebench``: getting SWE-bench instance images onto
+"""``relearn envs load|check-image|build-swebench|fetch-wheels``: getting SWE-bench instance images onto
 an engine without a registry, and checking that an image keeps the contract. Flags -> the
 options of ``relearn.ops.envs`` -> its operation -> tables and an exit code."""
 
@@ -17,11 +17,13 @@ from relearn.ops.containers import ContainerOptions
 from relearn.ops.envs import (
     BuildSwebenchOptions,
     CheckImageOptions,
+    FetchWheelsOptions,
     LoadOptions,
     SwebenchImage,
     SwebenchPlan,
     run_build_swebench,
     run_check_image,
+    run_fetch_wheels,
     run_load,
 )
 
@@ -140,7 +142,8 @@ def build_swebench_command(
         bool, typer.Option("--check/--no-check", help="Check each built image against the contract (as `relearn envs check-image`).")
     ] = BuildSwebenchOptions.check,
     plan: Annotated[
-        bool, typer.Option("--plan", help="Only print each instance's recipe and the `pip download` that fills a wheelhouse for it.")
+        bool,
+        typer.Option("--plan", help="Only print each instance's recipe and the `relearn envs fetch-wheels` that fills its wheelhouse."),
     ] = BuildSwebenchOptions.plan,
 ) -> None:
     """Build SWE-bench instance images offline: the repository at the base commit from a checkout, a Python venv filled by pip from a wheelhouse in place of conda, the instance's install steps, and the `conda activate testbed` entry point the eval scripts call.
@@ -200,11 +203,64 @@ def _print_plan(plan: SwebenchPlan) -> None:
         if values:
             out.print(f"  {label}: {'; '.join(values)}", markup=False, highlight=False)
     out.print(f"  install: {spec.install}", markup=False, highlight=False)
-    out.print("  fill a wheelhouse (where PyPI answers), plus the repository's own dependencies at the base commit:", markup=False)
-    out.print(f"    {plan.download}", markup=False, highlight=False, soft_wrap=True)
+    out.print("  fill its wheelhouse where PyPI answers (then build with --wheels, offline):", markup=False)
+    out.print(f"    {plan.fetch}", markup=False, highlight=False, soft_wrap=True)
+
+
+def fetch_wheels_command(
+    tasks: Annotated[
+        str, typer.Option("--tasks", "-t", help="SWE-bench rows (.parquet/.jsonl/.json), e.g. ../shared/samples/swebench_verified.parquet.")
+    ],
+    ids: Annotated[list[str], typer.Option("--id", "-i", help="Instances whose wheelhouse to fill (repeatable).")],
+    wheels: Annotated[
+        Path, typer.Option("--wheels", file_okay=False, help="The wheelhouse to fill (made when missing); instances may share one.")
+    ],
+    repo: Annotated[
+        str | None,
+        typer.Option("--repo", help="The instances' repository: a local git checkout or mirror holding the base commits, or a clone URL."),
+    ] = FetchWheelsOptions.repo,
+    python: Annotated[
+        str | None, typer.Option("--python", help="Resolve for this Python version instead of the instance's (as build-swebench --python).")
+    ] = FetchWheelsOptions.python,
+    python_image: Annotated[
+        str | None,
+        typer.Option("--python-image", help="Run pip in this image (as build-swebench --python-image) instead of a Debian suite's."),
+    ] = FetchWheelsOptions.python_image,
+    era: Annotated[
+        bool,
+        typer.Option(
+            "--era/--no-era",
+            help="Take versions the spec leaves open as of the environment-setup commit's date (pip --uploaded-prior-to); --no-era takes the newest.",
+        ),
+    ] = FetchWheelsOptions.era,
+) -> None:
+    """Fill the wheelhouse that `relearn envs build-swebench --wheels` installs from offline, where PyPI answers.
+
+    pip runs inside a container of the image's own base (the Debian suite with the instance's Python, or --python-image), so environment markers and wheel tags are the image's, and downloads what each install step of the build asks for, in the build's order: pip, setuptools and wheel; the repository's requirements file; the spec's packages and pins; the repository's own dependencies at the base commit, for the extras its install names; its build backend. Versions the spec leaves open are taken as of the environment-setup commit's date. Sdists are built into wheels there, those that compile C again with Debian's compiler; one that builds nowhere gives way to its project's newest wheel. The container reaches the index through this machine's proxy settings and certificates (PIP_CERT, REQUESTS_CA_BUNDLE or SSL_CERT_FILE).
+
+    The wheelhouse's relearn-wheelhouse.lock.json lists every file with its sha256 and, per instance, the Python pip ran on, the era, the build tools, how each step resolved and the sdists built or replaced (docs/swebench.md). Exits 1 when an instance failed or an sdist could not be made a wheel.
+    """
+    options = FetchWheelsOptions(tasks, ids, wheels, repo, python, python_image, era)
+    summary = run_op(run_fetch_wheels, options)
+    show_problems("refused", summary.refused)
+    if summary.fetched:
+        table = Table(title=f"relearn envs fetch-wheels -> {wheels}")
+        for column in ("instance", "python", "era", "steps newer than the era", "wheels built from sdists", "s"):
+            table.add_column(column)
+        for result in summary.fetched:
+            newer = [s["step"] for s in result.steps if s["result"] == "newer than the era"]
+            built = ", ".join([*result.built, *(f"{name} (no build: the newest wheel instead)" for name in result.replaced)]) or "none"
+            table.add_row(
+                result.instance_id, result.python, result.era or "newest", ", ".join(newer) or "none", built, f"{result.seconds:.0f}"
+            )
+        out.print(table)
+        out.print(f"the wheelhouse holds {summary.files} distributions (relearn-wheelhouse.lock.json)")
+    show_problems("failed", summary.failures)
+    raise typer.Exit(EXIT_PARTIAL if summary.failures or summary.refused else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:
     app.command("load")(load_command)
     app.command("check-image")(check_image_command)
     app.command("build-swebench")(build_swebench_command)
+    app.command("fetch-wheels")(fetch_wheels_command)

@@ -11,6 +11,7 @@ image map or template, the containers' limits, SIGTERM unwinding like Ctrl-C.
 
 from __future__ import annotations
 
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from envs.docker_backend import Limits
     from envs.swebench_specs import InstallSpec
     from envs.tasks import Task
+    from envs.wheelhouse import FetchResult
 
 
 def _here_only(verb: str, containers: ContainerOptions) -> None:
@@ -429,7 +431,7 @@ class SwebenchPlan:
     python: str  # the version it would be built with
     debian_suite: str | None  # the suite that has that Python; None: --python-image is needed
     requirements: list[str]  # the repository's requirement lines at the base commit
-    download: str  # the `pip download` that fills a wheelhouse for it
+    fetch: str  # the `relearn envs fetch-wheels` that fills its wheelhouse
 
 
 @dataclass
@@ -453,41 +455,21 @@ class BuildSwebenchSummary:
 
 
 def run_build_swebench(options: BuildSwebenchOptions, reporter: Reporter = SILENT) -> BuildSwebenchSummary:
-    from envs.swebench_build import BuildFailed, source_repository
-    from envs.swebench_specs import Unsupported, install_spec
-
     _here_only("build-swebench", options.containers)
     if not options.ids:
         raise OpError("name the instances to build (--id, repeatable)")
-    choice = options.containers.choice()
-    limits = options.containers.limits()
-    chosen, _unreadable = load_task_list(options.tasks, options.ids)
-    chosen = choice.route(chosen)
-    repos = sorted({t.repo for t in chosen})
-    if len(repos) > 1:
-        raise OpError(f"--repo is one repository, and these instances come from {', '.join(repos)}: build each repository's apart")
-    if options.repo is None:
-        raise OpError(f"give --repo: a checkout of {repos[0]} (or its clone URL when online)")
     if options.wheels is not None and not options.wheels.is_dir():
         raise OpError(f"--wheels {options.wheels}: no such folder")
     summary = BuildSwebenchSummary(refused=[])
-    specs: dict[str, InstallSpec] = {}
-    for task in chosen:
-        try:
-            specs[task.instance_id] = install_spec(task)
-        except Unsupported as exc:
-            summary.refused.append(f"{task.instance_id}: {exc}")
+    chosen, specs = _swebench_specs(options.tasks, options.ids, options.repo, options.containers, summary.refused)
     if not specs:
         return summary
     buildable = [t for t in chosen if t.instance_id in specs]
-    with tempfile.TemporaryDirectory(prefix="relearn-src-") as tmp:
-        try:
-            source = source_repository(options.repo, Path(tmp), log=reporter.note)
-        except BuildFailed as exc:
-            raise OpError(str(exc)) from None
+    with _source(options.repo, reporter) as source:
         if options.plan:
-            summary.plans = [_plan(task, specs[task.instance_id], options.python, source) for task in buildable]
+            summary.plans = [_plan(task, specs[task.instance_id], options, source) for task in buildable]
             return summary
+        limits = options.containers.limits()
         with container_session(options.containers, reporter) as session, stage(reporter, "building SWE-bench images", len(buildable)):
             for task in buildable:
                 image = _build_one(session.client, task, specs[task.instance_id], source, options, limits, reporter, summary.failures)
@@ -495,6 +477,41 @@ def run_build_swebench(options: BuildSwebenchOptions, reporter: Reporter = SILEN
                     summary.images.append(image)
                 reporter.advance()
     return summary
+
+
+def _swebench_specs(
+    tasks: str, ids: list[str], repo: str | None, containers: ContainerOptions, refused: list[str]
+) -> tuple[list[Task], dict[str, InstallSpec]]:
+    """The chosen rows (named as the images will be) and the install recipe of each one the
+    offline builder supports; the others are added to ``refused`` with the reason."""
+    from envs.swebench_specs import Unsupported, install_spec
+
+    chosen, _unreadable = load_task_list(tasks, ids)
+    chosen = containers.choice().route(chosen)
+    repos = sorted({t.repo for t in chosen})
+    if len(repos) > 1:
+        raise OpError(f"--repo is one repository, and these instances come from {', '.join(repos)}: take each repository's apart")
+    if repo is None:
+        raise OpError(f"give --repo: a checkout of {repos[0]} (or its clone URL when online)")
+    specs: dict[str, InstallSpec] = {}
+    for task in chosen:
+        try:
+            specs[task.instance_id] = install_spec(task)
+        except Unsupported as exc:
+            refused.append(f"{task.instance_id}: {exc}")
+    return chosen, specs
+
+
+@contextmanager
+def _source(repo: str, reporter: Reporter) -> Iterator[Path]:
+    from envs.swebench_build import BuildFailed, source_repository
+
+    with tempfile.TemporaryDirectory(prefix="relearn-src-") as tmp:
+        try:
+            source = source_repository(repo, Path(tmp), log=reporter.note)
+        except BuildFailed as exc:
+            raise OpError(str(exc)) from None
+        yield source
 
 
 def _build_one(
@@ -519,7 +536,7 @@ def _build_one(
             memory_mb=limits.memory_mb, log=reporter.note,
         )  # fmt: skip
     except (BuildFailed, Unsupported) as exc:
-        failures.append(f"{task.instance_id}: {exc}")
+        failures.append(f"{task.instance_id}: {exc}{_removed(client, tag)}")
         return None
     row.python, row.seconds = built.python, built.seconds
     if options.check:
@@ -528,21 +545,97 @@ def _build_one(
         row.seconds["contract check"] = time.monotonic() - started
         row.contract, row.missing = ("kept", []) if report.ok else ("missing", report.missing())
         if not report.ok:
-            failures.append(f"{task.instance_id}: the built image does not keep the contract: {'; '.join(row.missing)}")
+            failures.append(
+                f"{task.instance_id}: the built image does not keep the contract: {'; '.join(row.missing)}{_removed(client, tag)}"
+            )
     return row
 
 
-def _plan(task: Task, spec: InstallSpec, python: str | None, source: Path) -> SwebenchPlan:
-    from envs.swebench_build import download_command, requirements_text
+def _removed(client: docker.DockerClient, tag: str) -> str:
+    """Take a failed build's image off its official name, so that nothing (verify, the next
+    build's "already on the engine") takes it for a good one."""
+    from envs.images import image_exists
+
+    if not image_exists(client, tag):
+        return ""
+    client.images.remove(tag, force=True)
+    return f" (image {tag} removed)"
+
+
+def _plan(task: Task, spec: InstallSpec, options: BuildSwebenchOptions, source: Path) -> SwebenchPlan:
+    from envs.swebench_build import requirements_text
     from envs.swebench_specs import DEBIAN_PYTHON
 
-    version = python or spec.python
+    version = options.python or spec.python
     requirements = requirements_text(source, spec, task)
+    words = ["relearn", "envs", "fetch-wheels", "--tasks", options.tasks, "--id", task.instance_id, "--repo", options.repo or "REPO"]
+    words += ["--wheels", str(options.wheels) if options.wheels else "WHEELS"]
+    if options.python:
+        words += ["--python", options.python]
+    if options.python_image:
+        words += ["--python-image", options.python_image]
     return SwebenchPlan(
         task.instance_id,
         spec,
         version,
         DEBIAN_PYTHON.get(version),
         requirements.strip().splitlines(),
-        download_command(spec, version, requirements),
+        " ".join(shlex.quote(w) for w in words),
     )
+
+
+# --- fetch-wheels -------------------------------------------------------------------------------
+
+
+@dataclass
+class FetchWheelsOptions:
+    tasks: str  # SWE-bench rows (.parquet/.jsonl/.json)
+    ids: list[str]  # the instances whose wheelhouse to fill
+    wheels: Path  # the wheelhouse, made when missing; shared by instances is fine
+    repo: str | None = None  # a checkout or mirror holding the base commits, or a clone URL
+    python: str | None = None  # resolve for this Python version instead of the instance's
+    python_image: str | None = None  # run pip in this image instead of a Debian suite's
+    era: bool = True  # bound open versions by the environment-setup commit's date
+    containers: ContainerOptions = field(default_factory=ContainerOptions)
+
+
+@dataclass
+class FetchWheelsSummary:
+    refused: list[str]
+    fetched: list[FetchResult] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    files: int = 0  # distributions the wheelhouse holds at the end
+
+
+def run_fetch_wheels(options: FetchWheelsOptions, reporter: Reporter = SILENT) -> FetchWheelsSummary:
+    from envs.swebench_build import BuildFailed
+    from envs.swebench_specs import Unsupported
+    from envs.wheelhouse import fetch_wheels
+
+    _here_only("fetch-wheels", options.containers)
+    if not options.ids:
+        raise OpError("name the instances whose wheels to fetch (--id, repeatable)")
+    if options.wheels.exists() and not options.wheels.is_dir():
+        raise OpError(f"--wheels {options.wheels}: not a folder")
+    summary = FetchWheelsSummary(refused=[])
+    chosen, specs = _swebench_specs(options.tasks, options.ids, options.repo, options.containers, summary.refused)
+    wanted = [t for t in chosen if t.instance_id in specs]
+    if not wanted:
+        return summary
+    with _source(options.repo or "", reporter) as source:
+        client = docker_client()
+        with stage(reporter, "filling the wheelhouse", len(wanted)):
+            for task in wanted:
+                try:
+                    result = fetch_wheels(
+                        client, task, specs[task.instance_id], source=source, wheels=options.wheels, python=options.python,
+                        python_image=options.python_image, era=options.era, log=reporter.note,
+                    )  # fmt: skip
+                except (BuildFailed, Unsupported, RuntimeError) as exc:
+                    summary.failures.append(f"{task.instance_id}: {exc}")
+                else:
+                    summary.fetched.append(result)
+                    summary.files = result.files
+                    summary.failures += [f"{task.instance_id}: {line}" for line in result.unbuilt]
+                reporter.advance()
+    return summary
