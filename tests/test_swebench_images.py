@@ -118,13 +118,21 @@ def shaped_like(real: dict, base: str, test_files: list[str], test_patch: str, t
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     """The repository (base commit, then the fix and a tag after it) and its Verified-shaped row."""
-    root = tmp_path_factory.mktemp("tinycalc")
+    return tiny_instance(tmp_path_factory.mktemp("tinycalc"), INSTANCE, ROW_IMAGE)
+
+
+def tiny_instance(
+    root: Path, instance: str, image: str, dependencies: tuple[str, ...] = (), base_tag: str | None = None
+) -> dict[str, object]:
+    """A tiny repository under ``root`` (its own ``dependencies``; ``base_tag`` on the base
+    commit), the fix and a tag after the base, and its row, written to ``root/rows.jsonl``."""
     repo = root / "repo"
     (repo / "tinycalc").mkdir(parents=True)
     (repo / "tests").mkdir()
+    requires = f"dependencies = {json.dumps(list(dependencies))}\n" if dependencies else ""
     (repo / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        '[project]\nname = "tinycalc"\nversion = "0.1.0"\n\n[tool.setuptools]\npackages = ["tinycalc"]\n'
+        f'[project]\nname = "tinycalc"\nversion = "0.1.0"\n{requires}\n[tool.setuptools]\npackages = ["tinycalc"]\n'
     )
     (repo / ".gitignore").write_text("*.egg-info/\nbuild/\n__pycache__/\n")
     (repo / "tinycalc" / "__init__.py").write_text("")
@@ -133,6 +141,8 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     git("init", "-q", "-b", "main", cwd=repo)
     git("add", "-A", cwd=repo)
     git("commit", "-qm", "base", cwd=repo)
+    if base_tag:
+        git("tag", base_tag, cwd=repo)
     base = git("rev-parse", "HEAD", cwd=repo).strip()
     (repo / "tinycalc" / "ops.py").write_text(OPS_FIXED)
     (repo / TEST_FILE).write_text(TESTS_FIXED)
@@ -143,13 +153,13 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     wrong = git_diff_of(repo, base, {"tinycalc/ops.py": OPS_WRONG})
     real = next(r for r in pq.read_table(VERIFIED).to_pylist() if r["instance_id"] == "psf__requests-1142")
     row = {
-        "repo": "psf/requests", "instance_id": INSTANCE, "base_commit": base, "patch": gold, "test_patch": test_patch,
+        "repo": "psf/requests", "instance_id": instance, "base_commit": base, "patch": gold, "test_patch": test_patch,
         "problem_statement": "clamp() lets values above the upper bound through", "hints_text": "", "created_at": "2026-01-01T00:00:00Z",
         "version": "2.0", "FAIL_TO_PASS": json.dumps([f"{TEST_FILE}::test_clamp_above"]),
         "PASS_TO_PASS": json.dumps([f"{TEST_FILE}::test_clamp_inside", f"{TEST_FILE}::test_clamp_below", f"{TEST_FILE}::test_mean"]),
         "environment_setup_commit": base, "difficulty": "<15 min fix",
         "eval_script": shaped_like(real, base, [TEST_FILE], test_patch, f"pytest -rA {TEST_FILE}"),
-        "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail", "image": ROW_IMAGE,
+        "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail", "image": image,
     }  # fmt: skip
     rows = root / "rows.jsonl"
     rows.write_text(json.dumps(row) + "\n")

@@ -26,19 +26,7 @@ from envs.swebench_build import BUILD_TOOLS, build_hint, pip_conf, prepare_testb
 from envs.swebench_specs import install_spec
 from envs.tasks import load_tasks
 from envs.wheelhouse import LOCK, FetchResult, Step, build_requires, fetch_script, install_target, tool_versions, write_lock
-from tests.test_swebench_images import (
-    OPS_BASE,
-    OPS_FIXED,
-    OPS_WRONG,
-    TEST_FILE,
-    TESTS_BASE,
-    TESTS_FIXED,
-    VERIFIED,
-    cli,
-    git,
-    git_diff_of,
-    shaped_like,
-)
+from tests.test_swebench_images import cli, git, tiny_instance
 
 INSTANCE = "relearn__tinyredis-1"
 IMAGE = "swebench/sweb.eval.x86_64.relearn_1776_tinyredis-1:latest"
@@ -46,46 +34,8 @@ IMAGE = "swebench/sweb.eval.x86_64.relearn_1776_tinyredis-1:latest"
 
 @pytest.fixture(scope="module")
 def repo_row(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    import pyarrow.parquet as pq
-
     root = tmp_path_factory.mktemp("tinyredis")
-    repo = root / "repo"
-    (repo / "tinycalc").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        '[project]\nname = "tinycalc"\nversion = "0.1.0"\ndependencies = ["redis==5.0.1", "docopt==0.6.2"]\n\n'
-        '[tool.setuptools]\npackages = ["tinycalc"]\n'
-    )
-    (repo / ".gitignore").write_text("*.egg-info/\nbuild/\n__pycache__/\n")
-    (repo / "tinycalc" / "__init__.py").write_text("")
-    (repo / "tinycalc" / "ops.py").write_text(OPS_BASE)
-    (repo / TEST_FILE).write_text(TESTS_BASE)
-    git("init", "-q", "-b", "main", cwd=repo)
-    git("add", "-A", cwd=repo)
-    git("commit", "-qm", "base", cwd=repo)
-    git("tag", "v0.1", cwd=repo)
-    base = git("rev-parse", "HEAD", cwd=repo).strip()
-    (repo / "tinycalc" / "ops.py").write_text(OPS_FIXED)
-    (repo / TEST_FILE).write_text(TESTS_FIXED)
-    git("commit", "-qam", "clamp from above too", cwd=repo)
-    git("tag", "v0.2", cwd=repo)
-    gold = git("diff", base, "HEAD", "--", "tinycalc", cwd=repo)
-    test_patch = git("diff", base, "HEAD", "--", "tests", cwd=repo)
-    wrong = git_diff_of(repo, base, {"tinycalc/ops.py": OPS_WRONG})
-    real = next(r for r in pq.read_table(VERIFIED).to_pylist() if r["instance_id"] == "psf__requests-1142")
-    row = {
-        "repo": "psf/requests", "instance_id": INSTANCE, "base_commit": base, "patch": gold, "test_patch": test_patch,
-        "problem_statement": "clamp() lets values above the upper bound through", "hints_text": "", "created_at": "2026-01-01T00:00:00Z",
-        "version": "2.0", "FAIL_TO_PASS": json.dumps([f"{TEST_FILE}::test_clamp_above"]),
-        "PASS_TO_PASS": json.dumps([f"{TEST_FILE}::test_clamp_inside", f"{TEST_FILE}::test_clamp_below", f"{TEST_FILE}::test_mean"]),
-        "environment_setup_commit": base, "difficulty": "<15 min fix",
-        "eval_script": shaped_like(real, base, [TEST_FILE], test_patch, f"pytest -rA {TEST_FILE}"),
-        "log_parser": "parse_log_pytest", "eval_type": "pass_and_fail", "image": IMAGE,
-    }  # fmt: skip
-    rows = root / "rows.jsonl"
-    rows.write_text(json.dumps(row) + "\n")
-    return {"repo": repo, "base": base, "rows": rows, "gold": gold, "wrong": wrong}
+    return tiny_instance(root, INSTANCE, IMAGE, dependencies=("redis==5.0.1", "docopt==0.6.2"), base_tag="v0.1")
 
 
 # --- without Docker -----------------------------------------------------------------------------
