@@ -343,3 +343,25 @@ def test_a_check_that_raises_refuses_that_patch_and_leaves_a_verdict(
     failed = verify(docker_client, task, task.patch, images[task.instance_id])
     assert not failed.resolved and failed.patch_applied
     assert failed.error == "the verifier failed on this patch (ValueError: a field split on a tab): not graded"
+
+
+def test_a_sympy_files_last_result_line_is_read_with_the_files_status_after_it() -> None:
+    """SymPy's `bin/test --verbose` (1.0 to 1.4 at least, measured on Verified rows) ends a file's
+    last result line with the file's status. The canary is appended last, so its must-pass test
+    sat on that line, was never read, and every gold patch of those versions graded unresolved."""
+    from types import SimpleNamespace
+
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    from envs.grading import line_results
+
+    log = (
+        "sympy/printing/tests/test_mathematica.py[12] \n"
+        "test_Sum ok\n"
+        "test_Integer_Integer_constants F\n"
+        "test_constants_Function_Function ok                                       [FAIL]\n"
+    )
+    spec = SimpleNamespace(log_parser="parse_log_sympy")
+    assert "test_constants_Function_Function" not in PARSER_REGISTRY["parse_log_sympy"](log, spec)  # the official parser's view
+    results = line_results(spec, log, "sympy").results
+    assert results["test_constants_Function_Function"] == [(3, "PASSED")] and results["test_Integer_Integer_constants"] == [(2, "FAILED")]
