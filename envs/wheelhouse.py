@@ -18,8 +18,9 @@ ask for, step by step in the build's order, each resolved as the build resolves 
    metadata pip builds for it; then the build backend its ``pyproject.toml`` asks for.
 
 Where the spec leaves a version open, the instance's era decides: ``--uploaded-prior-to`` the
-environment-setup commit's date (an exact pin newer than that date is fetched without it, and
-the lock says so). Packages PyPI has only as sdists are built into wheels in the same
+environment-setup commit's date, or the instance's Python's release where that is later (an
+exact pin newer than that date is fetched as it is, and a step that cannot resolve within the
+era is taken newest, the lock says which and why). Packages PyPI has only as sdists are built into wheels in the same
 container; one that cannot build there (a compiler it lacks) is named with the reason. What
 the wheelhouse holds is written to ``relearn-wheelhouse.lock.json`` beside the wheels.
 """
@@ -102,6 +103,24 @@ def commit_date(source: Path, commit: str) -> str | None:
     if shown.returncode != 0 or not shown.stdout.strip():
         return None
     return datetime.fromtimestamp(int(shown.stdout.strip()), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# The first releases of each Python: an era before its interpreter was released would pick
+# releases never made for it (requests 2.9's era, 2015, took pytest 2.8, which installs on 3.9
+# but has no `pytest` command); the official images, built with that Python, never saw them.
+PYTHON_RELEASED = {
+    "3.9": "2020-10-05T00:00:00Z", "3.10": "2021-10-04T00:00:00Z", "3.11": "2022-10-24T00:00:00Z",
+    "3.12": "2023-10-02T00:00:00Z", "3.13": "2024-10-07T00:00:00Z",
+}  # fmt: skip
+
+
+def era_of(commit: str | None, python: str) -> str | None:
+    """The date open versions are taken as of: the environment-setup commit's, or the
+    instance's Python's release where that is later."""
+    released = PYTHON_RELEASED.get(python)
+    if commit is None:
+        return released
+    return max(commit, released) if released else commit
 
 
 def fetch_steps(spec: InstallSpec, requirements: bool, build: list[str]) -> list[Step]:
@@ -259,7 +278,7 @@ def fetch_wheels(
     started = time.monotonic()
     chosen = python or spec.python
     base = python_base(client, spec, chosen, python_image, log)
-    date = commit_date(source, task.environment_setup_commit or task.base_commit) if era else None
+    date = era_of(commit_date(source, task.environment_setup_commit or task.base_commit), chosen) if era else None
     wheels.mkdir(parents=True, exist_ok=True)
     result = FetchResult(task.instance_id, chosen, date)
     with tempfile.TemporaryDirectory(prefix="relearn-fetch-") as tmp:

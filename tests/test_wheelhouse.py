@@ -232,3 +232,11 @@ def test_an_sdist_that_builds_nowhere_gives_way_to_the_newest_wheel(tmp_path: Pa
     assert sorted(p.name for p in wheels.iterdir()) == ["odd-name-0.1.tar.gz", "pylibmc-1.6.3-cp39-cp39-manylinux2014_x86_64.whl"]
     calls = (tmp_path / "calls").read_text().splitlines()
     assert calls == [f"download --no-input --only-binary=:all: --no-deps -d {wheels} {p}" for p in ("pylibmc", "odd-name")]
+
+
+def test_the_era_is_never_before_the_instances_python() -> None:
+    from envs.wheelhouse import era_of
+
+    assert era_of("2015-12-01T00:00:00Z", "3.9") == "2020-10-05T00:00:00Z"  # requests 2.9 on 3.9
+    assert era_of("2023-07-17T18:26:37Z", "3.11") == "2023-07-17T18:26:37Z"  # django 5.0: its own date
+    assert era_of(None, "3.11") == "2022-10-24T00:00:00Z" and era_of("2015-01-01T00:00:00Z", "3.5") == "2015-01-01T00:00:00Z"
