@@ -54,6 +54,7 @@ SUMMARY = {
 UNITTEST_FAILURE = re.compile(r"^(FAIL|ERROR): (\S+ \([^)]*\))")
 # SymPy's bin/test --verbose ends a file's last result line with the file's own status, which
 # the parser does not read as a result: the canary, appended last, was never found there.
+OPTION = re.compile(r"(.*?)\[(.*)\]")  # swebench's option_pattern: a test id's parameter
 SYMPY_FILE_STATUS = re.compile(r"\s+\[(OK|FAIL)\]\s*$")
 
 
@@ -86,7 +87,7 @@ def grade(spec: Any, task: Task, phases: Phases, output: str, exit_code: int | N
                 verdict.error = f"pytest ended with {PYTEST_EXIT[exit_code]} (exit status {exit_code}) and wrote no report"
             return
         try:
-            junit = parse_junit(report)
+            junit = _as_the_parser_names(parse_junit(report), spec.log_parser)
         except ValueError as exc:
             verdict.error = f"the test report is unreadable ({exc})"
             return
@@ -135,6 +136,23 @@ def grade_openswe(exit_code: int | None, verdict: Any, output: str | None = None
         return
     markers = OPENSWE_PASS.findall(output)
     verdict.resolved = bool(markers) and markers[-1] == "0"
+
+
+def _as_the_parser_names(junit: dict[str, str], log_parser: str | None) -> dict[str, str]:
+    """The report's test ids as the task's log parser names them. swebench's options parser
+    (requests, pylint, pydicom) keeps only the last part of a parameter that is a path,
+    `[/testbed/tests/test_utils.py]` as `[/test_utils.py]`, and so do the rows' test lists; the
+    report keeps it whole, and every such test disagreed with the log (requests 2.27's gold
+    graded unresolved)."""
+    if PARSER_REGISTRY.get(log_parser or "") is not PARSER_REGISTRY["parse_log_pytest_options"]:
+        return junit
+    named: dict[str, str] = {}
+    for test_id, status in junit.items():
+        option = OPTION.search(test_id)
+        if option and option.group(2).startswith("/") and not option.group(2).startswith("//") and "*" not in option.group(2):
+            test_id = f"{option.group(1)}[/{option.group(2).split('/')[-1]}]"
+        named[test_id] = status
+    return named
 
 
 def framework_of(spec: Any, framework: str | None) -> str | None:

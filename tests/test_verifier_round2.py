@@ -25,6 +25,7 @@ from envs.test_run import canary_names, runner_files, split_eval_script
 from envs.verify import Verdict, patch_hash, verify
 
 CORPUS = Path(__file__).resolve().parent / "data" / "reward_hacks"
+VERIFIED_ROWS = Path(__file__).resolve().parent.parent.parent / "shared" / "samples" / "swebench_verified.parquet"
 MANIFEST = json.loads((CORPUS / "manifest_round2.json").read_text())
 TASKS = {t.instance_id: t for t in load_tasks(Path(__file__).resolve().parent.parent / "envs" / "mini_tasks")[0]}
 
@@ -365,3 +366,24 @@ def test_a_sympy_files_last_result_line_is_read_with_the_files_status_after_it()
     assert "test_constants_Function_Function" not in PARSER_REGISTRY["parse_log_sympy"](log, spec)  # the official parser's view
     results = line_results(spec, log, "sympy").results
     assert results["test_constants_Function_Function"] == [(3, "PASSED")] and results["test_Integer_Integer_constants"] == [(2, "FAILED")]
+
+
+def test_a_report_names_path_parameters_as_the_rows_parser_does() -> None:
+    """requests 2.27 (psf__requests-6028): pytest's report keeps a path parameter whole, the
+    rows' test lists and swebench's options parser keep its last part; graded from a real
+    build, every such test disagreed with the log and gold was unresolved."""
+    import pyarrow.parquet as pq
+
+    from envs.grading import _as_the_parser_names
+
+    row = next(r for r in pq.read_table(VERIFIED_ROWS).to_pylist() if r["instance_id"] == "psf__requests-6028")
+    listed = [t for t in json.loads(row["PASS_TO_PASS"]) if "[/" in t]
+    # As pytest names them in /testbed: a path parameter whole; `//example.com/...` is no path.
+    whole = [t if "[//" in t else t.replace("[/", "[/testbed/tests/") for t in listed]
+    assert sum(a != b for a, b in zip(listed, whole, strict=True)) >= 3, "the row has path parameters"
+    report = dict.fromkeys(whole, "PASSED") | {"tests/test_x.py::test_y[a-b]": "FAILED"}
+    assert row["log_parser"] == "parse_log_requests"
+    assert _as_the_parser_names(report, row["log_parser"]) == {**dict.fromkeys(listed, "PASSED"), "tests/test_x.py::test_y[a-b]": "FAILED"}
+    assert (
+        _as_the_parser_names(report, "parse_log_pytest") == report
+    )  # the plain parser keeps ids whole, as the rows of its repositories do
