@@ -124,7 +124,7 @@ def measure(row: dict, mirror: Path, tasks: Path, out: Path, keep: bool) -> dict
     result["graded"] = {name: _grade(v) for name, v in graded.items()}
     f2p, p2p = len(json.loads(row["FAIL_TO_PASS"])), len(json.loads(row["PASS_TO_PASS"]))
     gold = graded.get("gold", {})
-    tests = gold.get("tests", {})
+    tests = gold.get("tests") or {}
     right = (
         bool(gold.get("resolved"))
         and len(tests.get("FAIL_TO_PASS", {}).get("success", [])) == f2p
@@ -153,7 +153,7 @@ def wrong_patch(row: dict, mirror: Path) -> str | None:
 
 
 def _grade(verdict: dict) -> dict:
-    tests = verdict.get("tests", {})
+    tests = verdict.get("tests") or {}
     return {
         "resolved": verdict.get("resolved"),
         **{k: [len(v.get("success", [])), len(v.get("failure", []))] for k, v in tests.items() if k in ("FAIL_TO_PASS", "PASS_TO_PASS")},
