@@ -194,10 +194,13 @@ def fetch_script(python: str, steps: list[Step], era: str | None, pre_install: t
         log = f"/fetch/step{number}.log"
         if step.exact:
             # A pin newer than the era is the spec's word: fetched as it is, its dependencies
-            # then resolved within the era against it (pip takes it from /wheels).
+            # then resolved within the era against it.
             pins = " ".join(shlex.quote(a) for a in step.exact)
             lines.append(f"download --no-deps {pins} > {log} 2>&1 || {{ report {number} failed; exit 0; }}")
-            words = f"--find-links /wheels {words}"
+        # What earlier steps fetched counts, whatever its date (pip reads no upload time from a
+        # folder): pytest 4.5 pins atomicwrites 1.4.1, the only release its author left, uploaded
+        # after that era, and the repository's own `atomicwrites>=1.0` then found it there.
+        words = f"--find-links /wheels {words}"
         if step.era and era:
             lines += [
                 f"if download --uploaded-prior-to {era} {words} > /fetch/step{number}.era.log 2>&1; then report {number} era;",

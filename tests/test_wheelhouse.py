@@ -61,8 +61,8 @@ def test_what_the_fetch_asks_pip_for_follows_the_recipe(repo_row: dict) -> None:
         "3.9", [Step("pins", ["a==1", "b>=2; python_version < '3.11'"]), Step("tools", ["pip"], era=False)], "2023-01-02T03:04:05Z"
     )
     # Each open step is bounded by the era and taken newest only when that fails; quoted for the shell.
-    assert "--uploaded-prior-to 2023-01-02T03:04:05Z a==1 'b>=2; python_version < '\"'\"'3.11'\"'\"''" in script
-    assert "report 0 'newer than the era'" in script and "download pip >> /fetch/step1.log" in script
+    assert "--uploaded-prior-to 2023-01-02T03:04:05Z --find-links /wheels a==1 'b>=2; python_version < '\"'\"'3.11'\"'\"''" in script
+    assert "report 0 'newer than the era'" in script and "download --find-links /wheels pip >> /fetch/step1.log" in script
     assert "python3.9 -m venv /tmp/fetch" in script
 
 
