@@ -54,6 +54,9 @@ SUMMARY = {
 UNITTEST_FAILURE = re.compile(r"^(FAIL|ERROR): (\S+ \([^)]*\))")
 # SymPy's bin/test --verbose ends a file's last result line with the file's own status, which
 # the parser does not read as a result: the canary, appended last, was never found there.
+# Two Verified rows (pytest-dev__pytest-5262 and -7521) list "[100%]" among their tests: the
+# official parser read the progress column of a line such as `PASSED [100%]` as a test name.
+PROGRESS = re.compile(r"\[\s*\d+%\]")
 OPTION = re.compile(r"(.*?)\[(.*)\]")  # swebench's option_pattern: a test id's parameter
 SYMPY_FILE_STATUS = re.compile(r"\s+\[(OK|FAIL)\]\s*$")
 
@@ -114,10 +117,7 @@ def grade(spec: Any, task: Task, phases: Phases, output: str, exit_code: int | N
     tests = get_eval_tests_report(statuses, gold, eval_type=EvalType(spec.eval_type))
     verdict.tests = {key: {"success": value["success"], "failure": value["failure"]} for key, value in tests.items()}
     if junit is not None:
-        for test in [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS]:
-            in_log, in_report = outcome_class(_lookup(test, statuses)), outcome_class(_lookup(test, junit))
-            if in_log != in_report and not (in_log == "missing" and in_report != "passed"):
-                verdict.disagreements.append(f"{test}: the log says {in_log}, the report says {in_report}")
+        verdict.disagreements += log_and_report_disagree([*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS], statuses, junit)
     xfail = [t for t in spec.FAIL_TO_PASS if _lookup(t, statuses) == "XFAIL" or (junit is not None and _lookup(t, junit) == "XFAIL")]
     if xfail:
         verdict.disagreements.append(f"FAIL_TO_PASS test(s) only marked as expected to fail (xfail), not passing: {', '.join(xfail[:5])}")
@@ -136,6 +136,18 @@ def grade_openswe(exit_code: int | None, verdict: Any, output: str | None = None
         return
     markers = OPENSWE_PASS.findall(output)
     verdict.resolved = bool(markers) and markers[-1] == "0"
+
+
+def log_and_report_disagree(tests: list[str], statuses: dict[str, str], junit: dict[str, str]) -> list[str]:
+    """The graded tests whose outcome the log and the report tell differently."""
+    out = []
+    for test in tests:
+        if PROGRESS.fullmatch(test):
+            continue  # not a test: pytest's progress column, which the rows' parser read as one
+        in_log, in_report = outcome_class(_lookup(test, statuses)), outcome_class(_lookup(test, junit))
+        if in_log != in_report and not (in_log == "missing" and in_report != "passed"):
+            out.append(f"{test}: the log says {in_log}, the report says {in_report}")
+    return out
 
 
 def _as_the_parser_names(junit: dict[str, str], log_parser: str | None) -> dict[str, str]:

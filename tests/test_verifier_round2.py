@@ -387,3 +387,26 @@ def test_a_report_names_path_parameters_as_the_rows_parser_does() -> None:
     assert (
         _as_the_parser_names(report, "parse_log_pytest") == report
     )  # the plain parser keeps ids whole, as the rows of its repositories do
+
+
+def test_a_progress_column_the_rows_list_as_a_test_is_no_disagreement() -> None:
+    """pytest-dev__pytest-5262 lists `[100%]` in PASS_TO_PASS, as swebench's parser read it from
+    a log line `PASSED [100%]`; no report names such a test, and every gold patch graded
+    unresolved for it."""
+    import pyarrow.parquet as pq
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    from envs.grading import log_and_report_disagree
+
+    row = next(r for r in pq.read_table(VERIFIED_ROWS).to_pylist() if r["instance_id"] == "pytest-dev__pytest-5262")
+    listed = json.loads(row["FAIL_TO_PASS"]) + json.loads(row["PASS_TO_PASS"])
+    assert "[100%]" in listed
+    tests = [t for t in listed if t != "[100%]"]
+    log = "\n".join(["PASSED [100%]", *(f"PASSED {t}" for t in tests)])
+    statuses = PARSER_REGISTRY[row["log_parser"]](log, None)
+    assert statuses["[100%]"] == "PASSED"  # the official parser's reading, which made the row's list
+    report = dict.fromkeys(tests, "PASSED")
+    assert log_and_report_disagree(listed, statuses, report) == []
+    assert log_and_report_disagree(listed, statuses, {**report, tests[0]: "FAILED"}) == [
+        f"{tests[0]}: the log says passed, the report says failed"
+    ]
