@@ -427,3 +427,23 @@ def test_the_canary_goes_into_a_file_that_holds_the_tasks_tests() -> None:
         tests = json.loads(row["FAIL_TO_PASS"]) + json.loads(row["PASS_TO_PASS"])
         assert split_eval_script(row["eval_script"], "/testbed", tests=tests).canary_file == expected
         assert split_eval_script(row["eval_script"], "/testbed", tests=()).canary_file != expected  # the first file named
+
+
+def test_one_sympy_test_name_in_two_files_is_not_one_test_reported_twice() -> None:
+    """sympy__sympy-22080 lists `test_sqrt`, which two of the files it runs define: two result
+    lines, one per file, are no forgery. Twice in one file still is."""
+    from types import SimpleNamespace
+
+    from envs.grading import _check_lines, line_results
+    from envs.test_run import Phases
+
+    spec = SimpleNamespace(FAIL_TO_PASS=["test_sqrt"], PASS_TO_PASS=[], log_parser="parse_log_sympy")
+    two_files = (
+        "sympy/printing/tests/test_c.py[2] \ntest_sqrt ok\ntest_x ok   [OK]\nsympy/printing/tests/test_pycode.py[1] \ntest_sqrt ok   [OK]\n"
+    )
+    verdict = SimpleNamespace(disagreements=[])
+    _check_lines(spec, Phases(setup="", test=""), line_results(spec, two_files, "sympy"), verdict)
+    assert verdict.disagreements == []
+    one_file = "sympy/printing/tests/test_c.py[2] \ntest_sqrt ok\ntest_sqrt ok   [OK]\n"
+    _check_lines(spec, Phases(setup="", test=""), line_results(spec, one_file, "sympy"), verdict)
+    assert verdict.disagreements == ["test_sqrt: 2 result lines: the log reports it twice"]
