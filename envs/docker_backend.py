@@ -19,6 +19,7 @@ import tarfile
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -472,7 +473,12 @@ def pid_alive(pid: str) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A killed process its parent has not reaped yet (a Ray worker cancelled with force, just
+    # before the driver's sweep) still answers signal 0, but it is dead: a zombie.
+    try:
+        return Path(f"/proc/{int(pid)}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 def owned_containers(client: docker.DockerClient, run_label: str | None = None) -> list[DockerContainer]:

@@ -202,3 +202,20 @@ def test_gc_removes_orphans_by_label(docker_client: docker.DockerClient, base_im
         assert [c.id for c in owned_containers(docker_client, run_label)] == [live.id]
     finally:
         live.remove()
+
+
+def test_a_zombie_owner_is_dead_for_the_sweep() -> None:
+    """A Ray worker cancelled with force is a zombie until its parent reaps it; its containers
+    were left behind by the sweep that ran in that moment (test_cluster's SIGTERM test, once)."""
+    import subprocess
+    import time
+
+    from envs.docker_backend import pid_alive
+
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pid_alive(str(child.pid))  # exited, not reaped: a zombie
+    child.wait()
+    assert not pid_alive(str(child.pid)) and pid_alive(str(os.getpid()))
