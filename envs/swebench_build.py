@@ -47,6 +47,7 @@ ENV_NAME = "testbed"
 ENV_PREFIX = f"{CONDA_ROOT}/envs/{ENV_NAME}"
 WHEELS = "/opt/relearn/wheels"
 BUILDER = "relearn build-swebench 2"
+DISTRIBUTIONS = (".whl", ".tar.gz", ".zip", ".tar.bz2")  # what a wheelhouse holds that pip installs from
 LOCK = "relearn-wheelhouse.lock.json"  # written by envs.wheelhouse beside the wheels
 # The environment's own pip, setuptools and wheel, whatever the instance's era. pip is the newest
 # the instance's Python gets (26.0.1 for 3.9, 26.3 for 3.11), the one envs.wheelhouse resolves
@@ -351,7 +352,7 @@ def _quote_label(value: str) -> str:
 def wheelhouse_digest(wheels: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(wheels.iterdir()):
-        if path.is_file() and path.name.endswith((".whl", ".tar.gz", ".zip", ".tar.bz2")):
+        if path.is_file() and path.name.endswith(DISTRIBUTIONS):
             digest.update(f"{path.name}\t{path.stat().st_size}\n".encode())
     return digest.hexdigest()[:16]
 
@@ -361,7 +362,7 @@ def _copy_wheels(wheels: Path, target: Path) -> int:
     target.mkdir(parents=True)
     count = 0
     for path in sorted(wheels.iterdir()):
-        if path.is_file() and path.name.endswith((".whl", ".tar.gz", ".zip", ".tar.bz2")):
+        if path.is_file() and path.name.endswith(DISTRIBUTIONS):
             try:
                 os.link(path, target / path.name)
             except OSError:

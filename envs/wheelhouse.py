@@ -45,11 +45,10 @@ from pathlib import Path
 import docker
 
 from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, OWNER
-from envs.swebench_build import BUILD_TOOLS, LOCK, BuildFailed, prepare_testbed, python_base, requirements_text
+from envs.swebench_build import BUILD_TOOLS, DISTRIBUTIONS, LOCK, BuildFailed, prepare_testbed, python_base, requirements_text
 from envs.swebench_specs import InstallSpec
 from envs.tasks import Task
 
-DISTRIBUTIONS = (".whl", ".tar.gz", ".zip", ".tar.bz2")
 # Where pip in the fetch container finds the host's certificates (a TLS-intercepting proxy's CA).
 CA_IN_CONTAINER = "/etc/relearn-ca.crt"
 PASSED_ENV = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL")
@@ -294,7 +293,7 @@ def fetch_wheels(
         (work / "fetch.sh").write_text(fetch_script(chosen, steps, date, spec.pre_install, install_target(spec)))
         log(f"{task.instance_id}: pip download in {base} (python{chosen}), {len(steps)} steps" + (f", era {date}" if date else ""))
         exit_code, output = _run(client, base, work, wheels)
-        report = _read_report(work, steps)
+        report = _read_report(work)
         result.python = (work / "python.txt").read_text().strip() if (work / "python.txt").exists() else chosen
         if exit_code in (3, 4) or not report:
             raise BuildFailed(f"{task.instance_id}: the fetch container failed before downloading (exit {exit_code}):\n{output[-2000:]}")
@@ -327,8 +326,7 @@ def fetch_wheels(
             result.replaced = _lines(work / "replaced.txt")
         result.built = _lines(work / "built.txt")
         for name in _lines(work / "unbuilt.txt"):
-            why = (work / f"wheel-{name}.log").read_text(errors="replace") if (work / f"wheel-{name}.log").exists() else ""
-            result.unbuilt.append(f"{name}: {_build_failure(why)}")
+            result.unbuilt.append(f"{name}: {_build_failure(_read(work / f'wheel-{name}.log'))}")
     result.files = write_lock(wheels, result)
     result.seconds = time.monotonic() - started
     return result
@@ -356,7 +354,7 @@ def _run(client: docker.DockerClient, image: str, work: Path, wheels: Path, scri
     return int(status.get("StatusCode", 1)), output
 
 
-def _read_report(work: Path, steps: list[Step]) -> dict[int, str]:
+def _read_report(work: Path) -> dict[int, str]:
     report: dict[int, str] = {}
     for line in _lines(work / "report.tsv"):
         number, _, outcome = line.partition("\t")
@@ -438,8 +436,5 @@ def write_lock(wheels: Path, result: FetchResult) -> int:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
