@@ -193,10 +193,9 @@ def formats(root: Path, pool: Path, mb: float, turns: int) -> None:
         pool = root / f"{path.stem}-{path.suffix[1:]}.pool.jsonl"
         for _ in range(turns):
             baseline_time.add(lambda path=path, base=base: base(path))
+            pool.unlink(missing_ok=True)  # each turn starts a new pool, as the Codex corpus's chunks do
             summary = run.add(
-                lambda path=path, pool=pool, importer=importer: import_files(
-                    names[path.stem], [path], pool, overwrite=True, importer=importer
-                )
+                lambda path=path, pool=pool, importer=importer: import_files(names[path.stem], [path], pool, importer=importer)
             )
         assert summary.imported and not summary.rejected, summary.rejected[:3]
         base_s, seconds = baseline_time.wall, run.wall

@@ -1,11 +1,12 @@
 """``relearn import openhands`` and ``relearn import nemo-gym`` build each JSON Lines row's record
-with plain objects (``harness.importers.base.PLAIN``), not models: the pool they write must be,
-byte for byte, the one the model path writes (each row through ``convert`` with the models, a
-validated Trajectory written by pydantic), with the same ids, content hashes, warnings, counts
-and located rejections. Compared here on the real samples (resolver output, evaluation records
-made from saved event streams, NeMo Gym rollouts with and without token ids) and on those rows
-changed at random places: values of every JSON kind, huge integers, wide floats, NaN, text with
-escapes, lone surrogates, missing fields and nulls."""
+without the models: OpenHands with plain objects (``harness.importers.base.PLAIN``), NeMo Gym
+straight to dicts (``nemo_gym._record``). The pool they write must be, byte for byte, the one the
+model path writes (each row through ``convert`` with the models, a validated Trajectory written by
+pydantic), with the same ids, content hashes, warnings, counts and located rejections. Compared
+here on the real samples (resolver output, evaluation records made from saved event streams,
+NeMo Gym rollouts with and without token ids) and on those rows changed at random places: values
+of every JSON kind, huge integers, wide floats, NaN, text with escapes, lone surrogates, missing
+fields and nulls."""
 
 from __future__ import annotations
 
@@ -130,6 +131,23 @@ def test_values_the_model_would_change_go_through_it(tmp_path: Path) -> None:
             event["tool_call_metadata"]["tool_call_id"] = ""
     view = assert_same_pool("openhands", _write(tmp_path / "openhands.jsonl", [resolver, events, empty_id]))
     assert view["imported"] + len(view["rejected"]) == 3
+
+
+def test_wide_floats_in_call_arguments_are_written_as_the_model_writes_them(tmp_path: Path) -> None:
+    """A function call's arguments arrive as JSON text, decoded apart from the row: its floats of
+    1e16 and up must be marked too, or msgspec writes ``1e16`` where pydantic writes ``1e+16``
+    (the plain objects NeMo Gym rows were built with before wrote the former)."""
+    rollout = _lines("nemo_gym_deepswe_rollouts.jsonl")[0]
+    calls = [item for item in rollout["response"]["output"] if item.get("type") == "function_call"]
+    assert calls
+    for item in calls:
+        item["arguments"] = json.dumps({"offset": 1e16, "limit": 2.5, "lines": [-3e20, 7]})
+    path = _write(tmp_path / "wide.jsonl", [rollout])
+    view = assert_same_pool("nemo-gym", path)
+    assert view["imported"] == 1
+    pool = path.with_name(path.name + ".fast.pool").read_text()
+    assert '"offset":1e+16' in pool and '"lines":[-3e+20,7]' in pool
+    assert next(iter(nemo_gym.read(path))).record is not None  # built without the models
 
 
 def test_lone_surrogates_and_nan_are_the_model_paths(tmp_path: Path) -> None:

@@ -49,6 +49,13 @@ class Diagnostics:
             self.warn(line, f"unknown {kind} (kept under source)")
         self.unknown[kind] += 1
 
+    def unknown_kinds(self, line: int | None, kinds: list[str]) -> None:
+        """``unknown_kind`` of each of ``kinds``, all different, in order: for a row's many."""
+        for kind in kinds:
+            if kind not in self.unknown:
+                self.warn(line, f"unknown {kind} (kept under source)")
+        self.unknown.update(kinds)
+
 
 class Importer(Protocol):
     """What ``FORMATS`` holds: an importer module, or an object configured for one run

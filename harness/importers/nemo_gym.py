@@ -27,11 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.importers.base import (
-    MODELS,
     Diagnostics,
     Fields,
     ImportResult,
-    Kinds,
     fail,
     flag,
     imported_outcome,
@@ -39,8 +37,22 @@ from harness.importers.base import (
     parse_arguments,
     text_of_parts,
 )
-from harness.importers.rows import JSONL_SUFFIXES, MARKED, Row, RowRecord, plain_or_model, read_rows
-from records.trajectory import ExitStatus, Message, Trajectory, Usage
+from harness.importers.rows import JSONL_SUFFIXES, MARKED, Row, RowRecord, read_rows
+from records.pools import RecordError
+from records.trajectory import (
+    SCHEMA_VERSION,
+    ExitStatus,
+    FunctionCall,
+    Message,
+    Policy,
+    Source,
+    ToolCall,
+    Trajectory,
+    Usage,
+    WideFloat,
+    is_wide,
+    record_content_id,
+)
 
 FORMAT = "nemo-gym"
 TOKEN_FIELDS = ("prompt_token_ids", "generation_token_ids", "generation_log_probs")
@@ -81,26 +93,27 @@ def read(path: Path, *, salvage: bool = False) -> Iterator[ImportResult]:
 
 
 def convert_row(row: Row, path: str, diag: Diagnostics) -> RowRecord | Trajectory:
-    """The rollout as its pool line's JSON object, built by ``convert`` without the models where
-    every value is one they would keep (``rows.plain_or_model``); else ``convert``'s Trajectory."""
-    return plain_or_model(row, diag, lambda kinds: convert(row, path, diag, kinds))
+    """The rollout as its pool line's JSON object where it has the usual shape and every value is
+    one the models would keep (``_record``); else ``convert``'s Trajectory, which reads
+    it, warns or rejects it with the located error."""
+    return _record(row, path, diag) or convert(row, path, diag)
 
 
-def convert(row: Row, path: str, diag: Diagnostics, kinds: Kinds = MODELS) -> Trajectory:
-    """The rollout's Trajectory, built with ``kinds``: the models (the reference), or the plain
-    records (``base.PLAIN``) that ``convert_row`` writes."""
+def convert(row: Row, path: str, diag: Diagnostics) -> Trajectory:
+    """The rollout's Trajectory, every value validated by the models: the reference that
+    ``_record`` is measured against."""
     top = Fields(row.data, path, row.line, row.prefix)
     params = top.obj("responses_create_params", required=True)
     response = top.obj("response", required=True)
     assert params is not None and response is not None
-    builder = _Calls(path, row.line, diag, kinds)
+    builder = _Calls(path, row.line, diag)
 
     instructions = params.str("instructions")
     if instructions:
-        builder.messages.append(kinds.message(role="system", content=instructions, extra={"nemo_gym_field": "instructions"}))
+        builder.messages.append(Message(role="system", content=instructions, extra={"nemo_gym_field": "instructions"}))
     prompt = params.get("input", (str, list), required=True)
     if isinstance(prompt, str):
-        builder.messages.append(kinds.message(role="user", content=prompt))
+        builder.messages.append(Message(role="user", content=prompt))
     else:
         for item in params.items("input"):
             builder.item(item, from_input=True)
@@ -127,29 +140,28 @@ def convert(row: Row, path: str, diag: Diagnostics, kinds: Kinds = MODELS) -> Tr
     if task_id is None and task_index is not None:
         task_id = f"ng-task-{task_index}"  # rollouts of one task share it, which pass@k needs
     response_id = response.str("id")
-    return kinds.trajectory(
+    return Trajectory(
         id=f"nemo-gym-{response_id}" if response_id else "",
         task_id=task_id,
-        policy=kinds.policy(name=response.str("model")),
+        policy=Policy(name=response.str("model")),
         attempt=top.get("_ng_rollout_index", int),
         messages=builder.messages,
         tools=[_chat_tool(t) for t in params.list("tools") if isinstance(t, dict)] or None,
         final_patch=top.str("model_patch"),
         exit_status=_exit_status(response),
-        outcome=imported_outcome(FORMAT, reward=reward, resolved=flag(top.data.get("resolved")), details=details or None, kinds=kinds),
-        usage=_usage(response.obj("usage"), builder.calls, kinds),
-        source=kinds.source(format=FORMAT, path=path, meta=meta, records=builder.records or None),
+        outcome=imported_outcome(FORMAT, reward=reward, resolved=flag(top.data.get("resolved")), details=details or None),
+        usage=_usage(response.obj("usage"), builder.calls),
+        source=Source(format=FORMAT, path=path, meta=meta, records=builder.records or None),
     )
 
 
 class _Calls:
     """Folds Responses-API items into chat messages, one assistant message per model call."""
 
-    def __init__(self, path: str, line: int | None, diag: Diagnostics, kinds: Kinds) -> None:
+    def __init__(self, path: str, line: int | None, diag: Diagnostics) -> None:
         self.path = path
         self.line = line
         self.diag = diag
-        self.kinds = kinds
         self.messages: list[Message] = []
         self.current: Message | None = None
         self.calls = 0
@@ -178,7 +190,7 @@ class _Calls:
             raise fail(self.path, self.line, item._name("role"), f"unknown role {role!r}")
         text, extra = _content(item)
         extra.update({k: v for k, v in item.data.items() if k not in ("type", "role", "content")})
-        self.messages.append(self.kinds.message(role=role, content=text, extra=extra or None))
+        self.messages.append(Message(role=role, content=text, extra=extra or None))
 
     def model_part(self, kind: str, item: Fields, from_input: bool) -> None:
         message = self.assistant_for(kind, from_input)
@@ -206,9 +218,7 @@ class _Calls:
                 raise fail(self.path, self.line, item._name("call_id"), f"call_id {call_id!r} used twice")
             self.open_calls[call_id] = name
             call_extra = {k: v for k, v in item.data.items() if k not in CALL_ITEM_FIELDS}
-            call = self.kinds.tool_call(
-                id=call_id, function=self.kinds.function_call(name=name, arguments=arguments), raw_arguments=raw, extra=call_extra or None
-            )
+            call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=arguments), raw_arguments=raw, extra=call_extra or None)
             message.tool_calls = [*(message.tool_calls or []), call]
         message.extra = extra
         if any(k in item.data for k in TOKEN_FIELDS):
@@ -258,7 +268,7 @@ class _Calls:
             if order[kind] > filled or (kind == "function_call" and filled == 2):
                 return current
         self.end_call()
-        message = self.kinds.message(role="assistant", generated=not from_input)
+        message = Message(role="assistant", generated=not from_input)
         self.messages.append(message)
         self.current = message
         if not from_input:
@@ -281,7 +291,7 @@ class _Calls:
         if isinstance(output, list):
             extra["content_parts"] = output
             output = text_of_parts(output)
-        self.messages.append(self.kinds.message(role="tool", content=output, tool_call_id=call_id, name=name, extra=extra or None))
+        self.messages.append(Message(role="tool", content=output, tool_call_id=call_id, name=name, extra=extra or None))
 
     def check_calls(self) -> None:
         for call_id, name in self.open_calls.items():
@@ -291,8 +301,10 @@ class _Calls:
 def _content(item: Fields) -> tuple[str, dict[str, Any]]:
     """A message item's text, and its parts when they hold more than one plain text."""
     content = item.get("content", (str, list), default="")
-    if isinstance(content, str):
-        return content, {}
+    return (content, {}) if isinstance(content, str) else _parts_text(content)
+
+
+def _parts_text(content: list[Any]) -> tuple[str, dict[str, Any]]:
     texts = [p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
     plain = (
         len(content) == 1
@@ -324,12 +336,12 @@ def _exit_status(response: Fields) -> ExitStatus:
     )
 
 
-def _usage(fields: Fields | None, calls: int, kinds: Kinds) -> Usage | None:
+def _usage(fields: Fields | None, calls: int) -> Usage | None:
     if fields is None:
-        return kinds.usage(api_calls=calls) if calls else None
+        return Usage(api_calls=calls) if calls else None
     input_details = fields.obj("input_tokens_details")
     output_details = fields.obj("output_tokens_details")
-    return kinds.usage(
+    return Usage(
         input_tokens=fields.get("input_tokens", int),
         cached_input_tokens=input_details.get("cached_tokens", int) if input_details is not None else None,
         output_tokens=fields.get("output_tokens", int),
@@ -337,3 +349,377 @@ def _usage(fields: Fields | None, calls: int, kinds: Kinds) -> Usage | None:
         total_tokens=fields.get("total_tokens", int),
         api_calls=calls or None,
     )
+
+
+# ---- the usual rollout, straight to its pool line ---------------------------------------
+# ``_record`` builds the pool line's JSON object of a rollout of the usual shape in one pass over
+# plain dicts, in the models' field order with None left out (what ``model_dump_json`` writes), a
+# third of the time ``convert`` takes. Every value goes through the check the model would make;
+# anything else (a value the model would coerce or reject, an unknown item type, a row that
+# warns beyond its unknown server fields, an error of the input) is ``_Unusual``, and the row
+# goes to ``convert``, which reads, warns and rejects as the reference does.
+# ``tests/test_import_rows_bytes.py`` holds the two to the same bytes.
+
+
+class _Unusual(Exception):
+    pass
+
+
+def _record(row: Row, path: str, diag: Diagnostics) -> RowRecord | None:
+    """The rollout's pool line as a JSON object, or None for ``convert`` to read. Only a row
+    decoded with its wide floats marked (``rows.MARKED``) is built here."""
+    data = row.data
+    if not row.marked or type(data) is not dict:
+        return None
+    try:
+        record = _Rollout(path).record(data)
+        digest = None if record["id"] else record_content_id(record)
+    except (_Unusual, ValueError):  # ValueError: text no pool line holds (a lone surrogate)
+        return None
+    if digest is not None:
+        record["id"] = digest
+    # Last, once nothing can send the row to ``convert``, which would count them again.
+    diag.unknown_kinds(row.line, [f"server field {key!r}" for key in data if key not in NAMED_FIELDS])
+    return RowRecord(record, content_hash=digest)
+
+
+class _Turn:
+    """An assistant message being folded from a model call's items (fields in the model's order)."""
+
+    __slots__ = ("content", "extra", "generated", "logprobs", "reasoning", "token_ids", "tool_calls")
+
+    def __init__(self, generated: bool) -> None:
+        self.reasoning: str | None = None
+        self.content: str | None = None
+        self.tool_calls: list[dict[str, Any]] = []
+        self.generated = generated
+        self.token_ids: list[int] | None = None
+        self.logprobs: list[float] | None = None
+        self.extra: dict[str, Any] = {}
+
+    def filled(self) -> int:
+        return 2 if self.tool_calls else 1 if self.content is not None else 0 if self.reasoning is not None else -1
+
+    def message(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant"}
+        if self.content is not None:
+            message["content"] = self.content
+        if self.reasoning is not None:
+            message["reasoning_content"] = self.reasoning
+        if self.tool_calls:
+            message["tool_calls"] = self.tool_calls
+        message["generated"] = self.generated
+        if self.token_ids is not None:
+            message["token_ids"] = self.token_ids
+        if self.logprobs is not None:
+            message["logprobs"] = self.logprobs
+        message["extra"] = self.extra
+        return message
+
+
+_PART_ORDER = {"reasoning": 0, "message": 1, "function_call": 2}
+
+
+class _Rollout:
+    """``convert``'s fold of items into messages (``_Calls``), on dicts."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.messages: list[dict[str, Any] | _Turn] = []
+        self.current: _Turn | None = None
+        self.calls = 0
+        self.open_calls: dict[str, str] = {}
+        self.answered: set[str] = set()
+
+    def record(self, data: dict[str, Any]) -> dict[str, Any]:
+        params, response = data.get("responses_create_params"), data.get("response")
+        if type(params) is not dict or type(response) is not dict:
+            raise _Unusual
+        instructions = _text(params.get("instructions"))
+        if instructions:
+            self.messages.append(
+                {"role": "system", "content": instructions, "generated": False, "extra": {"nemo_gym_field": "instructions"}}
+            )
+        prompt = params.get("input")
+        if type(prompt) is str:
+            self.messages.append({"role": "user", "content": prompt, "generated": False})
+        else:
+            for item in _list(prompt, required=True):
+                self.item(item, from_input=True)
+        self.current = None
+        for item in _list(response.get("output")):
+            self.item(item, from_input=False)
+        if self.open_calls:  # warned by ``convert``
+            raise _Unusual
+        messages = [m if type(m) is dict else m.message() for m in self.messages]
+        if not any(m["generated"] for m in messages):
+            raise _Unusual
+        return self.trajectory(data, params, response, messages)
+
+    def trajectory(
+        self, data: dict[str, Any], params: dict[str, Any], response: dict[str, Any], messages: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        given = data.get("reward")
+        reward = number(given)
+        if reward is None and given is not None:
+            raise _Unusual
+        task_index = _int(data.get("_ng_task_index"))
+        task_id = None
+        for key in ID_FIELDS:
+            value = _text(data.get(key))
+            if value:
+                task_id = value
+                break
+        if task_id is None and task_index is not None:
+            task_id = f"ng-task-{task_index}"
+        response_id, model = _text(response.get("id")), _text(response.get("model"))
+        attempt = _int(data.get("_ng_rollout_index"))
+        tools = [_chat_tool(t) for t in _list(params.get("tools")) if isinstance(t, dict)]
+        patch = _text(data.get("model_patch"))
+        try:
+            status = _exit_status(Fields(response, self.path, None, "response"))
+        except RecordError:
+            raise _Unusual from None
+        record: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "id": f"nemo-gym-{response_id}" if response_id else ""}
+        if task_id is not None:
+            record["task_id"] = task_id
+        record["policy"] = {} if model is None else {"name": model}
+        if attempt is not None:
+            record["attempt"] = attempt
+        record["messages"] = messages
+        if tools:
+            record["tools"] = tools
+        if patch is not None:
+            record["final_patch"] = patch
+        record["exit_status"] = status.value
+        outcome = _outcome(reward, flag(data.get("resolved")), {k: data[k] for k in VERIFIER_FIELDS if k in data})
+        if outcome is not None:
+            record["outcome"] = outcome
+        usage = self.usage(response.get("usage"))
+        if usage is not None:
+            record["usage"] = usage
+        # ``convert``'s comprehensions, as copies less a key (the same order, in C).
+        meta = dict(data)
+        del meta["responses_create_params"], meta["response"]
+        meta["responses_create_params"] = _less(params, "input")
+        meta["response"] = _less(response, "output")
+        record["source"] = {"format": FORMAT, "path": self.path, "meta": meta}
+        return record
+
+    def item(self, item: Any, *, from_input: bool) -> None:
+        if type(item) is not dict:
+            raise _Unusual
+        kind = _text(item.get("type")) or ("message" if "role" in item else None)
+        if kind == "function_call_output":
+            self.tool_output(item)
+        elif kind == "message":
+            role = item.get("role")
+            if type(role) is not str:
+                raise _Unusual
+            if role == "assistant":
+                self.model_part(kind, item, from_input)
+            else:
+                self.input_message(role, item)
+        elif kind == "reasoning" or kind == "function_call":
+            self.model_part(kind, item, from_input)
+        else:  # an item type kept under source.records by ``convert``
+            raise _Unusual
+
+    def input_message(self, role: str, item: dict[str, Any]) -> None:
+        self.current = None
+        if role not in ROLES:
+            raise _Unusual
+        text, extra = _item_text(item)
+        extra.update((k, v) for k, v in item.items() if k != "type" and k != "role" and k != "content")
+        message: dict[str, Any] = {"role": role, "content": text, "generated": False}
+        if extra:
+            message["extra"] = extra
+        self.messages.append(message)
+
+    def tool_output(self, item: dict[str, Any]) -> None:
+        self.current = None
+        call_id = item.get("call_id")
+        if type(call_id) is not str or call_id not in self.open_calls or not call_id:  # an empty id: the model refuses it
+            raise _Unusual
+        name = self.open_calls.pop(call_id)
+        self.answered.add(call_id)
+        output = item.get("output")
+        extra = {k: v for k, v in item.items() if k != "type" and k != "call_id" and k != "output"}
+        if output is None:
+            output = ""
+        elif type(output) is list:
+            extra["content_parts"] = output
+            output = text_of_parts(output)
+        elif type(output) is not str:
+            raise _Unusual
+        message = {"role": "tool", "content": output, "tool_call_id": call_id, "name": name, "generated": False}
+        if extra:
+            message["extra"] = extra
+        self.messages.append(message)
+
+    def model_part(self, kind: str, item: dict[str, Any], from_input: bool) -> None:
+        turn = self.turn_for(kind, from_input)
+        if kind == "reasoning":
+            content = [p["text"] for p in _list(item.get("content")) if type(p) is dict and type(p.get("text")) is str]
+            summary = [p["text"] for p in _list(item.get("summary")) if type(p) is dict and type(p.get("text")) is str]
+            text = "\n\n".join(content) if content else "\n\n".join(summary)
+            turn.reasoning = text if turn.reasoning is None else turn.reasoning + "\n\n" + text
+            turn.extra.setdefault("reasoning_items", []).append({k: v for k, v in item.items() if k not in TOKEN_FIELDS})
+        elif kind == "message":
+            text, parts = _item_text(item)
+            turn.content = text
+            turn.extra.setdefault("message_items", []).append({k: v for k, v in item.items() if k not in MESSAGE_ITEM_FIELDS} | parts)
+        else:
+            turn.tool_calls.append(self.call(item))
+        if "generation_token_ids" in item or "generation_log_probs" in item or "prompt_token_ids" in item:
+            _token_ids(turn, item)
+            self.current = None  # the call's last item carries its ids
+
+    def call(self, item: dict[str, Any]) -> dict[str, Any]:
+        call_id, name, given = item.get("call_id"), item.get("name"), item.get("arguments")
+        if type(call_id) is not str or not call_id or type(name) is not str:
+            raise _Unusual
+        if type(given) is dict:
+            arguments = given
+        elif given is None or type(given) is str:
+            # Marked: a wide float in the text is written as the model writes it.
+            arguments, raw = parse_arguments(given or "", MARKED)
+            if raw is not None:  # kept verbatim, with a warning, by ``convert``
+                raise _Unusual
+        else:
+            raise _Unusual
+        if call_id in self.open_calls or call_id in self.answered:
+            raise _Unusual
+        self.open_calls[call_id] = name
+        call: dict[str, Any] = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        extra = {k: v for k, v in item.items() if k not in CALL_ITEM_FIELDS}
+        if extra:
+            call["extra"] = extra
+        return call
+
+    def turn_for(self, kind: str, from_input: bool) -> _Turn:
+        """``_Calls.assistant_for``: the current turn, unless this part comes out of order."""
+        current = self.current
+        if current is not None:
+            filled = current.filled()
+            if _PART_ORDER[kind] > filled or (kind == "function_call" and filled == 2):
+                return current
+        turn = _Turn(generated=not from_input)
+        self.messages.append(turn)
+        self.current = turn
+        if not from_input:
+            self.calls += 1
+        return turn
+
+    def usage(self, usage: Any) -> dict[str, Any] | None:
+        if usage is None:
+            return {"api_calls": self.calls} if self.calls else None
+        if type(usage) is not dict:
+            raise _Unusual
+        given = _object(usage.get("input_tokens_details")), _object(usage.get("output_tokens_details"))
+        values = (
+            ("input_tokens", usage.get("input_tokens")),
+            ("cached_input_tokens", given[0].get("cached_tokens") if given[0] is not None else None),
+            ("output_tokens", usage.get("output_tokens")),
+            ("reasoning_output_tokens", given[1].get("reasoning_tokens") if given[1] is not None else None),
+            ("total_tokens", usage.get("total_tokens")),
+            ("api_calls", self.calls or None),
+        )
+        return {name: value for name, value in values if _int(value) is not None}
+
+
+def _token_ids(turn: _Turn, item: dict[str, Any]) -> None:
+    """``_Calls.token_ids`` on a turn: ids and log-probs the model keeps as they are, or _Unusual."""
+    generation = _list(item.get("generation_token_ids"))
+    logprobs = _list(item.get("generation_log_probs"))
+    prompt = _list(item.get("prompt_token_ids"))
+    if not _ints(generation) or not _ints(prompt) or not set(map(type, logprobs)) <= _NUMBERS:
+        raise _Unusual
+    if generation and logprobs and len(generation) != len(logprobs):
+        raise _Unusual
+    if generation:
+        turn.token_ids = generation
+        turn.generated = True
+    if logprobs:
+        turn.logprobs = _floats(logprobs)
+    if prompt:
+        turn.extra["prompt_token_ids"] = prompt
+    empty = [k for k in TOKEN_FIELDS if item.get(k) == []]
+    if empty:
+        turn.extra["empty_token_fields"] = empty
+
+
+_NUMBERS = frozenset({int, float, WideFloat})
+
+
+def _ints(values: list[Any]) -> bool:
+    return set(map(type, values)) <= {int}  # a boolean's type is bool: not a token id
+
+
+def _floats(values: list[float]) -> list[float]:
+    """Log-probs as the model holds them: floats, the wide ones marked (none, nearly always: a
+    finite sum and bounds inside the wide range say so without a look at each)."""
+    floats = list(map(float, values))
+    total = sum(floats)
+    if total - total == 0.0 and not is_wide(min(floats)) and not is_wide(max(floats)):
+        return floats
+    return [WideFloat(f) if is_wide(f) else f for f in floats]
+
+
+def _outcome(reward: float | None, resolved: bool | None, details: dict[str, Any]) -> dict[str, Any] | None:
+    """``base.imported_outcome`` as the record's JSON object."""
+    if reward is None and resolved is None:
+        return None
+    outcome: dict[str, Any] = {}
+    if reward is not None:
+        outcome["reward"] = WideFloat(reward) if is_wide(reward) else reward
+    if resolved is not None:
+        outcome["resolved"] = resolved
+    verdict: dict[str, Any] = {"imported_from": FORMAT, "re_verified": False}
+    if details:
+        verdict["source_fields"] = details
+    outcome["verdict"] = verdict
+    return outcome
+
+
+def _less(data: dict[str, Any], key: str) -> dict[str, Any]:
+    copy = dict(data)
+    copy.pop(key, None)
+    return copy
+
+
+def _item_text(item: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    content = item.get("content")
+    if content is None:
+        return "", {}
+    if type(content) is str:
+        return content, {}
+    if type(content) is not list:
+        raise _Unusual
+    return _parts_text(content)
+
+
+def _text(value: Any) -> str | None:
+    if value is not None and type(value) is not str:
+        raise _Unusual
+    return value
+
+
+def _int(value: Any) -> int | None:
+    if value is not None and type(value) is not int:
+        raise _Unusual
+    return value
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    if value is not None and type(value) is not dict:
+        raise _Unusual
+    return value
+
+
+def _list(value: Any, *, required: bool = False) -> list[Any]:
+    if value is None and not required:
+        return []
+    if type(value) is not list:
+        raise _Unusual
+    return value
