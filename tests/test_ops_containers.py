@@ -9,6 +9,7 @@ import dataclasses
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -16,7 +17,7 @@ from rich.console import Console
 from envs.tasks import load_tasks
 from records.pools import read_trajectories
 from records.trajectory import Message, Trajectory
-from relearn.ops.collect import AgentOptions, CollectOptions, run_collect
+from relearn.ops.collect import AgentOptions, CollectOptions, policy_spec, run_collect
 from relearn.ops.containers import MINI_SUITE, ContainerOptions, load_task_list
 from relearn.ops.evaluate import EvalOptions
 from relearn.ops.reporting import OpError
@@ -151,6 +152,19 @@ def test_every_option_of_the_container_verbs_can_be_said_in_the_pipeline_file() 
     assert VerifyConfig().memory == ContainerOptions.memory and CollectConfig(model="m").apply_patch == AgentOptions.apply_patch
 
 
+def test_the_builtin_agent_asks_for_token_ids_unless_told_not_to() -> None:
+    """``--no-token-ids`` (``token_ids = false`` in the file) reaches the policy client, for servers
+    that refuse vLLM's fields; codex-cli asks only when told to."""
+    from relearn.pipeline.config import CollectConfig
+
+    def spec(**agent: Any) -> Any:
+        return policy_spec(CollectOptions(out=Path("out"), model="m", agent=AgentOptions(**agent)), "responses")
+
+    assert spec().request_token_ids is True and spec(token_ids=False).request_token_ids is False
+    assert not AgentOptions(agent="codex-cli").request_token_ids() and AgentOptions(agent="codex-cli", token_ids=True).request_token_ids()
+    assert CollectConfig(model="m", token_ids=False).token_ids is False and CollectConfig(model="m").token_ids is None
+
+
 def test_a_pipeline_file_without_the_new_fields_keeps_its_stamps(tmp_path: Path) -> None:
     """Fields the container tables gained stay out of the stage settings at their default."""
     from relearn.pipeline.config import load_pipeline
@@ -162,7 +176,7 @@ def test_a_pipeline_file_without_the_new_fields_keeps_its_stamps(tmp_path: Path)
     stages = {s.name: s for s in plan(Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO())), dict)}
     assert stages["verify"].settings == {"tasks": "mini"}  # workers and pull are transport
     collect = stages["pool"].settings["collect"]
-    assert collect["policy"] == "chat" and not {"agent", "apply_patch", "cpus", "memory", "pull", "base_url"} & set(collect)
+    assert collect["policy"] == "chat" and not {"agent", "apply_patch", "token_ids", "cpus", "memory", "pull", "base_url"} & set(collect)
     (tmp_path / "p.toml").write_text(
         'workdir = "w"\n[pool.collect]\nmodel = "m"\nmemory = "8g"\n[verify]\nimage_template = "r/{instance_key}:v"\n'
     )

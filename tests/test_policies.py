@@ -183,6 +183,7 @@ def test_responses_request_body() -> None:
         {"type": "function", "name": "shell", "description": function["description"], "parameters": function["parameters"], "strict": False}
     ]
     assert "return_token_ids" not in body
+    assert body["enable_response_messages"] is True  # vLLM's raw messages, with their token ids
 
 
 def test_anthropic_request_body() -> None:
@@ -381,6 +382,33 @@ def test_chat_token_ids_not_requested() -> None:
     body = server.requests[0]
     assert "return_token_ids" not in body and "logprobs" not in body
     assert turn.message.token_ids is None and turn.message.logprobs is None
+
+
+def test_responses_keeps_the_token_ids_of_vllms_raw_messages() -> None:
+    """vLLM answers enable_response_messages with the engine's raw messages beside the output:
+    the generated ids become the message's token_ids, the prompt's its extra.prompt_token_ids,
+    as the chat protocol records them; a server that sends none leaves both out."""
+    script = [
+        ScriptedTurn(content="hi", token_ids=[11, 12, 13], prompt_token_ids=[5, 6, 7]),
+        ScriptedTurn(content="hi", token_ids=[21]),
+        ScriptedTurn(content="hi"),
+    ]
+    with ModelServer("responses", script) as server:
+        returned, no_prompt, absent = complete(server), complete(server), complete(server)
+    assert all(body["enable_response_messages"] is True for body in server.requests)
+    assert returned.message.token_ids == [11, 12, 13]
+    assert returned.message.extra is not None and returned.message.extra["prompt_token_ids"] == [5, 6, 7]
+    again = Message.model_validate_json(returned.message.model_dump_json())
+    assert again.token_ids == [11, 12, 13] and again.extra is not None and again.extra["prompt_token_ids"] == [5, 6, 7]
+    assert no_prompt.message.token_ids == [21] and "prompt_token_ids" not in (no_prompt.message.extra or {})
+    assert absent.message.token_ids is None and "prompt_token_ids" not in (absent.message.extra or {})
+
+
+def test_responses_token_ids_not_requested() -> None:
+    with ModelServer("responses", [ScriptedTurn(content="hi", token_ids=[1], prompt_token_ids=[2])]) as server:
+        turn = complete(server, request_token_ids=False)
+    assert "enable_response_messages" not in server.requests[0]
+    assert turn.message.token_ids is None and "prompt_token_ids" not in (turn.message.extra or {})
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -49,12 +49,11 @@ from harness.codex_cli.responses_api import (
     decoded_body,
     error_body,
     events,
-    generated_token_ids,
-    prompt_token_ids,
     retry_after_s,
     usage_of,
 )
 from harness.policies.base import PolicySpec, is_context_overflow
+from harness.policies.openai_responses import generated_token_ids, prompt_token_ids
 from records.pools import JsonlWriter
 from records.trajectory import ExitStatus, Usage
 

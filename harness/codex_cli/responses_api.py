@@ -89,30 +89,6 @@ def complete_response(response: dict[str, Any]) -> list[str]:
     return notes
 
 
-def generated_token_ids(response: dict[str, Any]) -> list[int] | None:
-    """vLLM's ``output_messages`` (asked for with ``enable_response_messages``): the
-    raw generated messages with their token ids."""
-    return _raw_message_tokens(response, "output_messages")
-
-
-def prompt_token_ids(response: dict[str, Any]) -> list[int] | None:
-    """vLLM's ``input_messages`` (beside ``output_messages``): the prompt as the engine was
-    given it, with its token ids: the context the call saw."""
-    return _raw_message_tokens(response, "input_messages")
-
-
-def _raw_message_tokens(response: dict[str, Any], key: str) -> list[int] | None:
-    messages = response.get(key)
-    if not isinstance(messages, list):
-        return None
-    ids: list[int] = []
-    for message in messages:
-        tokens = message.get("tokens") if isinstance(message, dict) else None
-        if isinstance(tokens, list):
-            ids.extend(int(t) for t in tokens)
-    return ids or None
-
-
 def decoded_body(request: BaseHTTPRequestHandler) -> bytes:
     if request.headers.get("Transfer-Encoding", "").lower() == "chunked":
         raw = b""

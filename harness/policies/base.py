@@ -71,8 +71,9 @@ class PolicySpec:
     # them at the full input price. Anthropic cache writes are billed at the input price
     # (the API charges them 1.25x): a small underestimate, not worth a fourth price.
     price_cached_in_per_mtok: float | None = None
-    # chat only: vLLM's return_token_ids and logprobs, for training on exactly what was
-    # sampled. Strict servers (api.openai.com) reject return_token_ids: set False there.
+    # vLLM's token ids, for training on exactly what was sampled and seen: chat asks with
+    # return_token_ids and logprobs, responses with enable_response_messages. Strict servers
+    # (api.openai.com) reject both: set False there. Anthropic has none to ask for.
     request_token_ids: bool = True
     checkpoint: str | None = None
     step: int | None = None

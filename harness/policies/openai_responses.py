@@ -4,6 +4,12 @@ Round trip: ``store=False``, so the server keeps nothing between calls. Reasonin
 are kept in ``message.extra["responses_reasoning"]`` and sent back only when they carry
 ``encrypted_content``; without it the server would look up an id it never stored and
 reject the request. Reasoning from elsewhere is not sent.
+
+Token ids (``PolicySpec.request_token_ids``): vLLM answers ``enable_response_messages`` with the
+engine's raw messages beside the parsed output, ``output_messages`` (what was generated, with its
+token ids) and ``input_messages`` (the prompt as the engine was given it). The generated ids become
+the message's ``token_ids`` and the prompt's its ``extra.prompt_token_ids``, as the chat protocol's
+``return_token_ids`` does, for ``relearn masks`` to train on exactly what was sampled and seen.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class ResponsesPolicy(SdkPolicy):
             request["instructions"] = instructions
         if tools:
             request["tools"] = [responses_tool(t) for t in tools]
+        if self.spec.request_token_ids:
+            extra.setdefault("enable_response_messages", True)
         if extra:
             request["extra_body"] = extra
         return request
@@ -101,12 +109,16 @@ class ResponsesPolicy(SdkPolicy):
         extra: dict[str, Any] = {"response_id": response.id, "model": response.model}
         if reasoning_items:
             extra["responses_reasoning"] = reasoning_items
+        prompt_ids = raw_message_token_ids(sdk_field(response, "input_messages"))
+        if prompt_ids is not None:
+            extra["prompt_token_ids"] = prompt_ids
         message = Message(
             role="assistant",
             generated=True,
             content="".join(texts) if texts else None,
             reasoning_content="\n\n".join(reasoning_parts) if reasoning_parts else None,
             tool_calls=calls or None,
+            token_ids=raw_message_token_ids(sdk_field(response, "output_messages")),
             usage=usage,
             extra=extra,
         )
@@ -118,6 +130,31 @@ class ResponsesPolicy(SdkPolicy):
         else:
             finish = response.status
         return message, finish
+
+
+def generated_token_ids(response: dict[str, Any]) -> list[int] | None:
+    """vLLM's ``output_messages`` (asked for with ``enable_response_messages``): the ids of what
+    the call generated."""
+    return raw_message_token_ids(response.get("output_messages"))
+
+
+def prompt_token_ids(response: dict[str, Any]) -> list[int] | None:
+    """vLLM's ``input_messages`` (beside ``output_messages``): the prompt as the engine was
+    given it, with its token ids: the context the call saw."""
+    return raw_message_token_ids(response.get("input_messages"))
+
+
+def raw_message_token_ids(messages: Any) -> list[int] | None:
+    """The token ids of vLLM's raw messages (``{"type": "raw_message_tokens", "tokens": [...]}``)
+    laid end to end; None where there are none."""
+    if not isinstance(messages, list):
+        return None
+    ids: list[int] = []
+    for message in messages:
+        tokens = message.get("tokens") if isinstance(message, dict) else sdk_field(message, "tokens")
+        if isinstance(tokens, list):
+            ids.extend(int(t) for t in tokens)
+    return ids or None
 
 
 def responses_tool(tool: dict[str, Any]) -> dict[str, Any]:

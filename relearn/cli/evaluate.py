@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from relearn.cli.cluster import RayArg, RegistryArg, show_nodes
-from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg
+from relearn.cli.harness import AgentArg, ApplyPatchArg, ReasoningEffortArg, TokenIdsArg
 from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, out, print_error, run_op, show_problems
 from relearn.ops.collect import AgentOptions
@@ -35,6 +35,7 @@ def run_command(
     apply_patch: ApplyPatchArg = AgentOptions.apply_patch,
     policy: Annotated[str | None, typer.Option(help="chat (the builtin default) | responses (codex-cli's only one) | anthropic.")] = None,
     reasoning_effort: ReasoningEffortArg = AgentOptions.reasoning_effort,
+    token_ids: TokenIdsArg = AgentOptions.token_ids,
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL.")] = None,
     api_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the API key.")] = None,
     checkpoint: Annotated[str | None, typer.Option(help="Checkpoint served (recorded in the manifest).")] = None,
@@ -67,7 +68,7 @@ def run_command(
     reports and report.md/json. Resumable: rerun the same command to finish a killed run.
     """
     options = EvalOptions(
-        out=out_dir, model=model, dataset=dataset, agent=AgentOptions(agent, policy, apply_patch, reasoning_effort), base_url=base_url,
+        out=out_dir, model=model, dataset=dataset, agent=AgentOptions(agent, policy, apply_patch, reasoning_effort, token_ids), base_url=base_url,
         api_key_env=api_key_env, checkpoint=checkpoint, ids=ids, repos=repos, difficulties=difficulties, slice=slice_,
         temperature=temperature, max_output_tokens=max_output_tokens, seed=seed, workers=workers, max_turns=max_turns,
         max_tokens=max_tokens, max_seconds=max_seconds, max_cost=max_cost, spend_cap=spend_cap, price_in=price_in, price_out=price_out,

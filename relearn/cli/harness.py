@@ -31,8 +31,17 @@ AgentArg = Annotated[
 ReasoningEffortArg = Annotated[str | None, typer.Option(help="codex-cli: model_reasoning_effort (low | medium | high | xhigh).")]
 
 
-def _agent(agent: str, policy: str | None, apply_patch: str, reasoning_effort: str | None) -> AgentOptions:
-    return AgentOptions(agent=agent, policy=policy, apply_patch=apply_patch, reasoning_effort=reasoning_effort)
+TokenIdsArg = Annotated[
+    bool | None,
+    typer.Option(
+        "--token-ids/--no-token-ids",
+        help="Ask the server for the sampled token ids (vLLM: return_token_ids for chat, enable_response_messages for responses), which relearn masks trains on. Default: asked by the builtin agent, not by codex-cli. --no-token-ids for servers that refuse fields they do not know, such as api.openai.com.",
+    ),
+]
+
+
+def _agent(agent: str, policy: str | None, apply_patch: str, reasoning_effort: str | None, token_ids: bool | None) -> AgentOptions:
+    return AgentOptions(agent=agent, policy=policy, apply_patch=apply_patch, reasoning_effort=reasoning_effort, token_ids=token_ids)
 
 
 def collect_command(
@@ -48,6 +57,7 @@ def collect_command(
         ),
     ] = None,
     reasoning_effort: ReasoningEffortArg = AgentOptions.reasoning_effort,
+    token_ids: TokenIdsArg = AgentOptions.token_ids,
     base_url: Annotated[str | None, typer.Option(help="Endpoint URL, e.g. http://localhost:8000/v1.")] = None,
     api_key_env: Annotated[
         str | None,
@@ -84,7 +94,7 @@ def collect_command(
     mid-episode is retried on another, and only this process writes the pool.
     """
     options = CollectOptions(
-        out=out_dir, model=model, tasks=tasks, ids=ids, agent=_agent(agent, policy, apply_patch, reasoning_effort), base_url=base_url,
+        out=out_dir, model=model, tasks=tasks, ids=ids, agent=_agent(agent, policy, apply_patch, reasoning_effort, token_ids), base_url=base_url,
         api_key_env=api_key_env, checkpoint=checkpoint, step=step, temperature=temperature, max_output_tokens=max_output_tokens,
         attempts=attempts, workers=workers, max_turns=max_turns, max_tokens=max_tokens, max_seconds=max_seconds, max_cost=max_cost,
         price_in=price_in, price_out=price_out, containers=ContainerOptions(image_map, image_template, pull, cpus, memory, ray, registry),

@@ -27,12 +27,19 @@ PASS_AT = (1, 2, 5, 10)
 class AgentOptions:
     """Who acts in the container: ``builtin`` (our Codex-style loop, any ``policy`` protocol)
     or ``codex-cli`` (the real Codex CLI, Responses API only), the builtin tool set's
-    ``apply_patch`` semantics (codex | strict), and codex-cli's ``reasoning_effort``."""
+    ``apply_patch`` semantics (codex | strict), codex-cli's ``reasoning_effort``, and whether the
+    server is asked for the sampled token ids (vLLM's ``return_token_ids`` for chat,
+    ``enable_response_messages`` for responses; servers that refuse unknown fields, such as
+    api.openai.com, answer 400 to either)."""
 
     agent: str = "builtin"
     policy: str | None = None  # endpoint protocol: chat (the builtin default) | responses | anthropic
     apply_patch: str = "codex"
     reasoning_effort: str | None = "medium"
+    token_ids: bool | None = None  # None: asked by the builtin agent, not by codex-cli
+
+    def request_token_ids(self) -> bool:
+        return self.token_ids if self.token_ids is not None else self.agent == "builtin"
 
     def resolve(self) -> tuple[str, CodexCliConfig | None]:
         """(endpoint protocol, Codex config or None); OpError naming the option that does not fit."""
@@ -49,7 +56,8 @@ class AgentOptions:
         if self.policy not in (None, "responses"):
             raise OpError(f"--agent codex-cli speaks the Responses API: use --policy responses (got --policy {self.policy})")
         try:
-            return "responses", CodexCliConfig(install=installed(), reasoning_effort=self.reasoning_effort)
+            config = CodexCliConfig(install=installed(), reasoning_effort=self.reasoning_effort, request_token_ids=self.request_token_ids())
+            return "responses", config
         except (InstallError, ValueError) as exc:
             raise OpError(str(exc)) from None
 
@@ -104,6 +112,7 @@ def policy_spec(options: CollectOptions, protocol: str) -> Any:
         kind=protocol,  # type: ignore[arg-type]
         model=options.model, base_url=options.base_url, api_key_env=options.api_key_env, sampling=sampling,
         price_in_per_mtok=options.price_in, price_out_per_mtok=options.price_out, checkpoint=options.checkpoint, step=options.step,
+        request_token_ids=options.agent.request_token_ids(),
     )  # fmt: skip
 
 

@@ -74,6 +74,7 @@ def run_evaluation(options: EvalOptions, reporter: Reporter = SILENT) -> EvalSum
         kind=protocol,  # type: ignore[arg-type]
         model=options.model, base_url=options.base_url, api_key_env=options.api_key_env, sampling=sampling,
         price_in_per_mtok=options.price_in, price_out_per_mtok=options.price_out, checkpoint=options.checkpoint,
+        request_token_ids=options.agent.request_token_ids(),
     )  # fmt: skip
     c = options.containers
     config = RunConfig(

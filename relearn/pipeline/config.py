@@ -104,6 +104,7 @@ class CollectConfig(ContainersConfig):
     policy: Literal["chat", "responses", "anthropic"] | None = AgentOptions.policy  # None: chat for builtin, responses for codex-cli
     apply_patch: Literal["codex", "strict"] = AgentOptions.apply_patch  # type: ignore[assignment]
     reasoning_effort: str | None = AgentOptions.reasoning_effort  # codex-cli
+    token_ids: bool | None = AgentOptions.token_ids  # ask for the sampled token ids (None: the builtin agent does, codex-cli not)
     api_key_env: str | None = CollectOptions.api_key_env
     checkpoint: str | None = CollectOptions.checkpoint
     step: int | None = CollectOptions.step

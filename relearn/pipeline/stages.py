@@ -183,7 +183,7 @@ def collect_pool_stage(ctx: Context, out: Path) -> dict[str, Any]:
     assert c is not None
     options = CollectOptions(
         out=out.parent, model=c.model, tasks=dataset_source(ctx, ctx.config.tasks), ids=c.ids,
-        agent=AgentOptions(c.agent, c.policy, c.apply_patch, c.reasoning_effort), base_url=ctx.pool_url or c.base_url,
+        agent=AgentOptions(c.agent, c.policy, c.apply_patch, c.reasoning_effort, c.token_ids), base_url=ctx.pool_url or c.base_url,
         api_key_env=c.api_key_env, checkpoint=c.checkpoint, step=c.step, temperature=c.temperature, max_output_tokens=c.max_output_tokens,
         attempts=c.attempts, workers=c.workers, max_turns=c.max_turns, max_tokens=c.max_tokens, max_seconds=c.max_seconds,
         max_cost=c.max_cost, price_in=c.price_in, price_out=c.price_out, containers=ctx.containers(c),
@@ -433,7 +433,7 @@ def eval_stage(ctx: Context, name: str, model_dir: Path) -> dict[str, Any]:
 # Fields the container stages' tables gained after pipelines were written without them: at their
 # default they stay out of the stage's settings, so such a file keeps its stamps (None values
 # are left out anyway, by the runner).
-ADDED_COLLECT_FIELDS = {"agent", "apply_patch", "reasoning_effort", "price_in", "price_out", "cpus", "memory"}
+ADDED_COLLECT_FIELDS = {"agent", "apply_patch", "reasoning_effort", "token_ids", "price_in", "price_out", "cpus", "memory"}
 ADDED_EVAL_FIELDS = {"apply_patch", "cpus", "memory"}
 
 
