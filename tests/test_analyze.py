@@ -509,3 +509,49 @@ def test_split_statistics_are_paired_over_trajectories() -> None:
     other = [{**r, "split": {**r["split"], "kept": [r["split"]["kept"][0], r["split"]["kept"][1] + 1]}} for r in after]
     with pytest.raises(ValueError, match="split the trajectories differently"):
         paired_delta(before, other)
+
+
+def test_nll_on_a_backend_reads_the_pools_as_its_units_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With worker processes or Ray, the driver holds the units in flight, not the pools: a unit
+    starts while most of the pool is unread, and every record is still tallied in file order."""
+    from envs.executor import LocalBackend
+    from relearn.analyze import nll
+
+    pools = []
+    for name in ("a", "b"):
+        path = tmp_path / f"{name}.jsonl"
+        write_atomic(path, [trajectory(AGENT, id=f"{name}-{n}", task_id=f"t{n}") for n in range(20)])
+        pools.append(NamedPool(name, path))
+    lines_read = [0]
+    real_iter_pool = nll.iter_pool
+
+    def counted(*args: object, **kwargs: object) -> object:
+        for item in real_iter_pool(*args, **kwargs):  # type: ignore[arg-type]
+            lines_read[0] += 1
+            yield item
+
+    monkeypatch.setattr(nll, "iter_pool", counted)
+    read_when_started: list[int] = []
+
+    def job(unit: list[nll.Due]) -> list[dict[str, object]]:
+        read_when_started.append(lines_read[0])
+        return [{"trajectory_id": t.id, "task_id": t.task_id, "rejected": "not scored here"} for t, _review, _key in unit]
+
+    digest = "settings"
+    cache = nll.ScoreCache(tmp_path / "scores.jsonl", digest)
+    kept: list[str] = []
+
+    def keep(record: dict[str, object], key: str | None) -> None:
+        record["settings"] = digest
+        kept.append(str(record["trajectory_id"]))
+        cache.put(record)
+
+    backend = LocalBackend(1)
+    try:
+        results = nll._score_on(backend, job, pools, cache, keep, 64, None, False, None, lambda: None, 4)  # type: ignore[arg-type]
+    finally:
+        backend.close()
+    assert read_when_started[0] <= 8  # the first unit of 4, and at most the next one read ahead
+    assert len(read_when_started) == 10 and lines_read[0] == 40
+    assert kept == [f"{name}-{n}" for name in ("a", "b") for n in range(20)]
+    assert [(r.name, r.records) for r in results] == [("a", 20), ("b", 20)]

@@ -426,33 +426,39 @@ def _score_on(
     on_record: Callable[[], None],
     batch: int,
 ) -> list[PoolScores]:
-    """The pools read first (the trajectories the cache lacks become units of ``batch``),
-    the units scored on ``backend``, then every record tallied in file order from the cache
-    the results went into: the figures of ``_score_here``, in the same order."""
+    """The trajectories the cache lacks scored on ``backend`` in units of ``batch``, read from the
+    pools as slots free up (the driver holds the units in flight, and of every record only where
+    it was), then every record tallied in file order from the cache the results went into: the
+    figures of ``_score_here``, in the same order."""
     read: list[tuple[PoolScores, NamedPool, list[RecordError | _Seen]]] = []
-    units: list[list[Due]] = []
     due: set[tuple[str, str | None]] = set()
-    for pool in pools:
-        result = PoolScores(pool.name, str(pool.path), split_asked=reviews is not None)
-        events: list[RecordError | _Seen] = []
-        for event in _read(pool, result, limit, positive_only, reviews, on_record):
-            if isinstance(event, RecordError):
-                events.append(event)
-                continue
-            seen, trajectory = event
-            events.append(seen)
-            wanted = (seen.trajectory_id, seen.key)
-            # Found in the cache, or already due (the same id earlier in the pools): the serial
-            # run would find it in the cache by now.
-            if wanted in due or _from_cache(cache.get(*wanted), ctx) is not None:
-                result.reused += 1
-                on_record()
-                continue
-            due.add(wanted)
-            if not units or len(units[-1]) >= batch:
-                units.append([])
-            units[-1].append((trajectory, seen.review if reviews is not None else _NOT_ASKED, seen.key))
-        read.append((result, pool, events))
+
+    def units() -> Iterator[list[Due]]:
+        unit: list[Due] = []
+        for pool in pools:
+            result = PoolScores(pool.name, str(pool.path), split_asked=reviews is not None)
+            events: list[RecordError | _Seen] = []
+            read.append((result, pool, events))
+            for event in _read(pool, result, limit, positive_only, reviews, on_record):
+                if isinstance(event, RecordError):
+                    events.append(event)
+                    continue
+                seen, trajectory = event
+                events.append(seen)
+                wanted = (seen.trajectory_id, seen.key)
+                # Found in the cache, or already due (the same id earlier in the pools): the serial
+                # run would find it in the cache by now.
+                if wanted in due or _from_cache(cache.get(*wanted), ctx) is not None:
+                    result.reused += 1
+                    on_record()
+                    continue
+                due.add(wanted)
+                unit.append((trajectory, seen.review if reviews is not None else _NOT_ASKED, seen.key))
+                if len(unit) >= batch:
+                    yield unit
+                    unit = []
+        if unit:
+            yield unit
 
     def scored(unit: list[Due], records: list[dict[str, Any]]) -> None:
         for (_trajectory, _review, key), record in zip(unit, records, strict=True):
@@ -467,8 +473,7 @@ def _score_on(
         first, last = unit[0][0].id, unit[-1][0].id
         raise RuntimeError(f"NLL batch {first} .. {last}: {type(exc).__name__}: {exc}") from exc
 
-    if units:
-        run_units(backend, units, job, on_result=scored, on_error=failed)
+    run_units(backend, units(), job, on_result=scored, on_error=failed)
     results = []
     for result, pool, events in read:
         for event in events:
