@@ -62,3 +62,39 @@ def test_cli_masks_workers_matches_one_process(relearn_bin: str, tmp_path: Path,
     masks("one")
     masks("two", "--workers", "2")
     assert files(tmp_path / "two") == files(tmp_path / "one")
+
+
+def test_units_are_read_from_the_pool_as_slots_free_up(tok, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
+    """With a backend the driver holds the shards in flight, never the whole pool's lines: the
+    first shard starts compiling while the rest of the pool is unread."""
+    from relearn.masks import shards
+
+    pool, reviews_path = masks_pool(tmp_path)
+    reviews = load_reviews(reviews_path, [])
+    read = [0]
+    pool_items = shards._pool_items
+
+    def counted(path: Path):  # noqa: ANN202
+        for item in pool_items(path):
+            read[0] += 1
+            yield item
+
+    read_at_start: list[int] = []
+    compile_shard = shards.ShardJob.__call__
+
+    def job(self: shards.ShardJob, unit: shards.ShardUnit) -> shards.CompiledShard:
+        read_at_start.append(read[0])
+        return compile_shard(self, unit)
+
+    monkeypatch.setattr(shards, "_pool_items", counted)
+    monkeypatch.setattr(shards.ShardJob, "__call__", job)
+    backend = LocalBackend(1)  # one thread: the monkeypatched job runs here
+    try:
+        there, _ = build_dataset(pool, reviews, tok, "qwen3.6", MaskOptions(mode="ross"), tmp_path / "there", shard_size=1, backend=backend)
+    finally:
+        backend.close()
+    total = there["trajectories_in"]
+    assert total >= 4 and read[0] == total and len(read_at_start) == total
+    assert read_at_start[0] <= 2  # the first shard, and at most the next one read ahead
+    here, _ = build_dataset(pool, reviews, tok, "qwen3.6", MaskOptions(mode="ross"), tmp_path / "here", shard_size=1)
+    assert files(tmp_path / "there") == files(tmp_path / "here")

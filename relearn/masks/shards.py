@@ -377,6 +377,17 @@ class CompiledShard:
 
 
 @dataclass(frozen=True)
+class ShardUnit:
+    """One shard to compile: its records and, of the reviews, only theirs (a unit travels to a
+    worker process or a Ray node by value)."""
+
+    number: int
+    inputs_hash: str
+    chunk: list[Item]
+    reviews: dict[str, Review | RecordError]
+
+
+@dataclass(frozen=True)
 class ShardJob:
     """One masks work unit's function, for worker processes or Ray nodes: the tokenizer
     travels by name and is loaded once per worker process (a pickled tokenizer is 15 MB and
@@ -384,24 +395,22 @@ class ShardJob:
 
     tokenizer_name: str
     tokenizer_id: str
-    reviews: ReviewMap
     pool: Path
     options: MaskOptions
     digest: str
 
-    def __call__(self, unit: tuple[int, str, list[Item]]) -> CompiledShard:
-        number, inputs_hash, chunk = unit
+    def __call__(self, unit: ShardUnit) -> CompiledShard:
         tokenizer = _worker_tokenizer(self.tokenizer_name, self.tokenizer_id)
         try:
             shape: TemplateShape | None = probe(tokenizer, dict(self.options.template_kwargs))
         except RenderError:
             shape = None
-        stats = ShardStats(options_hash=self.digest, inputs_hash=inputs_hash)
+        stats = ShardStats(options_hash=self.digest, inputs_hash=unit.inputs_hash)
         batches, progress = [], []
-        for rows, seen in _compile_batches(chunk, self.reviews, self.pool, tokenizer, self.options, shape, stats):
+        for rows, seen in _compile_batches(unit.chunk, unit.reviews, self.pool, tokenizer, self.options, shape, stats):
             batches.append(rows)
             progress.extend(seen)
-        return CompiledShard(number, stats, batches, progress)
+        return CompiledShard(unit.number, stats, batches, progress)
 
 
 @functools.cache
@@ -449,60 +458,59 @@ def build_dataset(
     except RenderError:
         shape = None  # each trajectory probes again and is rejected with the reason
     shard_stats: dict[int, ShardStats] = {}
-    reused = 0
-    number = -1
-    units: list[tuple[int, str, list[Item]]] = []
-    for number, chunk in enumerate(_chunks(_pool_items(pool), shard_size)):
-        shard = output / f"shard-{number:05d}.parquet"
-        stats_path = output / f"shard-{number:05d}.stats.json"
-        inputs_hash = _inputs_hash(digest, tokenizer_id, chunk, reviews)
-        if shard.exists() and stats_path.exists():
-            try:
-                saved = json.loads(stats_path.read_text())
-            except ValueError:
-                saved = {}
-            if saved.get("inputs_hash") == inputs_hash:
-                shard_stats[number] = _stats_from_json(saved)
-                reused += 1
-                for entry in chunk:
-                    if on_record:
-                        on_record(entry.size, 0)
-                continue
-        if backend is not None:
-            units.append((number, inputs_hash, chunk))
-            continue
-        stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
-        with ShardWriter(shard, options.mode) as writer:
-            for rows, progress in _compile_batches(chunk, reviews, pool, tokenizer, options, shape, stats):
-                for size, tokens in progress:
-                    if on_record:
-                        on_record(size, tokens)
-                writer.write(rows)
-        write_text_atomic(stats_path, json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
-        shard_stats[number] = stats
-    if backend is not None and units:
-        ids = {entry.trajectory_id for _n, _h, chunk in units for entry in chunk}
-        job = ShardJob(tokenizer_name, tokenizer_id, {i: reviews[i] for i in ids if i is not None and i in reviews}, pool, options, digest)
+    reused = shards = 0
 
-        def written(_unit: tuple[int, str, list[Item]], compiled: CompiledShard) -> None:
+    def due() -> Iterator[tuple[int, str, list[Item]]]:
+        """The shards to compile, read from the pool as they are asked for (a backend asks as
+        its slots free up); a shard already compiled from the same inputs is taken as it is."""
+        nonlocal reused, shards
+        for number, chunk in enumerate(_chunks(_pool_items(pool), shard_size)):
+            shards = number + 1
+            inputs_hash = _inputs_hash(digest, tokenizer_id, chunk, reviews)
+            saved = _saved_stats(output, number, inputs_hash)
+            if saved is None:
+                yield number, inputs_hash, chunk
+                continue
+            shard_stats[number] = saved
+            reused += 1
+            for entry in chunk:
+                if on_record:
+                    on_record(entry.size, 0)
+
+    def report(progress: list[tuple[int, int]]) -> None:
+        for size, tokens in progress:
+            if on_record:
+                on_record(size, tokens)
+
+    def finish(number: int, stats: ShardStats) -> None:
+        write_text_atomic(output / f"shard-{number:05d}.stats.json", json.dumps(_stats_to_json(stats), indent=1, sort_keys=True))
+        shard_stats[number] = stats
+
+    if backend is None:
+        for number, inputs_hash, chunk in due():
+            stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
+            with ShardWriter(output / f"shard-{number:05d}.parquet", options.mode) as writer:
+                for rows, progress in _compile_batches(chunk, reviews, pool, tokenizer, options, shape, stats):
+                    report(progress)
+                    writer.write(rows)
+            finish(number, stats)
+    else:
+
+        def written(_unit: ShardUnit, compiled: CompiledShard) -> None:
             with ShardWriter(output / f"shard-{compiled.number:05d}.parquet", options.mode) as writer:
                 for rows in compiled.batches:
                     writer.write(rows)
-            write_text_atomic(
-                output / f"shard-{compiled.number:05d}.stats.json", json.dumps(_stats_to_json(compiled.stats), indent=1, sort_keys=True)
-            )
-            shard_stats[compiled.number] = compiled.stats
-            for size, tokens in compiled.progress:
-                if on_record:
-                    on_record(size, tokens)
+            finish(compiled.number, compiled.stats)
+            report(compiled.progress)
 
-        def failed(unit: tuple[int, str, list[Item]], exc: BaseException, tries: int) -> bool:
+        def failed(unit: ShardUnit, exc: BaseException, tries: int) -> bool:
             if isinstance(exc, NodeLost) and tries <= NODE_RETRIES:
                 return True  # a lost worker: the shard is compiled again elsewhere
-            raise RuntimeError(f"shard {unit[0]}: {type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(f"shard {unit.number}: {type(exc).__name__}: {exc}") from exc
 
-        run_units(backend, units, job, on_result=written, on_error=failed)
-    _remove_stale_shards(output, number + 1)
+        units = (ShardUnit(number, inputs_hash, chunk, _reviews_of(chunk, reviews)) for number, inputs_hash, chunk in due())
+        run_units(backend, units, ShardJob(tokenizer_name, tokenizer_id, pool, options, digest), on_result=written, on_error=failed)
+    _remove_stale_shards(output, shards)
     summary = summarise([shard_stats[k] for k in sorted(shard_stats)], options, tokenizer_name, pool)
     # What the ids mean: exports refuse a tokenizer that is not this one (relearn.export).
     summary["tokenizer_fingerprint"] = tokenizer_id
@@ -512,6 +520,23 @@ def build_dataset(
         summary["audit"]["trajectories_left_out"] = summary["rejected"].get(FLAGGED_BY_AUDIT, 0)
     write_text_atomic(output / "stats.json", json.dumps(summary, indent=1, sort_keys=True))
     return summary, reused
+
+
+def _reviews_of(chunk: list[Item], reviews: ReviewMap) -> dict[str, Review | RecordError]:
+    ids = (entry.trajectory_id for entry in chunk if entry.trajectory_id is not None)
+    return {i: reviews[i] for i in ids if i in reviews}
+
+
+def _saved_stats(output: Path, number: int, inputs_hash: str) -> ShardStats | None:
+    """The statistics of shard ``number`` where it was compiled from these very inputs."""
+    shard, stats_path = output / f"shard-{number:05d}.parquet", output / f"shard-{number:05d}.stats.json"
+    if not (shard.exists() and stats_path.exists()):
+        return None
+    try:
+        saved = json.loads(stats_path.read_text())
+    except ValueError:
+        return None
+    return _stats_from_json(saved) if saved.get("inputs_hash") == inputs_hash else None
 
 
 def _remove_stale_shards(output: Path, count: int) -> None:
