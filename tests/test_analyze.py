@@ -107,9 +107,11 @@ def test_nll_is_the_full_logits_masked_mean_over_eligible_tokens_only(tok, lm: t
     assert inside == sample.eligible and len(rendered.turns) == 2
     scored = tok.decode(sample.input_ids[eligible].tolist())
     assert "copied answer" not in scored and "return a - b" not in scored and "Go on" not in scored
-    (copied_too,) = eligible_tokens(trajectory([{**m, "generated": True} if m.get("role") == "assistant" else m for m in AGENT]), tok, KW)
-    assert copied_too.eligible > sample.eligible
-    assert "copied answer" in tok.decode(copied_too.input_ids[copied_too.loss_mask.astype(bool)].tolist())
+    # Generated too, the copied turn is answered by a user turn: the harness sends observations as
+    # user turns, so each turn is scored under the context it was sent (as masks compiles it).
+    copied_too = eligible_tokens(trajectory([{**m, "generated": True} if m.get("role") == "assistant" else m for m in AGENT]), tok, KW)
+    assert len(copied_too) == 3 and sum(s.eligible for s in copied_too) > sample.eligible
+    assert "copied answer" in tok.decode(copied_too[0].input_ids[copied_too[0].loss_mask.astype(bool)].tolist())
 
 
 def greedy_reasoning(tok, lm: torch.nn.Module, messages: list[dict], n: int) -> str:  # noqa: ANN001
@@ -118,6 +120,34 @@ def greedy_reasoning(tok, lm: torch.nn.Module, messages: list[dict], n: int) -> 
     with torch.inference_mode():
         out = lm.generate(torch.tensor([ids]), max_new_tokens=n, do_sample=False, pad_token_id=0)
     return tok.decode(out[0, len(ids) :].tolist())
+
+
+def test_nll_scores_each_turn_under_the_context_it_was_sent_as_masks_compiles_it(tok, lm: torch.nn.Module) -> None:  # noqa: ANN001
+    """Observations as user turns: the harness never sent the first turn's reasoning back, so the
+    second turn was generated without it in view. NLL scores that turn under the context it was
+    sent, on the very sequences `relearn masks` compiles (and, with `render`, the whole render)."""
+    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from tests.test_masks_as_sent import USER_OBSERVATIONS
+
+    t = trajectory(USER_OBSERVATIONS, id="obs", outcome={"resolved": True})
+    scored = eligible_tokens(t, tok, KW)
+    compiled = compile_trajectory(t, None, tok, MaskOptions(mode="positive", template_kwargs=KW))
+    assert len(scored) == len(compiled) == 2
+    for mine, theirs in zip(scored, compiled, strict=True):
+        assert mine.sample_id == theirs.sample_id and np.array_equal(mine.input_ids, theirs.input_ids)
+        assert np.array_equal(mine.loss_mask, theirs.loss_mask)
+    assert "Look first." not in tok.decode(scored[1].input_ids.tolist())
+    (whole,) = eligible_tokens(t, tok, KW, context="render")
+    assert "Look first." in tok.decode(whole.input_ids.tolist()) and whole.eligible == sum(s.eligible for s in scored)
+    # The scores differ with the context, so each keys its own cache entries.
+    scorer = Scorer(lm)
+    as_sent = sum(float(scorer.token_nll(s.input_ids, s.loss_mask).sum()) for s in scored)
+    rendered = float(scorer.token_nll(whole.input_ids, whole.loss_mask).sum())
+    assert as_sent != pytest.approx(rendered)
+    from relearn.analyze.nll import Settings
+
+    settings = Settings(model="m", tokenizer="t", dtype="float32", template_kwargs=KW)
+    assert settings.digest() != Settings(model="m", tokenizer="t", dtype="float32", template_kwargs=KW, context="render").digest()
 
 
 def test_cli_nll_compares_pools_writes_table_json_png_and_reruns_for_free(

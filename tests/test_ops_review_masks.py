@@ -205,8 +205,8 @@ def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() 
     check(
         TrainConfig(tiny="qwen3"), TrainOptions, {}, {"dataset", "out", "tokenizer", "tiny", "zero", "offload", "sp", "resume", "progress"}
     )
-    # the pools, model and tokenizer are the pipeline's; ctx, defect scope and thinking are [masks]'
-    masks_side = {"ctx", "defect_scope", "preserve_thinking", "tokenizer"}
+    # the pools, model and tokenizer are the pipeline's; ctx, defect scope, context and thinking are [masks]'
+    masks_side = {"ctx", "defect_scope", "context", "preserve_thinking", "tokenizer"}
     pipeline_side = {"pools", "out", "model", "tiny", "seed", "reviews", "limit", "positive_only", "ray", "chart"}
     check(AnalyzeConfig(), NllOptions, {}, masks_side | pipeline_side)
     assert MasksConfig().ctx == TrainConfig(tiny="qwen3").ctx == NllOptions.ctx == TrainOptions.ctx
@@ -216,9 +216,10 @@ def test_the_pipeline_analyze_options_are_those_the_masks_compiled_with(tmp_path
     from relearn.analyze.pools import NamedPool
     from relearn.pipeline.config import AnalyzeConfig, MasksConfig
 
-    masks = MasksConfig(ctx=4096, defect_scope="minimal", preserve_thinking=False, tokenizer="qwen3.6")
+    masks = MasksConfig(ctx=4096, defect_scope="minimal", preserve_thinking=False, tokenizer="qwen3.6", context="render")
     options = AnalyzeConfig(workers=3).nll_options([NamedPool("train", tmp_path)], tmp_path / "o", "m", tmp_path / "r", masks, ray=None)
     assert (options.ctx, options.defect_scope, options.preserve_thinking, options.tokenizer) == (4096, "minimal", False, "qwen3.6")
+    assert options.context == "render"
     assert options.positive_only and options.workers == 3 and not options.chart and options.model == "m"
 
 

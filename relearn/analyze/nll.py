@@ -52,9 +52,8 @@ from relearn.analyze.split import (
     review_key,
     split_sequence,
 )
-from relearn.masks.compile import CONTEXT_TOKENS, MaskOptions, Rejected, Sample, compile_one, compile_trajectory
+from relearn.masks.compile import CONTEXT_TOKENS, MaskOptions, Rejected, Sample, compile_one, compile_trajectory, context_renders
 from relearn.masks.shards import BUILD
-from relearn.masks.template import RenderError, context_segments, render
 from relearn.train.options import TrainOptions
 
 # The latest review of each trajectory (``relearn.masks.shards.load_reviews``): its Review, or
@@ -93,6 +92,7 @@ class Settings:
     # with new weights must not reuse the old weights' scores.
     fingerprint: str = ""
     defect_scope: str = "action"  # how the kept/excluded split reads defects (relearn.masks.compile.DEFECT_SCOPES)
+    context: str = "as-sent"  # the context each turn is scored under, as masks compiles it (relearn.masks.compile.CONTEXTS)
 
     def digest(self) -> str:
         # The masks build (relearn.masks.shards.BUILD) says how sequences are cut: scores of
@@ -114,22 +114,20 @@ def folder_fingerprint(*paths: str) -> str:
     return h.hexdigest()[:16]
 
 
-def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dict[str, Any]) -> list[Sample]:
+def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dict[str, Any], context: str = "as-sent") -> list[Sample]:
     """``input_ids`` and the eligible-token mask A of one trajectory (no defects, no
-    selection): one sequence per context the model had (``context_segments``), as masks
-    renders them."""
+    selection): one sequence per context the model had, as ``relearn masks`` compiles them
+    under ``context`` (``relearn.masks.compile.context_renders``): per context segment, or per
+    turn where the render departs from what the model saw."""
+    options = MaskOptions(mode="positive", ctx=sys.maxsize, template_kwargs=template_kwargs, context=context)
     samples = []
-    try:
-        for number, segment in enumerate(context_segments(trajectory)):
-            rendered = render(trajectory, tokenizer, template_kwargs=template_kwargs, segment=segment)
-            if rendered.turns:
-                sample = compile_one(rendered, trajectory, [], tokenizer, f"{trajectory.id}#r{number}")
-                # What the model produced is scored: text its recorded ids do not decode to is not.
-                if sample.targets == "ids_disagree":
-                    raise Rejected("recorded token ids disagree", sample.targets_detail)
-                samples.append(sample)
-    except RenderError as exc:
-        raise Rejected(f"render: {exc.reason}", exc.detail) from None
+    for suffix, rendered in context_renders(trajectory, tokenizer, options).renders:
+        if rendered.turns:
+            sample = compile_one(rendered, trajectory, [], tokenizer, trajectory.id + suffix)
+            # What the model produced is scored: text its recorded ids do not decode to is not.
+            if sample.targets == "ids_disagree":
+                raise Rejected("recorded token ids disagree", sample.targets_detail)
+            samples.append(sample)
     if not samples:
         raise Skipped("no generated assistant turn")
     return samples
@@ -537,7 +535,7 @@ def _score_one(
 ) -> dict[str, Any]:
     base: dict[str, Any] = {"trajectory_id": trajectory.id, "task_id": trajectory.task_id}
     try:
-        samples = eligible_tokens(trajectory, tokenizer, settings.template_kwargs)
+        samples = eligible_tokens(trajectory, tokenizer, settings.template_kwargs, settings.context)
     except Skipped as exc:
         return {**base, "skipped": exc.reason}
     tokens = max(len(s.input_ids) for s in samples)  # the longest sequence the model is run on
@@ -550,7 +548,7 @@ def _score_one(
     outcome: dict[str, Any] = {}
     if not isinstance(review, _NotAsked):
         try:
-            masked = ross_samples(trajectory, review, tokenizer, settings.template_kwargs, samples, settings.defect_scope)
+            masked = ross_samples(trajectory, review, tokenizer, settings.template_kwargs, samples, settings.defect_scope, settings.context)
         except Rejected as exc:
             outcome = {"not_split": exc.reason, "not_split_detail": exc.detail}
     total = 0.0
@@ -578,6 +576,7 @@ def ross_samples(
     template_kwargs: dict[str, Any],
     plain: list[Sample],
     defect_scope: str = "action",
+    context: str = "as-sent",
 ) -> list[Sample]:
     """The trajectory compiled as ``relearn masks --mode ross`` compiles it with ``review``,
     sequence for sequence over the same tokens and eligible positions as ``plain``; Rejected
@@ -585,8 +584,7 @@ def ross_samples(
     if isinstance(review, RecordError):
         raise Rejected("unreadable review", str(review))
     # Length is the plain score's business (skipped as too long, counted there), not a reason here.
-    # The whole render, as ``eligible_tokens`` scores it (not per turn under the context as sent).
-    options = MaskOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope, context="render")
+    options = MaskOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope, context=context)
     masked = compile_trajectory(trajectory, review, tokenizer, options)
     if len(masked) != len(plain):
         raise Rejected("internal: the mask compiler's sequences differ from the scored ones", f"{len(masked)} != {len(plain)}")

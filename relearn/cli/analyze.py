@@ -61,6 +61,12 @@ def nll_command(
             help="With --reviews: action (a defect in a tool call excludes the whole call, as `relearn masks` does by default) | minimal (only the quoted text)."
         ),
     ] = NllOptions.defect_scope,
+    context: Annotated[
+        str,
+        typer.Option(
+            help="as-sent: a trajectory whose render departs from what the model saw (its recorded prompt ids disagree, or the harness never sent reasoning back) is scored one turn at a time under the context it was sent, as `relearn masks` compiles it | render: every turn under the template's render of the history."
+        ),
+    ] = NllOptions.context,
     model: Annotated[
         str | None, typer.Option(help="Model folder: any Hugging Face causal LM (the current policy, say).")
     ] = NllOptions.model,
@@ -115,7 +121,7 @@ def nll_command(
     With --workers N (CPU) or --ray ADDRESS, batches of trajectories are scored by worker processes or on a Ray cluster's nodes (--device cuda: each unit asks Ray for a GPU, and this machine needs none); each worker process loads the model once. Only this process writes the score cache and the results, which equal a run here.
     """
     options = NllOptions(
-        pools=_pools(pools), out=out_dir, model=model, tiny=tiny, seed=seed, tokenizer=tokenizer, reviews=reviews, defect_scope=defect_scope,
+        pools=_pools(pools), out=out_dir, model=model, tiny=tiny, seed=seed, tokenizer=tokenizer, reviews=reviews, defect_scope=defect_scope, context=context,
         ctx=ctx, limit=limit, positive_only=positive_only, device=device, bf16=bf16, attn=attn, chunk=chunk,
         preserve_thinking=preserve_thinking, bootstrap=bootstrap, workers=workers, ray=ray, batch=batch,
     )  # fmt: skip

@@ -365,6 +365,26 @@ def prepare(
 ) -> Prepared:
     """Select and render one trajectory, or Rejected with the reason."""
     defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious, flagged_tasks=options.flagged_tasks)
+    contexts = context_renders(trajectory, tokenizer, options, shape=shape)
+    if not any(r.turns for _suffix, r in contexts.renders):
+        raise Rejected("no generated assistant turn")
+    return Prepared(trajectory, defects, contexts.renders, contexts.split, contexts.rule, contexts.as_sent)
+
+
+@dataclass
+class Contexts:
+    """The renders a trajectory's samples are made of, each with its sample id's suffix."""
+
+    renders: list[tuple[str, Rendered]]
+    split: bool  # more than one sample: each excludes the defects of its own turns only
+    rule: str  # what decided the context (relearn.masks.context_check.RULES)
+    as_sent: bool  # one render per turn under the context as sent
+
+
+def context_renders(trajectory: Trajectory, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None) -> Contexts:
+    """The contexts the model had, rendered: one per context segment (``#r{k}``), or one per
+    turn (``#m{i}``) in per-turn mode or where the render departs from what the model saw
+    (``options.context``). What ``relearn analyze nll`` scores too. Rejected with the reason."""
     unknown = _unknown_context(trajectory)
     if unknown is not None:
         raise Rejected("context reset without a known replacement", unknown)
@@ -405,9 +425,7 @@ def prepare(
                     renders.append((prefix, rendered))
     except RenderError as exc:
         raise Rejected(f"render: {exc.reason}", exc.detail) from None
-    if not any(r.turns for _suffix, r in renders):
-        raise Rejected("no generated assistant turn")
-    return Prepared(trajectory, defects, renders, sent or options.per_turn or len(segments) > 1, rule, sent)
+    return Contexts(renders, sent or options.per_turn or len(segments) > 1, rule, sent)
 
 
 def _probe(tokenizer: Any, options: MaskOptions) -> TemplateShape:

@@ -21,7 +21,7 @@ from relearn.analyze.nll import BATCH, ModelLoadError, ModelSpec, PoolScores, Se
 from relearn.analyze.nll_report import analyze, markdown
 from relearn.analyze.pools import NamedPool
 from relearn.analyze.split import BOOTSTRAP_SAMPLES
-from relearn.masks.compile import DEFECT_SCOPES
+from relearn.masks.compile import CONTEXTS, DEFECT_SCOPES
 from relearn.ops.containers import open_backend
 from relearn.ops.masks import MasksOptions
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
@@ -40,6 +40,7 @@ class NllOptions:
     tokenizer: str | None = None  # default: the model folder's; the built-in one with ``tiny``
     reviews: Path | None = None  # also split eligible tokens into kept (A \ E) and excluded (E)
     defect_scope: str = MasksOptions.defect_scope
+    context: str = MasksOptions.context  # as-sent | render: the context each turn is scored under, as masks compiles it
     ctx: int = MasksOptions.ctx
     limit: int | None = None  # the first N records of each pool
     positive_only: bool = False
@@ -81,6 +82,8 @@ def check_options(options: NllOptions) -> None:
         raise OpError(f"--reviews {options.reviews}: no such file")
     if options.defect_scope not in DEFECT_SCOPES:
         raise OpError(f"--defect-scope must be one of {', '.join(DEFECT_SCOPES)}, not {options.defect_scope!r}")
+    if options.context not in CONTEXTS:
+        raise OpError(f"--context must be one of {', '.join(CONTEXTS)}, not {options.context!r}")
     if options.ctx < 2 or options.workers < 1 or options.batch < 1 or options.chunk < 1:
         raise OpError("--ctx must be at least 2, and --workers, --batch and --chunk at least 1")
     if not options.pools:
@@ -115,6 +118,7 @@ def nll_settings(options: NllOptions) -> Settings:
         template_kwargs={"preserve_thinking": options.preserve_thinking},
         fingerprint=folder_fingerprint(*([options.model] if options.model else []), name),
         defect_scope=options.defect_scope,
+        context=options.context,
     )
 
 

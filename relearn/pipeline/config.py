@@ -346,7 +346,8 @@ class AnalyzeConfig(_Strict):
         """`relearn analyze nll --reviews` of one model, as the masks stages compiled: the same
         tokenizer, context, defect scope and thinking form; verified-positive trajectories only."""
         return NllOptions(
-            pools=pools, out=out, model=model, tokenizer=masks.tokenizer, reviews=reviews, defect_scope=masks.defect_scope, ctx=masks.ctx,
+            pools=pools, out=out, model=model, tokenizer=masks.tokenizer, reviews=reviews, defect_scope=masks.defect_scope,
+            context=masks.context, ctx=masks.ctx,
             positive_only=True, device=self.device, bf16=self.bf16, attn=self.attn, chunk=self.chunk,
             preserve_thinking=masks.preserve_thinking, bootstrap=self.bootstrap, workers=self.workers, ray=ray, batch=self.batch,
             chart=False,
