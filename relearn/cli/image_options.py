@@ -26,7 +26,7 @@ ImageTemplateArg = Annotated[
     str | None,
     typer.Option(
         "--image-template",
-        help="Image name for every task the map does not name, e.g. `REGISTRY/sweb.eval.{arch}.{instance_key}:{tag}`. Placeholders: "
+        help="Image name for every task the map does not name, e.g. a registry's address, a slash and `sweb.eval.{arch}.{instance_key}:{tag}`. Placeholders: "
         + "; ".join("{" + name + "} " + what for name, what in TEMPLATE_FIELDS.items()),
     ),
 ]
