@@ -353,8 +353,8 @@ def _usage(fields: Fields | None, calls: int) -> Usage | None:
 
 # ---- the usual rollout, straight to its pool line ---------------------------------------
 # ``_record`` builds the pool line's JSON object of a rollout of the usual shape in one pass over
-# plain dicts, in the models' field order with None left out (what ``model_dump_json`` writes), a
-# third of the time ``convert`` takes. Every value goes through the check the model would make;
+# plain dicts, in the models' field order with None left out (what ``model_dump_json`` writes), in
+# two fifths of the time ``convert`` takes. Every value goes through the check the model would make;
 # anything else (a value the model would coerce or reject, an unknown item type, a row that
 # warns beyond its unknown server fields, an error of the input) is ``_Unusual``, and the row
 # goes to ``convert``, which reads, warns and rejects as the reference does.
