@@ -1,9 +1,11 @@
 """Compatibility: how likely a model finds each pool's own assistant tokens.
 
 Each trajectory is rendered over the chat template and its eligible tokens A found exactly
-as ``relearn masks`` finds them (``relearn.masks.template`` + ``relearn.masks.compile.compile_one`` with no
-defects, VALIDATE included); its NLL is the mean of ``-log π(z_t | z_<t)`` over A, every
-other token staying in the sequence as context. Pools whose tokens the model already finds
+as ``relearn masks`` finds them (``relearn.masks.compile.context_renders`` + ``compile_one`` with
+no defects, VALIDATE included), on the same sequences: one per context the model had, or, under
+the context as sent, one per turn where the render departs from what the model was sent. Its NLL
+is the mean of ``-log π(z_t | z_<t)`` over A, every other token staying in the sequence as
+context. Pools whose tokens the model already finds
 likely (historical rollouts of the same policy line) are compatible with it; an external
 teacher's usually are not, whatever their quality.
 
@@ -24,7 +26,7 @@ results in pool order, so they equal the serial run's.
 
 Results (scores, skips, rejections) are appended to ``nll-scores.jsonl`` as they are
 computed, keyed by trajectory id and a digest of what decides them (model, tokenizer, dtype,
-template options), and a split also by its review's content: a rerun of the same analysis
+template options, context), and a split also by its review's content: a rerun of the same analysis
 costs nothing and loads no model, a killed one resumes, a changed review is split again.
 """
 
