@@ -354,10 +354,7 @@ class Prepared:
 
     trajectory: Trajectory
     defects: list[Defect]
-    renders: list[tuple[str, Rendered]]
-    split: bool  # each sample excludes the defects of its own turns only
-    context_rule: str = ""  # what decided the context (relearn.masks.context_check.RULES)
-    as_sent: bool = False  # one sample per turn under the context as sent
+    contexts: Contexts
 
 
 def prepare(
@@ -368,7 +365,7 @@ def prepare(
     contexts = context_renders(trajectory, tokenizer, options, shape=shape)
     if not any(r.turns for _suffix, r in contexts.renders):
         raise Rejected("no generated assistant turn")
-    return Prepared(trajectory, defects, contexts.renders, contexts.split, contexts.rule, contexts.as_sent)
+    return Prepared(trajectory, defects, contexts)
 
 
 @dataclass
@@ -466,8 +463,9 @@ def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, e
     """The samples of a prepared trajectory, given each render's ``encoded`` tokens."""
     trajectory, defects = prepared.trajectory, prepared.defects
     samples = []
-    for (suffix, rendered), tokens in zip(prepared.renders, encoded, strict=True):
-        own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if prepared.split else defects
+    contexts = prepared.contexts
+    for (suffix, rendered), tokens in zip(contexts.renders, encoded, strict=True):
+        own = [d for d in defects if any(t.message_index == d.message_index for t in rendered.turns)] if contexts.split else defects
         sample = compile_one(
             rendered,
             trajectory,
@@ -480,7 +478,7 @@ def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, e
         )
         if len(sample.input_ids) > options.ctx:
             raise Rejected("longer than ctx", f"{len(sample.input_ids)} tokens > {options.ctx}")
-        sample.context_rule, sample.as_sent = prepared.context_rule, prepared.as_sent
+        sample.context_rule, sample.as_sent = contexts.rule, contexts.as_sent
         samples.append(sample)
     return samples
 
@@ -488,7 +486,7 @@ def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, e
 def encode_prepared(tokenizer: Any, prepared: Prepared, recorded_ids: bool) -> list[Encoded]:
     """Each render of a prepared trajectory through the tokenizer: the renders trained on
     their text in one batch call, the others on their recorded ids."""
-    renders = [rendered for _suffix, rendered in prepared.renders]
+    renders = [rendered for _suffix, rendered in prepared.contexts.renders]
     plain = [i for i, r in enumerate(renders) if tokenised_whole(r, recorded_ids)]
     texts = dict(zip(plain, encode_texts(tokenizer, [renders[i].text for i in plain]), strict=True))
     return [texts[i] if i in texts else encode_render(tokenizer, r, recorded_ids) for i, r in enumerate(renders)]
