@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.importers.base import (
+    PLAIN,
     Diagnostics,
     Fields,
     ImportResult,
@@ -82,6 +83,8 @@ MAPPED_FIELDS = {*VERIFIER_FIELDS, "resolved", "model_patch"}
 NAMED_FIELDS = frozenset({*KNOWN_FIELDS, *ID_FIELDS, *MAPPED_FIELDS})
 MESSAGE_ITEM_FIELDS = frozenset({"content", *TOKEN_FIELDS})
 CALL_ITEM_FIELDS = frozenset({"type", "call_id", "name", "arguments", *TOKEN_FIELDS})
+# HF messages hold reasoning, then content, then tool calls: a part out of that order starts a new call.
+PART_ORDER = {"reasoning": 0, "message": 1, "function_call": 2}
 
 
 def discover(root: Path) -> list[Path]:
@@ -260,12 +263,11 @@ class _Calls:
         """The message a part of the current model call goes in. HF messages hold reasoning,
         then content, then tool calls; a part that comes out of that order starts a new call
         (only tool calls repeat within one)."""
-        order = {"reasoning": 0, "message": 1, "function_call": 2}
         current = self.current
         if current is not None:
             parts = ((0, current.reasoning_content is not None), (1, current.content is not None), (2, bool(current.tool_calls)))
             filled = max((rank for rank, present in parts if present), default=-1)
-            if order[kind] > filled or (kind == "function_call" and filled == 2):
+            if PART_ORDER[kind] > filled or (kind == "function_call" and filled == 2):
                 return current
         self.end_call()
         message = Message(role="assistant", generated=not from_input)
@@ -417,9 +419,6 @@ class _Turn:
         return message
 
 
-_PART_ORDER = {"reasoning": 0, "message": 1, "function_call": 2}
-
-
 class _Rollout:
     """``convert``'s fold of items into messages (``_Calls``), on dicts."""
 
@@ -492,9 +491,10 @@ class _Rollout:
         if patch is not None:
             record["final_patch"] = patch
         record["exit_status"] = status.value
-        outcome = _outcome(reward, flag(data.get("resolved")), {k: data[k] for k in VERIFIER_FIELDS if k in data})
+        details = {k: data[k] for k in VERIFIER_FIELDS if k in data}
+        outcome = imported_outcome(FORMAT, reward=reward, resolved=flag(data.get("resolved")), details=details or None, kinds=PLAIN)
         if outcome is not None:
-            record["outcome"] = outcome
+            record["outcome"] = outcome.to_record()
         usage = self.usage(response.get("usage"))
         if usage is not None:
             record["usage"] = usage
@@ -602,7 +602,7 @@ class _Rollout:
         current = self.current
         if current is not None:
             filled = current.filled()
-            if _PART_ORDER[kind] > filled or (kind == "function_call" and filled == 2):
+            if PART_ORDER[kind] > filled or (kind == "function_call" and filled == 2):
                 return current
         turn = _Turn(generated=not from_input)
         self.messages.append(turn)
@@ -664,22 +664,6 @@ def _floats(values: list[float]) -> list[float]:
     if total - total == 0.0 and not is_wide(min(floats)) and not is_wide(max(floats)):
         return floats
     return [WideFloat(f) if is_wide(f) else f for f in floats]
-
-
-def _outcome(reward: float | None, resolved: bool | None, details: dict[str, Any]) -> dict[str, Any] | None:
-    """``base.imported_outcome`` as the record's JSON object."""
-    if reward is None and resolved is None:
-        return None
-    outcome: dict[str, Any] = {}
-    if reward is not None:
-        outcome["reward"] = WideFloat(reward) if is_wide(reward) else reward
-    if resolved is not None:
-        outcome["resolved"] = resolved
-    verdict: dict[str, Any] = {"imported_from": FORMAT, "re_verified": False}
-    if details:
-        verdict["source_fields"] = details
-    outcome["verdict"] = verdict
-    return outcome
 
 
 def _less(data: dict[str, Any], key: str) -> dict[str, Any]:
