@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 from rich.style import Style
+from textual.widgets import Static
 from typer.testing import CliRunner
 
 from records import byte_offsets as offsets
@@ -544,13 +545,16 @@ def test_view_usage_errors_exit_2(files: dict[str, Path], tmp_path: Path) -> Non
 # ---------------------------------------------------------------- the Textual viewer
 
 
-def screen_chars(app: ViewerApp) -> list[tuple[str, Style]]:
-    """What the step widget shows, character by character, line after line."""
+def screen_chars(app: ViewerApp, selector: str = "#step") -> list[tuple[str, Style]]:
+    """What a widget (the step, unless told) draws, character by character, line after line:
+    every line of it, padding included, also those scrolled out of view."""
     from textual.geometry import Region
 
-    widget = app.query_one("#step")
+    widget = app.query_one(selector)
+    # render_lines crops in the widget's own coordinates, which include its padding: its
+    # outer size, not its content size (that crop cut the last column off every line).
     out: list[tuple[str, Style]] = []
-    for strip in widget.render_lines(Region(0, 0, widget.size.width, widget.size.height)):
+    for strip in widget.render_lines(Region(0, 0, widget.outer_size.width, widget.outer_size.height)):
         for segment in strip:
             out += [(c, segment.style or Style()) for c in segment.text]
         out.append(("\n", Style()))
@@ -799,12 +803,125 @@ def test_viewer_escape_closes_help_and_empty_pools_say_so(tmp_path: Path) -> Non
             catalog.pool.join()
             await pilot.pause(0.3)
             assert "the pool is empty" in str(app.query_one("#header").render())
-            assert f"{empty} holds no trajectory" in " ".join("".join(c for c, _ in screen_chars(app)).split())
+            assert squeezed(f"{empty} holds no trajectory") in squeezed("".join(c for c, _ in screen_chars(app)))
             assert status(app).startswith("empty pool") and "0/0" not in status(app)
             await pilot.press("n")
             assert "no search yet" in status(app)
 
     asyncio.run(drive())
+
+
+def test_help_stays_open_when_the_reviews_finish_indexing_behind_it(files: dict[str, Path]) -> None:
+    async def drive() -> None:
+        reviews = ReviewIndex(files["reviews"], cache=False)  # not started: still indexing
+        catalog = Catalog(PoolIndex(files["pool"], cache=False).start(), reviews)
+        app = ViewerApp(catalog)
+        async with app.run_test(size=(100, 30)) as pilot:
+            catalog.pool.join()
+            await pilot.pause(0.3)
+            assert app.view is not None and "indexing reviews" in status(app)
+            await pilot.press("question_mark")
+            reviews.start().join()
+            await pilot.pause(0.5)  # ticks that see the reviews ready
+            assert app.showing_help and "Esc or ? closes it" in "".join(c for c, _ in screen_chars(app))
+            await pilot.press("escape")
+            assert not app.showing_help and "review accept" in str(app.query_one("#header").render())
+            assert "indexing" not in status(app)
+
+    asyncio.run(drive())
+
+
+# Widths from a phone-sized terminal to a wide one, odd and even, so that words of every
+# message end at every kind of place: inside a line, at its last column, one past it.
+WIDTHS = (20, 27, 33, 41, 52, 64, 79, 80, 81, 97, 118, 141)
+
+
+def squeezed(text: str) -> str:
+    """The text without its whitespace: what is left when wrapping may break lines anywhere."""
+    return "".join(text.split())
+
+
+def assert_drawn_whole(app: ViewerApp, selector: str) -> str:
+    """Every character a widget was given is drawn, in order, wherever the lines broke.
+    Returns what it drew, squeezed. What it was given is its content drawn on a screen too
+    wide to wrap anything; a rule's line, whose length is the screen's, is left out of both."""
+    console = Console(width=2000, color_system=None)
+    with console.capture() as capture:
+        console.print(app.query_one(selector, Static).content)
+    given = squeezed(capture.get()).replace("─", "")
+    drawn = squeezed("".join(c for c, _ in screen_chars(app, selector))).replace("─", "")
+    assert given and given in drawn, f"{selector} at width {app.size.width}: drew {drawn!r}, was given {given!r}"
+    return drawn
+
+
+def test_viewer_draws_every_character_of_the_empty_pool_message_at_every_width(tmp_path: Path) -> None:
+    """The message names the pool's path, so where its words end depends on how long the path
+    is: paths of twelve consecutive lengths, whatever the temporary folder's own length."""
+
+    async def drive(empty: Path) -> None:
+        catalog = Catalog(PoolIndex(empty, cache=False).start())
+        app = ViewerApp(catalog)
+        async with app.run_test(size=(WIDTHS[0], 40)) as pilot:
+            catalog.pool.join()
+            await pilot.pause(0.3)
+            for width in WIDTHS:
+                await pilot.resize_terminal(width, 40)
+                await pilot.pause()
+                assert squeezed(f"{empty} holds no trajectory. q quits.") in assert_drawn_whole(app, "#step")
+                assert squeezed("the pool is empty") in assert_drawn_whole(app, "#header")
+                assert squeezed("empty pool · ? help") in assert_drawn_whole(app, "#status")
+
+    for extra in range(12):
+        empty = tmp_path / ("d" * (1 + extra)) / "empty.jsonl"
+        empty.parent.mkdir()
+        empty.write_text("")
+        asyncio.run(drive(empty))
+
+
+@pytest.mark.slow
+def test_viewer_draws_every_character_of_header_steps_help_and_status_at_every_width(tmp_path: Path) -> None:
+    a = trajectory_a().model_copy(update={"id": "traj-a-" + "with-a-long-identifier-" * 4})
+    c = trajectory_c()
+    pool = tmp_path / "pool.jsonl"
+    write_atomic(pool, [t.model_dump(mode="json") for t in (a, c)])
+    reviews = tmp_path / "reviews.jsonl"
+    write_atomic(reviews, [r.model_dump(mode="json") for r in reviews_for(a, c)])
+    other = tmp_path / "other-reviews.jsonl"  # reviews of another pool: the longest status
+    write_atomic(other, [Review(trajectory_id="elsewhere", decision="accept").model_dump(mode="json")])
+
+    async def drive(review_file: Path, *, every_step: bool) -> None:
+        catalog = Catalog(PoolIndex(pool, cache=False).start(), ReviewIndex(review_file, cache=False).start())
+        app = ViewerApp(catalog)
+        async with app.run_test(size=(WIDTHS[0], 60)) as pilot:
+            catalog.pool.join()
+            catalog.reviews.join()  # type: ignore[union-attr]
+            await pilot.pause(0.3)
+            for width in WIDTHS:
+                await pilot.resize_terminal(width, 60)
+                await pilot.press("0")
+                await pilot.pause()
+                assert app.view is not None
+                for step in range(len(app.view.steps) if every_step else 1):
+                    assert app.step_number == step
+                    for selector in ("#header", "#step", "#status"):
+                        assert_drawn_whole(app, selector)
+                    await pilot.press("l")
+                if not every_step:
+                    assert squeezed("the reviews match no trajectory of this pool") in assert_drawn_whole(app, "#status")
+                    continue
+                await pilot.press("question_mark")
+                assert squeezed("Esc or ? closes it") in assert_drawn_whole(app, "#step")
+                await pilot.press("escape")
+            await pilot.press("f", *"task=nothing-like-it", "enter")
+            await pilot.pause(0.3)
+            for width in WIDTHS:
+                await pilot.resize_terminal(width, 60)
+                await pilot.pause()
+                assert squeezed("None of the 2 trajectories matches the filter") in assert_drawn_whole(app, "#step")
+                assert squeezed("no match of 2 · filter: task=nothing-like-it") in assert_drawn_whole(app, "#status")
+
+    asyncio.run(drive(reviews, every_step=True))
+    asyncio.run(drive(other, every_step=False))
 
 
 def test_index_stops_early_and_its_thread_ends(tmp_path: Path) -> None:

@@ -59,10 +59,11 @@ class ViewerApp(App[None]):
     TITLE = "relearn view"
     CSS = """
     Screen { layout: vertical; }
-    #header { height: auto; max-height: 7; padding: 0 1; background: $boost; }
+    #header-box { height: auto; max-height: 50%; background: $boost; }
+    #header { padding: 0 1; }
     #body { height: 1fr; }
     #step { padding: 0 1; }
-    #status { height: 1; padding: 0 1; background: $primary-background; }
+    #status { height: auto; padding: 0 1; background: $primary-background; }
     #prompt { display: none; height: 3; }
     """
     BINDINGS = [
@@ -109,7 +110,10 @@ class ViewerApp(App[None]):
         self._pending_search = bool(search)  # run once the first trajectory is on screen
 
     def compose(self) -> ComposeResult:
-        yield Static(id="header")
+        # The header and the status line grow to hold what they say, wrapped at any width;
+        # a header longer than half the screen scrolls in its box rather than being cut.
+        with VerticalScroll(id="header-box"):
+            yield Static(id="header")
         with VerticalScroll(id="body"):
             yield Static(id="step")
         yield Input(id="prompt")
@@ -131,6 +135,8 @@ class ViewerApp(App[None]):
         self._examined = total
 
     def _tick(self) -> None:
+        if not self.is_running:  # shutting down: the widgets this tick updates may be gone
+            return
         self._extend_matches()
         if self.view is None and self.error is None and self.matches:
             self._show()
@@ -139,8 +145,10 @@ class ViewerApp(App[None]):
         if not self._reviews_checked and all(self._sources_ready()):
             self._reviews_checked = True
             self.foreign_reviews = self.catalog.reviews_of_another_pool()
-        elif self.view is not None and self._shown_with != self._sources_ready():
-            self._show(keep_scroll=True)  # reviews finished indexing: TER and labels may change
+        elif self.view is not None and not self.showing_help and self._shown_with != self._sources_ready():
+            # Reviews finished indexing: TER and labels may change. The help stays open until
+            # it is closed, which shows the step anew.
+            self._show(keep_scroll=True)
         if self._pending_search and self.view is not None:
             self._pending_search = False
             self._start_search(self.cursor, -1, 1)  # from before the task: --search may hit it

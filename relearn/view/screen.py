@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 from typing import Literal
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.text import Text
@@ -58,6 +58,24 @@ def steps_of(trajectory: Trajectory) -> list[Step]:
             steps[-1].messages.append(index)
     steps.append(Step("diff", []))
     return steps
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A step's or a message's title on a rule, as rich's left-aligned ``Rule`` draws it,
+    except that a title too wide for the screen wraps onto lines of its own above the rule:
+    ``Rule`` cuts it with an ellipsis, and the part cut (the excluded share, the scope, an
+    exit code) is what the reader came for."""
+
+    title: Text
+    rule_style: str = ""
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.title.cell_len + 2 <= options.max_width:  # Rule keeps 2 columns for " ─"
+            yield Rule(self.title, align="left", style=self.rule_style)
+        else:
+            yield self.title
+            yield Rule(style=self.rule_style)
 
 
 class TrajectoryView:
@@ -213,7 +231,7 @@ class TrajectoryView:
     def step(self, number: int, options: RenderOptions | None = None) -> Group:
         options = options or RenderOptions()
         step = self.steps[number]
-        parts: list[RenderableType] = [Rule(Text(f"step {number}/{len(self.steps) - 1} · {step.title()}", STYLES["title"]), align="left")]
+        parts: list[RenderableType] = [Heading(Text(f"step {number}/{len(self.steps) - 1} · {step.title()}", STYLES["title"]))]
         if step.kind == "diff":
             parts.append(self.diff())
             return Group(*parts)
@@ -252,10 +270,10 @@ class TrajectoryView:
             if keep:  # a single-turn keep review: show what is kept, not struck defects
                 body = mark_keep(doc, message, keep, options)
                 body.rstrip()
-                return [Rule(title, align="left", style="dim"), body, keep_legend(self.review, keep)]
+                return [Heading(title, "dim"), body, keep_legend(self.review, keep)]
             body = mark_defects(doc, spans, options)
             body.rstrip()
-            parts: list[RenderableType] = [Rule(title, align="left", style="dim"), body]
+            parts: list[RenderableType] = [Heading(title, "dim"), body]
             if numbered:
                 parts.append(legend(numbered))
             return parts
@@ -278,7 +296,7 @@ class TrajectoryView:
         body = collapse(text, options, "context") if message.role != "user" else Text(text, STYLES["context"])
         body.rstrip()
         defects = [n for n in self.defects if n.defect.message_index == index]
-        parts = [Rule(title, align="left", style="dim"), body]
+        parts = [Heading(title, "dim"), body]
         if defects:
             parts.append(legend(defects))
         return parts
