@@ -52,6 +52,7 @@ SUMMARY = {
     "sympy": re.compile(r"^=+ tests finished: .* =+$"),
 }
 UNITTEST_FAILURE = re.compile(r"^(FAIL|ERROR): (\S+ \([^)]*\))")
+UNITTEST_ID = re.compile(r"\w+ \([\w.]+\)")  # `test_x (app.tests.T)`, `test_x (app.tests.T.test_x)`
 # SymPy's bin/test --verbose ends a file's last result line with the file's own status, which
 # the parser does not read as a result: the canary, appended last, was never found there.
 # Two Verified rows (pytest-dev__pytest-5262 and -7521) list "[100%]" among their tests: the
@@ -103,6 +104,8 @@ def grade(spec: Any, task: Task, phases: Phases, output: str, exit_code: int | N
     _check_lines(spec, phases, lines, verdict)
     if not phases.pytest and phases.canary:
         _check_log_canary(phases, lines, exit_code, verdict)
+    if statuses is not None:
+        statuses = shared_names_fold(statuses, lines, [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS])
     if statuses is None:
         if parsed:
             verdict.error = (
@@ -184,9 +187,13 @@ class LineResults:
 
     results: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     summaries: list[int] = field(default_factory=list)
-    # SymPy's runner names tests without their file: the file whose section each result line
-    # is in (line number -> file), so that one name in two files is not one test twice.
-    files: dict[int, str] = field(default_factory=dict)
+    # Who a result line belongs to beyond the name it carries (line number -> owner), so that
+    # one name shared by two tests is not one test reported twice. SymPy's runner names tests
+    # without their file: the owner is the file whose section the line is in. Django's runner
+    # prints a test that has a docstring as `name (module.Class)` on one line and the
+    # docstring's first line with the result on the next; swebench's parser names the test by
+    # that docstring line, which several tests may share: the owner is the line above.
+    owners: dict[int, str] = field(default_factory=dict)
 
     def of(self, test: str) -> list[tuple[int, str]]:
         """The lines of ``test``; a bare unittest name (``test_x``) also matches
@@ -207,8 +214,9 @@ def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
     parser = PARSER_REGISTRY[spec.log_parser]
     runner = framework_of(spec, framework)
     summary = SUMMARY.get(runner or "")
+    django = "django" in (spec.log_parser or "")
     out = LineResults()
-    section = ""
+    section, above = "", ""
     for number, line in enumerate(clean.split("\n")):
         if runner == "sympy":
             line = SYMPY_FILE_STATUS.sub("", line)
@@ -217,6 +225,7 @@ def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
         stripped = line.strip()
         if not stripped:
             continue
+        owner, above = section or (above if django and UNITTEST_ID.fullmatch(above) else ""), stripped
         if summary is not None and summary.match(stripped):
             out.summaries.append(number)
             continue
@@ -224,14 +233,28 @@ def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
             found = parser(line, spec)
         except Exception:  # noqa: BLE001 - a parser that cannot read one line alone: that line adds nothing
             continue
-        failure = UNITTEST_FAILURE.match(stripped) if "django" in (spec.log_parser or "") else None
+        failure = UNITTEST_FAILURE.match(stripped) if django else None
         if failure:
             found = {failure.group(2): "FAILED" if failure.group(1) == "FAIL" else "ERROR"}
         for test, status in found.items():
             out.results.setdefault(test, []).append((number, status))
-            if section:
-                out.files[number] = section
+            if owner and test != owner and not UNITTEST_ID.fullmatch(test):
+                out.owners[number] = owner
     return out
+
+
+def shared_names_fold(statuses: dict[str, str], lines: LineResults, tests: list[str]) -> dict[str, str]:
+    """The status map with a graded name that several tests share (result lines of different
+    owners, ``LineResults.owners``) passing only when every one of them passed. swebench keeps
+    whichever line came last; a test that fails under a shared name fails here."""
+    folded = dict(statuses)
+    for test in tests:
+        found = lines.of(test)
+        if len({lines.owners.get(n, "") for n, _status in found}) > 1:
+            failing = [status for _n, status in found if status not in PASSING | {"SKIPPED"}]
+            if failing:
+                folded[test] = failing[0]
+    return folded
 
 
 def _check_lines(spec: Any, phases: Phases, lines: LineResults, verdict: Any) -> None:
@@ -244,12 +267,17 @@ def _check_lines(spec: Any, phases: Phases, lines: LineResults, verdict: Any) ->
     last = lines.summaries[-1] if lines.summaries else None
     for test in [*spec.FAIL_TO_PASS, *spec.PASS_TO_PASS, *phases.canary]:
         found = lines.of(test)
-        statuses = {status for _n, status in found}
-        passing = [n for n, status in found if status in PASSING]
-        if passing and statuses - PASSING - {"SKIPPED"}:
-            verdict.disagreements.append(f"{test}: contradictory result lines ({', '.join(sorted(statuses))}): the log reports it twice")
-        elif log_only and len(passing) > len({lines.files.get(n, "") for n in passing}):
-            verdict.disagreements.append(f"{test}: {len(passing)} result lines: the log reports it twice")
+        by_owner: dict[str, list[str]] = {}
+        for n, status in found:
+            by_owner.setdefault(lines.owners.get(n, ""), []).append(status)
+        for statuses in by_owner.values():  # the lines of one test: those of one owner
+            passing = [status for status in statuses if status in PASSING]
+            if passing and set(statuses) - PASSING - {"SKIPPED"}:
+                verdict.disagreements.append(
+                    f"{test}: contradictory result lines ({', '.join(sorted(set(statuses)))}): the log reports it twice"
+                )
+            elif log_only and len(passing) > 1:
+                verdict.disagreements.append(f"{test}: {len(passing)} result lines: the log reports it twice")
         if log_only and last is not None and any(n > last for n, _status in found):
             verdict.disagreements.append(f"{test}: a result line after the runner's summary (printed at exit, not by the runner)")
 
@@ -278,6 +306,12 @@ def _parse_log(spec: Any, clean: str, exit_code: int) -> dict[str, str] | None:
 
 
 def _check_canary(phases: Phases, task: Task, statuses: dict[str, str], junit: dict[str, str], exit_code: int, verdict: Any) -> None:
+    ids = [canary_id(phases, name, task.workdir) for name in phases.canary]
+    if all(_lookup(test, junit) == "ERROR" for test in ids):
+        # Both errored, the one that must pass too: something in the module stopped them
+        # before they ran (a setup of its own). Not graded, and not called tampering.
+        verdict.error = f"the canary tests appended to {phases.canary_file} errored before they ran: the run cannot be checked, not graded"
+        return
     for name, expected in phases.canary.items():
         test = canary_id(phases, name, task.workdir)
         reported = outcome_class(_lookup(test, junit))

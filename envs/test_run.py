@@ -29,6 +29,7 @@ import re
 import secrets
 import shlex
 import xml.etree.ElementTree as ElementTree
+from collections import Counter
 from dataclasses import dataclass, field
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
@@ -53,6 +54,7 @@ class Phases:
     # and one that must pass. ``framework`` says how they are named in the log.
     framework: str | None = None  # "pytest", "sympy" (bin/test) or "unittest" (Django's runtests.py and its kind)
     canary_file: str | None = None  # repository-relative path the canary is appended to
+    canary_class: str = ""  # the class whose methods the canary tests are; "" for functions
     canary_text: str = ""
     canary: dict[str, str] = field(default_factory=dict)  # test name -> the outcome it must have
 
@@ -161,7 +163,6 @@ def _instrument(phases: Phases, lines: list[str], main: int, runner: str, workdi
     names = canary_names(tests, 2)
     phases.framework = framework
     phases.canary = {names[0]: "failed", names[1]: "passed"}
-    phases.canary_text = canary_text(framework, names)
     if framework == "pytest":
         phases.pytest = True
         phases.report_path = f"/tmp/relearn-report-{nonce}/junit.xml"
@@ -178,9 +179,11 @@ def _instrument(phases: Phases, lines: list[str], main: int, runner: str, workdi
             command += report
         lines[main] = command
     if target is None:
-        phases.framework, phases.canary, phases.canary_text = None, {}, ""
+        phases.framework, phases.canary = None, {}
         return main
     phases.canary_file = target
+    phases.canary_class = canary_class(names, framework, [t.removeprefix(target + "::") for t in tests if t.startswith(target + "::")])
+    phases.canary_text = canary_text(names, phases.canary_class)
     # The first of the files that exists (a label may name a module outside the tests); for
     # pytest the file is created when it is new.
     files = " ".join(shlex.quote(f"{workdir}/{path}") for path in candidates or [target])
@@ -217,20 +220,44 @@ def canary_names(tests: list[str] | tuple[str, ...], count: int) -> list[str]:
     return names
 
 
-def canary_text(framework: str, names: list[str]) -> str:
+def canary_text(names: list[str], cls: str = "") -> str:
     """The canary's source, appended to a test file: a test that must fail, one that must pass,
-    each a plain assertion over random values in one of a few shapes (no fixed text to spot)."""
+    each a plain assertion over random values in one of a few shapes (no fixed text to spot);
+    module-level functions, or the methods of ``cls``, a ``unittest.TestCase`` (whose base is
+    reached without binding a name: an ``import unittest`` appended to a module would rebind a
+    ``unittest`` of its own, Twisted's trial, under its tests)."""
     failing, passing = _canary_body(names[0], fail=True), _canary_body(names[1], fail=False)
-    if framework == "unittest":
-        words = [w.capitalize() for w in names[1].removeprefix("test_").split("_")]
+    if cls:
         indent = lambda body: body.replace("\n", "\n        ")  # noqa: E731
         return (
-            "\n\nimport unittest\n\n\n"
-            f"class {''.join(words)}Tests(unittest.TestCase):\n"
+            f"\n\nclass {cls}(__import__('unittest').TestCase):\n"
             f"    def {names[0]}(self):\n        {indent(failing)}\n\n    def {names[1]}(self):\n        {indent(passing)}\n"
         )
     indent = lambda body: body.replace("\n", "\n    ")  # noqa: E731
     return f"\n\ndef {names[0]}():\n    {indent(failing)}\n\n\ndef {names[1]}():\n    {indent(passing)}\n"
+
+
+def canary_class(names: list[str], framework: str, tests_in_file: list[str]) -> str:
+    """The class the canary tests are methods of, named from the words of the passing one
+    (`test_value_parse_order` -> `ValueParseOrderTests`), or "" for module-level functions:
+    the canary takes the shape of the task's tests in its file, so that nothing tells it apart.
+
+    Django's runner runs classes only, SymPy's ``bin/test`` functions only. Under pytest a
+    file whose tests are methods of classes gets a class, in their naming style, and a
+    ``unittest.TestCase``, which pytest collects whatever its naming settings and which no
+    module-level set-up reaches: as functions the canary ran under what the module sets up for
+    its functions, and pytest 6's nose support calls a module's ``setup()`` before each one.
+    sphinx-doc__sphinx-7910's test module imports Sphinx's extension ``setup(app)`` (its own
+    tests are ``TestCase`` methods), so the canary died with a TypeError and gold was called
+    tampered."""
+    words = "".join(w.capitalize() for w in names[1].removeprefix("test_").split("_"))
+    if framework == "unittest":
+        return words + "Tests"
+    classes = [test.split("[")[0].split("::")[0] for test in tests_in_file if "::" in test.split("[")[0]]
+    if framework != "pytest" or len(classes) <= len(tests_in_file) - len(classes):
+        return ""
+    style = Counter("Test{}" if c.startswith("Test") else "{}Test" if c.endswith("Test") else "{}Tests" for c in classes)
+    return style.most_common(1)[0][0].format(words)
 
 
 def _canary_body(name: str, *, fail: bool) -> str:
@@ -251,7 +278,7 @@ def canary_id(phases: Phases, name: str, workdir: str = "") -> str:
     unittest's ``name (module.Class)``)."""
     if phases.framework == "pytest":
         assert phases.canary_file is not None
-        return f"{phases.canary_file}::{name}"
+        return "::".join(part for part in (phases.canary_file, phases.canary_class, name) if part)
     return name
 
 

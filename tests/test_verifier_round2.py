@@ -219,7 +219,7 @@ def test_the_canary_is_named_like_the_tasks_tests_and_sits_in_a_tracked_file() -
     both = split_eval_script(script.replace("PYTHONWARNINGS='ignore::UserWarning' bin/test -C --verbose sympy/geometry/tests/test_point.py",
                                             "./tests/runtests.py --verbosity 2 django.test.testcases servers.tests"), "/testbed")  # fmt: skip
     assert "for f in /testbed/tests/servers/tests.py /testbed/tests/django/test/testcases.py; do" in both.test
-    assert "(unittest.TestCase):" in django.canary_text
+    assert "(__import__('unittest').TestCase):" in django.canary_text
     tox = split_eval_script(script.replace("PYTHONWARNINGS='ignore::UserWarning' bin/test -C --verbose sympy/geometry/tests/test_point.py",
                                            "tox --current-env -epy39 -v -- tests/test_directive_code.py"), "/testbed")  # fmt: skip
     assert tox.pytest and tox.framework == "pytest" and tox.canary_file == "tests/test_directive_code.py"

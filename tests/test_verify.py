@@ -249,7 +249,7 @@ def test_the_eval_script_is_split_into_a_fatal_setup_and_the_test_command(sample
     assert phases.framework == "pytest" and phases.canary_file == "astropy/modeling/tests/test_separable.py"
     assert len(phases.canary) == 2 and all(name.startswith("test_") for name in phases.canary)
     assert not any("relearn" in name or "canary" in name for name in phases.canary)
-    assert all(f"def {name}():" in phases.canary_text for name in phases.canary)
+    assert all(f"def {name}():" in phases.canary_text for name in phases.canary)  # as the file's tests: functions
     assert f"for f in /testbed/{phases.canary_file}; do" in test and 'cat /tmp/relearn/canary.txt >> "$f"' in test
     assert (
         f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml={phases.report_path} -o junit_family=xunit1\nrelearn_status=$?"
