@@ -249,13 +249,14 @@ def requirements_text(source: Path, spec: InstallSpec, task: Task) -> str:
     raise BuildFailed(f"{task.instance_id}: none of {', '.join(spec.requirements)} exists at {commit[:12]} in {source}")
 
 
-def locked_tools(wheels: Path, instance_id: str) -> list[str]:
-    """The build tools the lock says this instance's fetch took (none without a lock)."""
+def locked_fetch(wheels: Path, instance_id: str) -> dict:
+    """What the lock says this instance's fetch took (``tools``, ``fix_requirements``); empty
+    without a lock."""
     path = wheels / LOCK
     if not path.exists():
-        return []
+        return {}
     fetches = json.loads(path.read_text()).get("fetches", [])
-    return next((list(f.get("tools") or []) for f in fetches if f.get("instance_id") == instance_id), [])
+    return next((f for f in fetches if f.get("instance_id") == instance_id), {})
 
 
 def env_script(spec: InstallSpec, python: str, wheels: bool, requirements: bool, tools: list[str] | None = None) -> str:
@@ -309,7 +310,10 @@ def pip_conf(wheels: bool) -> list[str]:
     return lines
 
 
-def install_script(spec: InstallSpec) -> str:
+def install_script(spec: InstallSpec, fix_requirements: list[str] | None = None) -> str:
+    """Installs the repository as the spec says, then what the row's own fix adds to its
+    requirements (``envs.wheelhouse.FIX_REQUIREMENTS``): the official harness reinstalls the
+    fixed package with the network on, and here the network is off at grading time."""
     lines = [
         "#!/bin/bash",
         "set -euxo pipefail",
@@ -320,6 +324,11 @@ def install_script(spec: InstallSpec) -> str:
         f"conda activate {ENV_NAME}",
         *spec.pre_install,
         spec.install,
+        *(
+            [f"python -m pip install --no-input --progress-bar off {' '.join(map(shlex.quote, fix_requirements))}"]
+            if fix_requirements
+            else []
+        ),
         "python -m pip freeze > /opt/relearn/pip-freeze.txt",
     ]
     return "\n".join(lines) + "\n"
@@ -413,9 +422,10 @@ def build_instance_image(
         requirements = requirements_text(source, spec, task)
         (context / "relearn").mkdir()
         (context / "relearn" / "requirements.txt").write_text(requirements)
-        tools = locked_tools(wheels, task.instance_id) if wheels is not None else []
+        locked = locked_fetch(wheels, task.instance_id) if wheels is not None else {}
+        tools = list(locked.get("tools") or [])
         (context / "relearn" / "env.sh").write_text(env_script(spec, chosen, wheels is not None, bool(requirements.strip()), tools))
-        (context / "relearn" / "install.sh").write_text(install_script(spec))
+        (context / "relearn" / "install.sh").write_text(install_script(spec, list(locked.get("fix_requirements") or [])))
         labels = {
             "relearn.builder": BUILDER,
             "relearn.instance_id": task.instance_id,

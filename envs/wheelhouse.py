@@ -9,7 +9,9 @@ image). So pip runs inside a container of the image's own base (the same Debian 
 ask for, step by step in the build's order, each resolved as the build resolves it:
 
 1. pip, setuptools and wheel (``BUILD_TOOLS``: the newest pip for that Python, the one this
-   fetch resolves with; setuptools and wheel pinned), which the build installs first;
+   fetch resolves with, or the last that falls back to ``setup.py develop`` where the build
+   backend is a setuptools without editable installs; setuptools and wheel pinned), which the
+   build installs first;
 2. the repository's requirements file (as swebench writes it: ``-r`` includes inlined);
 3. the spec's packages, then its pinned pip packages: installed after the requirements, the
    pins win at build time as they do in swebench's installer, so both versions are kept;
@@ -43,6 +45,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import docker
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, OWNER
 from envs.swebench_build import BUILD_TOOLS, DISTRIBUTIONS, LOCK, BuildFailed, prepare_testbed, python_base, requirements_text
@@ -60,6 +66,7 @@ class Step:
     args: list[str]  # pip download arguments (requirements or -r FILE)
     era: bool = True  # bounded by --uploaded-prior-to
     exact: list[str] = field(default_factory=list)  # `name==version` pins fetched first, whatever their date
+    only_if: str = ""  # a file the step's requirements are in, which may be empty: then nothing is fetched
 
 
 @dataclass
@@ -72,6 +79,7 @@ class FetchResult:
     built: list[str] = field(default_factory=list)  # sdists built into wheels
     replaced: list[str] = field(default_factory=list)  # sdists that built nowhere, replaced by the project's newest wheel
     unbuilt: list[str] = field(default_factory=list)  # "file: why", sdists left as they are
+    fix_requirements: list[str] = field(default_factory=list)  # what the row's own fix adds to the repository's requirements
     files: int = 0
     seconds: float = 0.0
 
@@ -122,8 +130,40 @@ def era_of(commit: str | None, python: str) -> str | None:
     return max(commit, released) if released else commit
 
 
-def fetch_steps(spec: InstallSpec, requirements: bool, build: list[str]) -> list[Step]:
-    steps = [Step("build tools", list(BUILD_TOOLS), era=False)]
+# pip 25.3 dropped the fallback to `setup.py develop` for a build backend without PEP 660's
+# `build_editable` hook, which setuptools has from 64 on: a repository whose pyproject.toml
+# pins an older one (pylint 2.15's `setuptools~=62.6`) could no longer be installed editable
+# ("missing the 'build_editable' hook"). Its build gets the last pip that falls back.
+LEGACY_EDITABLE_PIP = "pip<25.3"
+PEP660_SETUPTOOLS = Version("64")
+
+
+def build_tools(build: list[str]) -> list[str]:
+    """The pip, setuptools and wheel the build installs first, given the repository's build
+    requirements: ``BUILD_TOOLS``, with a pip that still falls back to ``setup.py develop``
+    where the backend is a setuptools older than PEP 660."""
+    for line in build:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if canonicalize_name(requirement.name) == "setuptools" and _caps_below(requirement.specifier, PEP660_SETUPTOOLS):
+            return [LEGACY_EDITABLE_PIP, *BUILD_TOOLS[1:]]
+    return list(BUILD_TOOLS)
+
+
+def _caps_below(specifier: SpecifierSet, version: Version) -> bool:
+    """Whether ``specifier`` admits no release from ``version`` on: `~=62.6`, `<60`, `==63.*`
+    do; `>=40.8.0`, `~=66.1`, `<=64` do not."""
+    for clause in specifier:
+        bound = Version(clause.version.removesuffix(".*"))
+        if (clause.operator == "<" and bound <= version) or (clause.operator in ("<=", "==", "===", "~=") and bound < version):
+            return True
+    return False
+
+
+def fetch_steps(spec: InstallSpec, requirements: bool, build: list[str], fix: bool = False) -> list[Step]:
+    steps = [Step("build tools", build_tools(build), era=False)]
     if requirements:
         steps.append(Step("requirements file", ["-r", "/fetch/requirements.txt"]))
     if spec.packages:
@@ -133,6 +173,8 @@ def fetch_steps(spec: InstallSpec, requirements: bool, build: list[str]) -> list
         steps.append(Step("pinned pip packages", list(spec.pip_packages), exact=exact))
     steps.append(Step("the repository's dependencies", ["-r", "/fetch/repository-requirements.txt"]))
     steps.append(Step("the repository's build backend", build))
+    if fix:
+        steps.append(Step("what the row's fix adds", ["-r", FIX_REQUIREMENTS], only_if=FIX_REQUIREMENTS))
     return steps
 
 
@@ -154,24 +196,50 @@ for item in report["install"]:
 """
 
 
-def repository_requirements_lines(target: str) -> list[str]:
-    """Lists the repository's own requirements: its metadata built by the newest pip and
-    backend (an era's setuptools can write versions today's pip refuses, as Sphinx 3.5's
+def repository_requirements_lines(target: str, tree: str = "src", name: str = "repository", on_failure: str = "exit 4") -> list[str]:
+    """Lists the repository's own requirements (in ``/fetch/TREE``, into
+    ``/fetch/NAME-requirements.txt``): its metadata built by the newest pip and backend (an
+    era's setuptools can write versions today's pip refuses, as Sphinx 3.5's
     ``3.5.0.dev20210306.dev-20210306``), then resolved within the era like any other step."""
     extras = target[2:-1] if target.startswith(".[") else ""
     return [
-        "$pip install --no-input --dry-run --ignore-installed --no-deps --quiet --report /fetch/repository.json "
-        f"{shlex.quote('/fetch/src' + target[1:])} > /fetch/repository.log 2>&1 "
-        f"&& /tmp/fetch/bin/python /fetch/requires.py /fetch/repository.json {shlex.quote(extras)} > /fetch/repository-requirements.txt "
-        "|| { echo 'relearn: the repository metadata could not be built (see repository.log)' >&2; cat /fetch/repository.log >&2; exit 4; }"
+        f"$pip install --no-input --dry-run --ignore-installed --no-deps --quiet --report /fetch/{name}.json "
+        f"{shlex.quote(f'/fetch/{tree}' + target[1:])} > /fetch/{name}.log 2>&1 "
+        f"&& /tmp/fetch/bin/python /fetch/requires.py /fetch/{name}.json {shlex.quote(extras)} > /fetch/{name}-requirements.txt "
+        f"|| {{ echo 'relearn: the metadata of /fetch/{tree} could not be built (see {name}.log)' >&2; cat /fetch/{name}.log >&2; {on_failure}; }}"
     ]
 
 
-def fetch_script(python: str, steps: list[Step], era: str | None, pre_install: tuple[str, ...] = (), target: str = ".") -> str:
+# The row's own fix can add a requirement: pylint-dev__pylint-4661's gold patch adds `appdirs`
+# to setup.cfg and imports it. The official harness's eval script reinstalls the package with
+# the network on; here the network is off and the verifier puts setup.cfg back, so the image
+# holds what the fix adds, installed after the repository (`envs.swebench_build.install_script`).
+FIX_REQUIREMENTS = "/fetch/fix-requirements.txt"
+
+
+def fix_requirements_lines(target: str, pre_install: tuple[str, ...]) -> list[str]:
+    """Lists what the repository with the row's fix applied (``/fetch/fixed``) requires and
+    the repository at its base does not. A fix whose metadata does not build adds nothing."""
+    lines = []
+    if pre_install:
+        body = "\n".join(pre_install)
+        lines.append(f"(cd /fetch/fixed && set -e\n{body}\n) >> /fetch/pre_install.log 2>&1")
+    listed = repository_requirements_lines(target, "fixed", "fixed", on_failure=": > /fetch/fixed-requirements.txt")
+    return [
+        *lines,
+        *listed,
+        f"grep -vxFf /fetch/repository-requirements.txt /fetch/fixed-requirements.txt > {FIX_REQUIREMENTS} || true",
+    ]
+
+
+def fetch_script(
+    python: str, steps: list[Step], era: str | None, pre_install: tuple[str, ...] = (), target: str = ".", fixed: bool = False
+) -> str:
     """The script the fetch container runs: a venv with the newest pip for this Python (the
     build's; it has ``--uploaded-prior-to``), the spec's pre-install lines in the repository
     (they rewrite its pins: sphinx's ``sed -i ... setup.py``), the repository's own
-    requirements listed, each step downloaded, sdists built into wheels, a report."""
+    requirements listed (and, with ``fixed``, what the row's fix adds to them), each step
+    downloaded, sdists built into wheels, a report."""
     lines = [
         "#!/bin/bash",
         "set -uo pipefail",
@@ -188,9 +256,13 @@ def fetch_script(python: str, steps: list[Step], era: str | None, pre_install: t
             f"(cd /fetch/src && set -e\n{body}\n) > /fetch/pre_install.log 2>&1 || echo 'relearn: a pre-install line failed here (see pre_install.log)' >&2"
         )
     lines += repository_requirements_lines(target)
+    if fixed:
+        lines += fix_requirements_lines(target, pre_install)
     for number, step in enumerate(steps):
         words = " ".join(shlex.quote(a) for a in step.args)
         log = f"/fetch/step{number}.log"
+        if step.only_if:
+            lines.append(f"if [ ! -s {step.only_if} ]; then report {number} 'nothing to fetch'; else")
         if step.exact:
             # A pin newer than the era is the spec's word: fetched as it is, its dependencies
             # then resolved within the era against it.
@@ -208,6 +280,8 @@ def fetch_script(python: str, steps: list[Step], era: str | None, pre_install: t
             ]
         else:
             lines.append(f"if download {words} >> {log} 2>&1; then report {number} ok; else report {number} failed; fi")
+        if step.only_if:
+            lines.append("fi")
     return "\n".join([*lines, *wheel_lines()]) + "\n"
 
 
@@ -286,11 +360,12 @@ def fetch_wheels(
     with tempfile.TemporaryDirectory(prefix="relearn-fetch-") as tmp:
         work = Path(tmp)
         prepare_testbed(source, task.base_commit, work / "src")
+        fixed = bool(task.patch) and _with_fix(source, task, work / "fixed", log)
         requirements = requirements_text(source, spec, task)
         (work / "requirements.txt").write_text(requirements)
-        steps = fetch_steps(spec, bool(requirements.strip()), build_requires(source, task.base_commit))
+        steps = fetch_steps(spec, bool(requirements.strip()), build_requires(source, task.base_commit), fixed)
         (work / "requires.py").write_text(REQUIRES_PY)
-        (work / "fetch.sh").write_text(fetch_script(chosen, steps, date, spec.pre_install, install_target(spec)))
+        (work / "fetch.sh").write_text(fetch_script(chosen, steps, date, spec.pre_install, install_target(spec), fixed))
         log(f"{task.instance_id}: pip download in {base} (python{chosen}), {len(steps)} steps" + (f", era {date}" if date else ""))
         exit_code, output = _run(client, base, work, wheels)
         report = _read_report(work)
@@ -307,6 +382,7 @@ def fetch_wheels(
                 tail = _read(work / f"step{number}.log")[-2500:]
                 raise BuildFailed(f"{task.instance_id}: pip download of {step.what} failed:\n{tail}{download_hint(tail)}")
         result.tools = tool_versions(_read(work / "step0.era.log") + _read(work / "step0.log"))
+        result.fix_requirements = _lines(work / "fix-requirements.txt")
         unbuilt = _lines(work / "unbuilt.txt")
         if unbuilt:
             # Again with Debian's compiler (not for --python-image: nothing can be added to it),
@@ -391,6 +467,17 @@ def _build_failure(log: str) -> str:
     return " / ".join(tail)[-400:] or "pip wheel failed"
 
 
+def _with_fix(source: Path, task: Task, dest: Path, log: Callable[[str], None]) -> bool:
+    """``dest``: the testbed with the row's own fix applied; False when it does not apply."""
+    prepare_testbed(source, task.base_commit or "", dest)
+    applied = subprocess.run(
+        ["git", "-C", str(dest), "apply", "--whitespace=nowarn", "-"], input=task.patch, capture_output=True, text=True
+    )
+    if applied.returncode != 0:
+        log(f"{task.instance_id}: the row's fix does not apply at the base commit; what it adds to the requirements is not fetched")
+    return applied.returncode == 0
+
+
 def download_hint(log: str) -> str:
     """A line to act on for the ways a download fails: what is missing or conflicts, named."""
     missing = list(dict.fromkeys(re.findall(r"No matching distribution found for (\S+)", log)))
@@ -427,6 +514,7 @@ def write_lock(wheels: Path, result: FetchResult) -> int:
             "built": result.built,
             "replaced": result.replaced,
             "unbuilt": result.unbuilt,
+            "fix_requirements": result.fix_requirements,
         }
     )
     tmp = path.with_suffix(".tmp")

@@ -122,18 +122,29 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 
 def tiny_instance(
-    root: Path, instance: str, image: str, dependencies: tuple[str, ...] = (), base_tag: str | None = None
+    root: Path,
+    instance: str,
+    image: str,
+    dependencies: tuple[str, ...] = (),
+    base_tag: str | None = None,
+    fix_dependencies: tuple[str, ...] = (),
 ) -> dict[str, object]:
     """A tiny repository under ``root`` (its own ``dependencies``; ``base_tag`` on the base
-    commit), the fix and a tag after the base, and its row, written to ``root/rows.jsonl``."""
+    commit), the fix and a tag after the base, and its row, written to ``root/rows.jsonl``.
+    ``fix_dependencies``: requirements the fix adds to pyproject.toml and imports, as
+    pylint-dev__pylint-4661's gold patch adds `appdirs`."""
     repo = root / "repo"
     (repo / "tinycalc").mkdir(parents=True)
     (repo / "tests").mkdir()
-    requires = f"dependencies = {json.dumps(list(dependencies))}\n" if dependencies else ""
-    (repo / "pyproject.toml").write_text(
-        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
-        f'[project]\nname = "tinycalc"\nversion = "0.1.0"\n{requires}\n[tool.setuptools]\npackages = ["tinycalc"]\n'
-    )
+
+    def pyproject(requirements: tuple[str, ...]) -> str:
+        requires = f"dependencies = {json.dumps(list(requirements))}\n" if requirements else ""
+        return (
+            '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "tinycalc"\nversion = "0.1.0"\n{requires}\n[tool.setuptools]\npackages = ["tinycalc"]\n'
+        )
+
+    (repo / "pyproject.toml").write_text(pyproject(dependencies))
     (repo / ".gitignore").write_text("*.egg-info/\nbuild/\n__pycache__/\n")
     (repo / "tinycalc" / "__init__.py").write_text("")
     (repo / "tinycalc" / "ops.py").write_text(OPS_BASE)
@@ -144,11 +155,14 @@ def tiny_instance(
     if base_tag:
         git("tag", base_tag, cwd=repo)
     base = git("rev-parse", "HEAD", cwd=repo).strip()
-    (repo / "tinycalc" / "ops.py").write_text(OPS_FIXED)
+    imports = "".join(f"import {r.split('=')[0].split('<')[0].split('>')[0]}  # noqa: F401\n" for r in fix_dependencies)
+    (repo / "tinycalc" / "ops.py").write_text(imports + OPS_FIXED)
     (repo / TEST_FILE).write_text(TESTS_FIXED)
+    if fix_dependencies:
+        (repo / "pyproject.toml").write_text(pyproject(dependencies + fix_dependencies))
     git("commit", "-qam", "clamp from above too", cwd=repo)
     git("tag", "v0.2", cwd=repo)
-    gold = git("diff", base, "HEAD", "--", "tinycalc", cwd=repo)
+    gold = git("diff", base, "HEAD", "--", "tinycalc", *(["pyproject.toml"] if fix_dependencies else []), cwd=repo)
     test_patch = git("diff", base, "HEAD", "--", "tests", cwd=repo)
     wrong = git_diff_of(repo, base, {"tinycalc/ops.py": OPS_WRONG})
     real = next(r for r in pq.read_table(VERIFIED).to_pylist() if r["instance_id"] == "psf__requests-1142")

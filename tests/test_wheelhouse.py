@@ -25,7 +25,19 @@ import pytest
 from envs.swebench_build import BUILD_TOOLS, build_hint, pip_conf, prepare_testbed
 from envs.swebench_specs import install_spec
 from envs.tasks import load_tasks
-from envs.wheelhouse import LOCK, FetchResult, Step, build_requires, fetch_script, install_target, tool_versions, write_lock
+from envs.wheelhouse import (
+    LEGACY_EDITABLE_PIP,
+    LOCK,
+    FetchResult,
+    Step,
+    build_requires,
+    build_tools,
+    fetch_script,
+    fetch_steps,
+    install_target,
+    tool_versions,
+    write_lock,
+)
 from tests.test_swebench_images import cli, git, tiny_instance
 
 INSTANCE = "relearn__tinyredis-1"
@@ -35,7 +47,10 @@ IMAGE = "swebench/sweb.eval.x86_64.relearn_1776_tinyredis-1:latest"
 @pytest.fixture(scope="module")
 def repo_row(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("tinyredis")
-    return tiny_instance(root, INSTANCE, IMAGE, dependencies=("redis==5.0.1", "docopt==0.6.2"), base_tag="v0.1")
+    # The fix adds a requirement of its own (appdirs, as pylint-dev__pylint-4661's gold does).
+    return tiny_instance(
+        root, INSTANCE, IMAGE, dependencies=("redis==5.0.1", "docopt==0.6.2"), base_tag="v0.1", fix_dependencies=("appdirs==1.4.4",)
+    )
 
 
 # --- without Docker -----------------------------------------------------------------------------
@@ -64,12 +79,42 @@ def test_what_the_fetch_asks_pip_for_follows_the_recipe(repo_row: dict) -> None:
     assert "--uploaded-prior-to 2023-01-02T03:04:05Z --find-links /wheels a==1 'b>=2; python_version < '\"'\"'3.11'\"'\"''" in script
     assert "report 0 'newer than the era'" in script and "download --find-links /wheels pip >> /fetch/step1.log" in script
     assert "python3.9 -m venv /tmp/fetch" in script
+    # With the row's fix applied beside the base: what it adds is listed, and fetched only if any.
+    steps = fetch_steps(install_spec_like(), False, ["setuptools>=61"], fix=True)
+    fixed = fetch_script("3.9", steps, None, ("sed -i s/a/b/ setup.py",), ".[test]", fixed=True)
+    assert "--report /fetch/fixed.json '/fetch/fixed[test]' > /fetch/fixed.log" in fixed and "(cd /fetch/fixed && set -e" in fixed
+    assert "grep -vxFf /fetch/repository-requirements.txt /fetch/fixed-requirements.txt > /fetch/fix-requirements.txt" in fixed
+    last = len(steps) - 1
+    assert steps[last].what == "what the row's fix adds"
+    assert f"if [ ! -s /fetch/fix-requirements.txt ]; then report {last} 'nothing to fetch'; else" in fixed
+    assert "/fetch/fixed" not in fetch_script("3.9", steps[:last], None)
 
 
 def test_the_build_tools_are_read_from_the_fetch_log() -> None:
     log = "Saved /wheels/pip-24.0-py3-none-any.whl\nFile was already downloaded /wheels/setuptools-69.5.1-py3-none-any.whl\n"
     log += "Saved ./wheels/wheel-0.43.0-py3-none-any.whl\nSaved /wheels/pytest-8.0.0-py3-none-any.whl\n"
     assert tool_versions(log) == ["pip==24.0", "setuptools==69.5.1", "wheel==0.43.0"]
+
+
+def test_a_setuptools_without_editable_installs_gets_a_pip_that_falls_back_to_develop() -> None:
+    """pylint 2.15's pyproject.toml asks for `setuptools~=62.6`, which has no `build_editable`:
+    pip 25.3 refuses its `pip install -e .`, and the build then failed. Its build tools take the
+    last pip that falls back to `setup.py develop`; a setuptools that may be 64 or later, or
+    another backend, keeps the newest pip."""
+    assert fetch_steps(install_spec_like(), False, ["setuptools~=62.6", "wheel~=0.37.1"])[0].args == [LEGACY_EDITABLE_PIP, *BUILD_TOOLS[1:]]
+    for legacy in (["setuptools<60"], ["setuptools==63.4.3", "wheel"], ["Setuptools ~= 58.0"]):
+        assert build_tools(legacy)[0] == LEGACY_EDITABLE_PIP, legacy
+    for legacy in (["setuptools==63.*"], ["setuptools<64"], ["setuptools~=63.4"]):
+        assert build_tools(legacy)[0] == LEGACY_EDITABLE_PIP, legacy
+    # pylint 3.0's `setuptools~=66.1` has the hook.
+    for current in (["setuptools~=66.1", "wheel~=0.37.1"], ["setuptools>=40.8.0", "wheel"], ["setuptools<=64"], ["hatchling"], ["x ("]):
+        assert build_tools(current) == list(BUILD_TOOLS), current
+
+
+def install_spec_like():  # noqa: ANN201 - an InstallSpec with nothing to fetch but the tools
+    from envs.swebench_specs import InstallSpec
+
+    return InstallSpec("pylint-dev/pylint", "2.15", "3.9", "python -m pip install -e .")
 
 
 def test_the_venv_config_makes_editable_installs_put_the_repository_on_the_path() -> None:
@@ -132,7 +177,9 @@ def test_the_wheelhouse_is_resolved_by_the_images_interpreter(fetched: Path) -> 
         "packages",
         "the repository's dependencies",
         "the repository's build backend",
+        "what the row's fix adds",
     ]
+    assert fetch["fix_requirements"] == ["appdirs==1.4.4"] and "appdirs-1.4.4-py2.py3-none-any.whl" in lock["files"]
     names = set(lock["files"])
     assert {n for n in names if n.startswith("redis-5.0.1-")} and {n for n in names if n.startswith("async_timeout-")}
     assert "docopt-0.6.2-py2.py3-none-any.whl" in names and not any(n.endswith(".tar.gz") for n in names)  # built into a wheel
@@ -166,6 +213,9 @@ def test_the_fetched_wheelhouse_builds_offline_and_grades(
             return out.decode().strip()
 
         assert run("cd /testbed && git tag") == "v0.1"
+        # What the fix adds is installed (gold resolved above needs it), the repository at its base.
+        assert run("python -c 'import appdirs; print(appdirs.__version__)'") == "1.4.4"
+        assert "appdirs" not in run("cd /testbed && cat pyproject.toml")
         tools = json.loads((fetched / LOCK).read_text())["fetches"][0]["tools"]
         assert run("python -m pip --version").startswith(f"pip {tools[0].split('==')[1]} from /opt/miniconda3/envs/testbed/")
         # Started through another link, as tox-current-env starts it, the interpreter keeps the venv.
