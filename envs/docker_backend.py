@@ -49,7 +49,11 @@ KILL_ALL = (
 
 @dataclass(frozen=True)
 class Limits:
-    cpus: float = 1.0
+    # Two CPUs at most, not one: a test suite may ask how many cores it has, and pylint 2.15's
+    # --jobs tests skip on one (pylint-dev__pylint-7277's gold graded unresolved: a skip line
+    # names no test, so swebench's parser misses a PASS_TO_PASS test). The official harness
+    # limits nothing. A limit caps a container; it reserves nothing.
+    cpus: float = 2.0
     memory_mb: int = 2048
     pids: int = 512
     network: bool = False
