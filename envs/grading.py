@@ -312,6 +312,11 @@ def _check_canary(phases: Phases, task: Task, statuses: dict[str, str], junit: d
         # before they ran (a setup of its own). Not graded, and not called tampering.
         verdict.error = f"the canary tests appended to {phases.canary_file} errored before they ran: the run cannot be checked, not graded"
         return
+    if exit_code in PYTEST_EXIT and not any(_lookup(test, junit) for test in ids):
+        # pytest stopped before running them (a collection error: a module that does not
+        # import): the run is not graded, for pytest's reason, and nothing was tampered with.
+        verdict.error = f"pytest ended with {PYTEST_EXIT[exit_code]} (exit status {exit_code}) before the canary tests ran"
+        return
     for name, expected in phases.canary.items():
         test = canary_id(phases, name, task.workdir)
         reported = outcome_class(_lookup(test, junit))

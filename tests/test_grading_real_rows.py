@@ -202,6 +202,11 @@ def test_a_canary_stopped_before_it_ran_is_not_called_tampering() -> None:
     verdict = SimpleNamespace(disagreements=[], error=None)
     _check_canary(phases, task, {}, errored, 1, verdict)  # type: ignore[arg-type]
     assert verdict.disagreements == [] and "errored before they ran" in verdict.error
+    # pytest interrupted by a collection error (pylint-dev__pylint-4661 before its fix's
+    # requirement was in the image): neither canary ran, and that is no tampering either.
+    verdict = SimpleNamespace(disagreements=[], error=None)
+    _check_canary(phases, task, {}, {"tests/test_ext_napoleon.py": "ERROR"}, 2, verdict)  # type: ignore[arg-type]
+    assert verdict.disagreements == [] and verdict.error == "pytest ended with interrupted (exit status 2) before the canary tests ran"
     # One that must pass ending failed, or the failing one erroring alone, is still tampering.
     for report in ({**errored, canary_id(phases, names[1]): "FAILED"}, {canary_id(phases, names[0]): "ERROR"}):
         verdict = SimpleNamespace(disagreements=[], error=None)
