@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+# The repository root, for bench.bench_masks: bench/ is not an installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ray  # noqa: E402
@@ -41,11 +42,11 @@ from envs.tasks import load_tasks  # noqa: E402
 from harness.collect import collect  # noqa: E402
 from harness.policies.base import PolicySpec  # noqa: E402
 from harness.policies.make import make_policy  # noqa: E402
+from harness.scripted.servers import ModelServer  # noqa: E402
+from harness.scripted.solutions import solver  # noqa: E402
 from records.pools import write_atomic  # noqa: E402
 from relearn.analyze.nll import SCORES_FILE, ModelSpec, Settings, folder_fingerprint, score_pools  # noqa: E402
 from relearn.analyze.pools import NamedPool  # noqa: E402
-from tests.model_servers import ModelServer  # noqa: E402
-from tests.scripted import solver  # noqa: E402
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 

@@ -26,24 +26,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from envs.docker_backend import Container, client_from_env  # noqa: E402
-from envs.images import build_base, task_image  # noqa: E402
-from envs.tasks import load_tasks  # noqa: E402
-from harness.agent import AgentConfig, run_episode  # noqa: E402
-from harness.budget import Budget  # noqa: E402
-from harness.codex_cli.backend import run_codex_episode  # noqa: E402
-from harness.codex_cli.config import CodexCliConfig  # noqa: E402
-from harness.codex_cli.gateway import Gateway  # noqa: E402
-from harness.codex_cli.install import install  # noqa: E402
-from harness.codex_cli.network import RELAY_PORT, open_route  # noqa: E402
-from harness.policies.base import PolicySpec  # noqa: E402
+from envs.docker_backend import Container, client_from_env
+from envs.images import build_base, task_image
+from envs.tasks import load_tasks
+from harness.agent import AgentConfig, run_episode
+from harness.budget import Budget
+from harness.codex_cli.backend import run_codex_episode
+from harness.codex_cli.config import CodexCliConfig
+from harness.codex_cli.gateway import Gateway
+from harness.codex_cli.install import install
+from harness.codex_cli.network import RELAY_PORT, open_route
+from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
-from harness.tools.output import default_encoding  # noqa: E402
-from records.trajectory import Source, Trajectory  # noqa: E402
-from tests.model_servers import ModelServer, ScriptedTurn  # noqa: E402
-from tests.scripted import solving_script, to_apply_patch  # noqa: E402
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.scripted.solutions import solving_script, to_apply_patch
+from harness.tools.output import default_encoding
+from records.trajectory import Source, Trajectory
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 

@@ -12,17 +12,14 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from envs.batch import Prediction, verify_batch  # noqa: E402
-from envs.docker_backend import Container, client_from_env  # noqa: E402
-from envs.images import build_base, task_image  # noqa: E402
-from envs.tasks import load_tasks  # noqa: E402
+from envs.batch import Prediction, verify_batch
+from envs.docker_backend import Container, client_from_env
+from envs.images import build_base, task_image
+from envs.tasks import load_tasks
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 

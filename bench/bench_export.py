@@ -22,9 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 
 def make_dataset(folder: Path, rows: int, tokens: int) -> None:
     import numpy as np

@@ -13,25 +13,22 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from envs.docker_backend import Container, client_from_env  # noqa: E402
-from envs.images import build_base, task_image  # noqa: E402
-from envs.tasks import load_tasks  # noqa: E402
-from harness.agent import AgentConfig, run_episode  # noqa: E402
-from harness.budget import Budget  # noqa: E402
-from harness.collect import collect  # noqa: E402
-from harness.policies.base import PolicySpec  # noqa: E402
+from envs.docker_backend import Container, client_from_env
+from envs.images import build_base, task_image
+from envs.tasks import load_tasks
+from harness.agent import AgentConfig, run_episode
+from harness.budget import Budget
+from harness.collect import collect
+from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
-from harness.recorder import EpisodeRecorder  # noqa: E402
-from harness.tools.output import default_encoding  # noqa: E402
-from records.trajectory import Source, Trajectory  # noqa: E402
-from tests.model_servers import ModelServer, ScriptedTurn  # noqa: E402
+from harness.recorder import EpisodeRecorder
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.tools.output import default_encoding
+from records.trajectory import Source, Trajectory
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 

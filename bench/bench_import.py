@@ -3,7 +3,7 @@
     python bench/bench_import.py [--mb 200] [--steps 40] [--chunks 20] [--keep DIR]
 
 The corpus is a tree of rollout files in the current Codex envelope (reasoning,
-shell calls and outputs, apply_patch, token counts; see tests/codex_rollouts.py).
+shell calls and outputs, apply_patch, token counts; see harness/scripted/codex_sessions.py).
 The baseline reads every line of every file and runs ``json.loads`` on it: the least
 any importer must do. The import is the full ``relearn import codex`` path: parse,
 pair calls, build records, serialise and append them to a new pool.
@@ -38,12 +38,10 @@ from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from harness.import_run import discover, import_files  # noqa: E402
-from harness.importers.chat import ChatImporter, options_for  # noqa: E402
-from records.pools import iter_lines  # noqa: E402
-from tests.codex_rollouts import session  # noqa: E402
+from harness.import_run import discover, import_files
+from harness.importers.chat import ChatImporter, options_for
+from harness.scripted.codex_sessions import session
+from records.pools import iter_lines
 
 
 def build_corpus(root: Path, target_mb: float, steps: int) -> tuple[int, int]:

@@ -38,17 +38,15 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from envs.executor import LocalBackend  # noqa: E402
-from harness.exporters.hf_chat import to_chat_messages  # noqa: E402
-from records.pools import write_atomic  # noqa: E402
-from records.review import Defect, Review  # noqa: E402
-from records.trajectory import Trajectory  # noqa: E402
-from relearn.masks.compile import MaskOptions, compile_trajectory  # noqa: E402
-from relearn.masks.shards import build_dataset, load_reviews  # noqa: E402
-from relearn.masks.template import render  # noqa: E402
-from relearn.masks.tokenizers import load_tokenizer  # noqa: E402
+from envs.executor import LocalBackend
+from harness.exporters.hf_chat import to_chat_messages
+from records.pools import write_atomic
+from records.review import Defect, Review
+from records.trajectory import Trajectory
+from relearn.masks.compile import CompileOptions, compile_trajectory
+from relearn.masks.shards import build_dataset, load_reviews
+from relearn.masks.template import render
+from relearn.masks.tokenizers import load_tokenizer
 
 WORDS = "the a function returns value when test fails because index off by one list parse token file path error we should check".split()
 
@@ -132,7 +130,7 @@ def per_turn_baseline(trajectory: Trajectory, tok) -> int:  # noqa: ANN001
 
 
 def ours(trajectory: Trajectory, review: Review, tok) -> int:  # noqa: ANN001
-    (sample,) = compile_trajectory(trajectory, review, tok, MaskOptions(ctx=10**7))
+    (sample,) = compile_trajectory(trajectory, review, tok, CompileOptions(ctx=10**7))
     return len(sample.input_ids)
 
 
@@ -150,7 +148,7 @@ def end_to_end(pool: list[Trajectory], reviews: list[Review], tok, root: Path) -
     start = time.perf_counter()
     errors: list[str] = []
     stats, _reused = build_dataset(
-        root / "pool.jsonl", load_reviews(root / "reviews.jsonl", errors), tok, "qwen3.6", MaskOptions(ctx=10**7), root / "dataset"
+        root / "pool.jsonl", load_reviews(root / "reviews.jsonl", errors), tok, "qwen3.6", CompileOptions(ctx=10**7), root / "dataset"
     )
     seconds = time.perf_counter() - start
     assert stats["trajectories_out"] == len(pool) and not errors, stats["rejected"]
@@ -176,7 +174,7 @@ def with_workers(pool: list[Trajectory], reviews: list[Review], tok, root: Path,
                 loaded,
                 tok,
                 "qwen3.6",
-                MaskOptions(ctx=10**7),
+                CompileOptions(ctx=10**7),
                 root / "dataset",
                 shard_size=shard_size,
                 backend=backend,

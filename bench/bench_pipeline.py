@@ -32,9 +32,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 LIMIT_RATIO, LIMIT_BYTES = 1.25, 2e9
 
 SYSTEM = (
@@ -165,11 +162,11 @@ def child(pipeline: Path, out: Path) -> None:
     """Run the pipeline as `relearn run` does, recording each stage's peak RSS."""
     from rich.console import Console
 
-    from relearn.pipeline import stages
+    from relearn.pipeline import plan
     from relearn.pipeline.config import load_pipeline
 
     peaks: dict[str, float] = {}
-    plain = stages.run_stages
+    plain = plan.run_stages
 
     def measured(stage_list: list[Any], *args: Any, **kwargs: Any) -> Any:
         def wrap(stage: Any) -> Any:
@@ -184,8 +181,8 @@ def child(pipeline: Path, out: Path) -> None:
 
         return plain([wrap(s) for s in stage_list], *args, **kwargs)
 
-    stages.run_stages = measured  # the bench's own probe; the pipeline is otherwise the one `relearn run` runs
-    results, _ctx = stages.run_pipeline(load_pipeline(pipeline), Console(file=io.StringIO()))
+    plan.run_stages = measured  # the bench's own probe; the pipeline is otherwise the one `relearn run` runs
+    results, _ctx = plan.run_pipeline(load_pipeline(pipeline), Console(file=io.StringIO()))
     failed = [f"{r.name}: {r.error}" for r in results if r.status == "failed"]
     counts = {r.name: r.counts for r in results}
     out.write_text(json.dumps({"peaks": peaks, "failed": failed, "counts": counts}, default=str))

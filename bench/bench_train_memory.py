@@ -27,10 +27,6 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 VOCAB = 248_320
 GIB = 2**30

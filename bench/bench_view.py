@@ -30,14 +30,12 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from records.pool_index import PoolIndex, ReviewIndex  # noqa: E402
-from records.pools import JsonlWriter, read_trajectories  # noqa: E402
-from relearn.view.app import ViewerApp  # noqa: E402
-from relearn.view.catalog import Catalog  # noqa: E402
-from relearn.view.marks import RenderOptions  # noqa: E402
-from relearn.view.screen import TrajectoryView  # noqa: E402
+from records.pool_index import PoolIndex, ReviewIndex
+from records.pools import JsonlWriter, read_trajectories
+from relearn.view.app import ViewerApp
+from relearn.view.catalog import Catalog
+from relearn.view.marks import RenderOptions
+from relearn.view.screen import TrajectoryView
 
 WORDS = "the a function returns value when test fails because index off by one list parse token file path error we should check".split()
 

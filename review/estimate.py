@@ -30,6 +30,7 @@ from records.review import numbered_steps
 from records.trajectory import Trajectory
 from review.judges import CallCache, Judge, JudgeRequest, Ledger, prompt, review_trajectory
 from review.reading import count_tokens, render_step
+from review.resume import reviewed_ids
 
 PRICES = Path(__file__).parent / "prices.toml"
 
@@ -310,7 +311,6 @@ def estimate_pool(
 
     from records.pools import read_trajectories_lenient
     from records.trajectory import is_verified_positive
-    from review.run import reviewed_ids
 
     done = reviewed_ids(output)
     todo = [

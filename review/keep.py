@@ -39,7 +39,8 @@ from records.review import CATEGORIES, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from review.grounding import ground
 from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, prompt
-from review.run import ReviewSummary, reviewed_ids
+from review.resume import reviewed_ids
+from review.run import ReviewSummary
 
 KEEP_FIELDS = ("reasoning_content", "content")
 ELISION = "[...]"

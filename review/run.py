@@ -21,11 +21,12 @@ from typing import Any
 from envs.executor import NODE_RETRIES, Backend, LocalBackend, NodeLost, run_units
 from harness.policies.base import PolicyError
 from records.pools import JsonlWriter, RecordError, read_trajectories_lenient
-from records.review import Review, latest_reviews
+from records.review import Review
 from records.trajectory import Trajectory, is_verified_positive
 from review.batch import BatchError, BatchOptions, BatchState, BatchSummary, batch_prefill
 from review.heuristic import heuristic_review
 from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, review_trajectory
+from review.resume import reviewed_ids
 
 
 @dataclass
@@ -63,14 +64,6 @@ class ReviewSummary:
         self.grounded += grounding.get("grounded", len(review.defects))
         self.rejected_spans += grounding.get("rejected", 0)
         self.cost_usd += review.cost_usd or 0.0
-
-
-def reviewed_ids(path: Path) -> set[str]:
-    """Trajectories whose latest review stands (a ``judge_error`` review is retried)."""
-    if not path.exists():
-        return set()
-    stands, _unreadable = latest_reviews(path, lambda review: not (review.reason or "").startswith(JUDGE_ERROR))
-    return {trajectory_id for trajectory_id, standing in stands.items() if standing}
 
 
 @dataclass

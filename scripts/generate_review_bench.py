@@ -6,7 +6,7 @@ containers over the mini suite, each episode verified by the task's tests.
 Each scenario is a script of turns (reasoning, text, one tool call); the turns that plant a
 defect carry its gold label (category, description, and the verbatim quotes of its minimal
 spans), so the script *is* the label. The policy is served over the OpenAI Chat Completions
-protocol (tests/model_servers.py) and driven by relearn's own agent loop through
+protocol (harness/scripted/servers.py) and driven by relearn's own agent loop through
 ``harness.collect``, which grades every episode in a fresh container. A case is written only
 when the episode resolved and every planted defect was observed as planted (the command
 that should fail failed, the file that should not exist did not, the hack's conftest was
@@ -25,23 +25,21 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from envs.docker_backend import client_from_env  # noqa: E402
-from envs.images import build_base  # noqa: E402
-from envs.tasks import Task, load_tasks, patch_files  # noqa: E402
-from harness.agent import AgentConfig  # noqa: E402
-from harness.budget import Budget  # noqa: E402
-from harness.collect import collect  # noqa: E402
-from harness.policies.base import PolicySpec  # noqa: E402
-from harness.policies.make import make_policy  # noqa: E402
-from records.review import field_is_json, field_text, numbered_steps  # noqa: E402
-from records.trajectory import Trajectory  # noqa: E402
-from review.bench import SHIPPED  # noqa: E402
-from review.bench.cases import BenchCase, Gold, GoldError, GoldSpan, write_cases  # noqa: E402
-from review.reading import count_tokens  # noqa: E402
-from tests.model_servers import ModelServer, ScriptedTurn  # noqa: E402
-from tests.scripted import task_of, to_apply_patch  # noqa: E402
+from envs.docker_backend import client_from_env
+from envs.images import build_base
+from envs.tasks import Task, load_tasks, patch_files
+from harness.agent import AgentConfig
+from harness.budget import Budget
+from harness.collect import collect
+from harness.policies.base import PolicySpec
+from harness.policies.make import make_policy
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.scripted.solutions import task_of, to_apply_patch
+from records.review import field_is_json, field_text, numbered_steps
+from records.trajectory import Trajectory
+from review.bench import SHIPPED
+from review.bench.cases import BenchCase, Gold, GoldError, GoldSpan, write_cases
+from review.reading import count_tokens
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 LONG_TOKENS = 30_000

@@ -1,6 +1,6 @@
 """Writes the mini single-turn suite: envs/single_turn/suite/tasks.jsonl (Math, Code and IF
 tasks), envs/single_turn/suite/rollouts.jsonl (scripted rollouts, early steps 1-20 and late
-81-100) and tests/data/single_turn_judge.json (what the scripted keep judge and auditor answer
+81-100) and harness/scripted/single_turn_judge.json (what the scripted keep judge and auditor answer
 for each rollout, keyed by a digest of the response).
 
     python scripts/generate_single_turn_suite.py
@@ -403,5 +403,5 @@ with open(ROOT / "tasks.jsonl", "w") as f:
 with open(ROOT / "rollouts.jsonl", "w") as f:
     for r in rollouts:
         f.write(json.dumps(r) + "\n")
-(REPO / "tests" / "data" / "single_turn_judge.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
+(REPO / "harness" / "scripted" / "single_turn_judge.json").write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n")
 print(len(tasks), len(rollouts), len(answers))

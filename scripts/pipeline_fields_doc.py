@@ -3,8 +3,8 @@
     python scripts/pipeline_fields_doc.py [--check]
 
 Replaces what lies between the `fields:begin` and `fields:end` markers of docs/pipeline.md
-with one table per pipeline table (field, type, default, the comment beside the field in
-relearn/pipeline/config.py), so the page says what the file can say. Rerun it after changing
+with one table per pipeline table (field, type, default, the option's help where the table is derived from a verb's
+options, else the comment beside the field in relearn/pipeline/config.py), so the page says what the file can say. Rerun it after changing
 the config; `--check` exits 1 when the page is not current.
 """
 
@@ -17,13 +17,12 @@ import sys
 import typing
 from pathlib import Path
 
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
+
+from relearn.pipeline.config import PipelineConfig
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from pydantic import BaseModel  # noqa: E402
-from pydantic_core import PydanticUndefined  # noqa: E402
-
-from relearn.pipeline.config import PipelineConfig  # noqa: E402
 
 PAGE = ROOT / "docs" / "pipeline.md"
 BEGIN = "<!-- fields:begin (written by scripts/pipeline_fields_doc.py) -->"
@@ -48,7 +47,11 @@ def type_text(annotation: object) -> str:
 def field_notes(cls: type) -> dict[str, str]:
     """The comment written beside each field in the model's source."""
     notes: dict[str, str] = {}
-    for line in inspect.getsource(cls).split("\n"):
+    try:
+        source = inspect.getsource(cls)
+    except (OSError, TypeError):  # a table derived from options (relearn.pipeline.tables) has no source
+        return notes
+    for line in source.split("\n"):
         match = re.match(r"^    (\w+):[^#]*#\s*(.*)$", line)
         if match and not match.group(2).startswith(("type:", "noqa")):
             notes[match.group(1)] = match.group(2).strip()
@@ -86,7 +89,7 @@ def tables(cls: type[BaseModel], path: str) -> list[str]:
             below.append((f"{path}.{key}" if path else key, sub))
             continue
         rows.append(
-            f"| `{key}` | {type_text(field.annotation)} | {default_text(field).replace('|', chr(92) + '|')} | {notes.get(name, '')} |"
+            f"| `{key}` | {type_text(field.annotation)} | {default_text(field).replace('|', chr(92) + '|')} | {field.description or notes.get(name, '')} |"
         )
     if rows:
         out.append("| field | type | default | note |\n|---|---|---|---|\n" + "\n".join(rows) + "\n")

@@ -2,7 +2,7 @@
 
     python scripts/single_turn_suite.py WORKDIR [--steps N]
 
-Serves the scripted keep judge and auditor (tests/single_turn_judges.py) over the OpenAI Chat
+Serves the scripted keep judge and auditor (harness/scripted/single_turn_judges.py) over the OpenAI Chat
 Completions protocol on 127.0.0.1, writes WORKDIR/pipeline.toml (the suite's 80 rollouts, the
 three contrasts, a tiny random Qwen3 trained N steps per variant), runs it (`relearn run`:
 import -> verify -> review -> masks -> contrasts -> train -> report), then writes
@@ -19,13 +19,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from relearn.pipeline.config import load_pipeline  # noqa: E402
-from relearn.pipeline.stages import run_pipeline  # noqa: E402
-from tests.model_servers import ModelServer  # noqa: E402
-from tests.single_turn_judges import judges  # noqa: E402
+from harness.scripted.servers import ModelServer
+from harness.scripted.single_turn_judges import judges
+from relearn.pipeline.config import load_pipeline
+from relearn.pipeline.plan import run_pipeline
 
 PIPELINE = """\
 # The shipped single-turn suite with scripted judges (scripts/single_turn_suite.py).

@@ -10,7 +10,7 @@ ordinary endpoint (``/v1/messages``, ``/v1/chat/completions``, ``/v1/responses``
 requests retried one by one.
 
 Each request in a batch is answered by ``answer(body) -> ScriptedTurn``, in the protocol's
-own form (tests.model_servers builds it). ``fate(custom_id, body)`` can make one request
+own form (harness.scripted.servers builds it). ``fate(custom_id, body)`` can make one request
 ``"errored"`` or ``"expired"`` instead. While ``hold`` is set a batch stays in progress
 (a test kills its client meanwhile); ``expire=True`` ends OpenAI batches as expired.
 
@@ -30,7 +30,7 @@ from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-from tests.model_servers import ModelServer, ScriptedTurn
+from harness.scripted.servers import ModelServer, ScriptedTurn
 
 Provider = Literal["anthropic", "openai"]
 Fate = Literal["succeeded", "errored", "expired"]

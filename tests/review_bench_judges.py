@@ -1,5 +1,5 @@
 """Scripted judge pairs for the review bench: what a judge server answers about a bench case,
-in three styles, served through tests.model_servers.ModelServer to the real SDKs.
+in three styles, served through harness.scripted.servers.ModelServer to the real SDKs.
 
 - ``perfect``: judge 1 names exactly the gold errors and decision; judge 2 quotes exactly the
   gold spans (with context to tell repeats apart);
@@ -18,9 +18,9 @@ import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
+from harness.scripted.servers import ScriptedTurn
 from records.review import field_text
 from review.bench.cases import BenchCase
-from tests.model_servers import ScriptedTurn
 
 Style = Literal["perfect", "whole", "invent"]
 MARK = re.compile(r"\[bench case (\S+) error (\d+)\]")

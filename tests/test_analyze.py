@@ -126,12 +126,12 @@ def test_nll_scores_each_turn_under_the_context_it_was_sent_as_masks_compiles_it
     """Observations as user turns: the harness never sent the first turn's reasoning back, so the
     second turn was generated without it in view. NLL scores that turn under the context it was
     sent, on the very sequences `relearn masks` compiles (and, with `render`, the whole render)."""
-    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.compile import CompileOptions, compile_trajectory
     from tests.test_masks_as_sent import USER_OBSERVATIONS
 
     t = trajectory(USER_OBSERVATIONS, id="obs", outcome={"resolved": True})
     scored = eligible_tokens(t, tok, KW)
-    compiled = compile_trajectory(t, None, tok, MaskOptions(mode="positive", template_kwargs=KW))
+    compiled = compile_trajectory(t, None, tok, CompileOptions(mode="positive", template_kwargs=KW))
     assert len(scored) == len(compiled) == 2
     for mine, theirs in zip(scored, compiled, strict=True):
         assert mine.sample_id == theirs.sample_id and np.array_equal(mine.input_ids, theirs.input_ids)
@@ -384,7 +384,7 @@ def review_line(t: Trajectory, decision: str = "accept", defects: list[Defect] |
 def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_them(
     tmp_path: Path, tok, lm: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # noqa: ANN001
-    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.compile import CompileOptions, compile_trajectory
 
     longer = [*AGENT[:6], {**AGENT[6], "content": "Fixed: add() returns a + b. I also checked sub()."}]
     split_me = resolved(AGENT, "split-me")
@@ -444,7 +444,7 @@ def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_
     scorer = Scorer(lm)
     kept_tokens = excluded_tokens = 0
     for t, defects in ((split_me, two), (clean, [])):
-        (sample,) = compile_trajectory(t, Review(trajectory_id=t.id, decision="accept", defects=defects), tok, MaskOptions(mode="ross"))
+        (sample,) = compile_trajectory(t, Review(trajectory_id=t.id, decision="accept", defects=defects), tok, CompileOptions(mode="ross"))
         s = scores[t.id]["split"]
         (kept_sum, kept), (excluded_sum, excluded) = s["kept"], s["excluded"]
         assert kept + excluded == scores[t.id]["eligible"] == sample.eligible
@@ -492,7 +492,7 @@ def test_cli_nll_splits_eligible_tokens_into_kept_and_excluded_as_masks_compile_
     after = json.loads((out / "nll.json").read_text())
     assert after["pools"][0]["reused"] == 5
     (fewer,) = compile_trajectory(
-        split_me, Review(trajectory_id=split_me.id, decision="accept", defects=two[1:]), tok, MaskOptions(mode="ross")
+        split_me, Review(trajectory_id=split_me.id, decision="accept", defects=two[1:]), tok, CompileOptions(mode="ross")
     )
     redone = next(s for s in after["trajectories"]["p"] if s["trajectory_id"] == "split-me")["split"]
     assert redone["excluded"][1] == fewer.excluded < scores["split-me"]["split"]["excluded"][1]

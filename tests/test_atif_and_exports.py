@@ -10,7 +10,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_messages
 from harness.importers import atif, codex, mini_swe_agent
-from tests.codex_rollouts import session, write_rollout
+from harness.scripted.codex_sessions import session, write_rollout
 
 QWEN36_TEMPLATE = Path(trl.__file__).parent / "chat_templates" / "qwen3_6.jinja"
 
@@ -203,7 +203,7 @@ def _summary_subagent() -> dict:
 
 def test_atif_compaction_is_a_context_reset_and_sub_agents_are_linked(tmp_path: Path) -> None:
     from records.trajectory import Outcome
-    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.compile import CompileOptions, compile_trajectory
     from relearn.masks.tokenizers import load_tokenizer
 
     folder = tmp_path / "agent"
@@ -237,7 +237,7 @@ def test_atif_compaction_is_a_context_reset_and_sub_agents_are_linked(tmp_path: 
     # Masks: the turns after the compaction are trained after what the model saw then.
     tok = load_tokenizer("qwen3.6")
     positive = parent.model_copy(update={"outcome": Outcome(resolved=True)})
-    before, after = compile_trajectory(positive, None, tok, MaskOptions(mode="positive"))
+    before, after = compile_trajectory(positive, None, tok, CompileOptions(mode="positive"))
     after_text = tok.decode(after.input_ids.tolist())
     assert "PRE-" not in after_text and "Summary: add() subtracts" in after_text and "POST: done." in after_text
     assert "PRE-THOUGHT" in tok.decode(before.input_ids.tolist())
@@ -245,7 +245,7 @@ def test_atif_compaction_is_a_context_reset_and_sub_agents_are_linked(tmp_path: 
 
 def test_atif_compaction_without_its_new_context_is_never_trained_on(tmp_path: Path) -> None:
     from records.trajectory import Outcome
-    from relearn.masks.compile import MaskOptions, Rejected, compile_trajectory
+    from relearn.masks.compile import CompileOptions, Rejected, compile_trajectory
     from relearn.masks.tokenizers import load_tokenizer
 
     path = tmp_path / "trajectory.json"
@@ -256,7 +256,7 @@ def test_atif_compaction_without_its_new_context_is_never_trained_on(tmp_path: P
     assert any("no replacement content" in w for w in result.diagnostics.warnings)
     with pytest.raises(Rejected, match="context reset without a known replacement"):
         compile_trajectory(
-            t.model_copy(update={"outcome": Outcome(resolved=True)}), None, load_tokenizer("qwen3.6"), MaskOptions(mode="positive")
+            t.model_copy(update={"outcome": Outcome(resolved=True)}), None, load_tokenizer("qwen3.6"), CompileOptions(mode="positive")
         )
 
 

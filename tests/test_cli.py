@@ -7,8 +7,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from harness.scripted.codex_sessions import legacy_session, session, write_rollout
 from records.pools import read_trajectories, write_atomic
-from tests.codex_rollouts import legacy_session, session, write_rollout
 
 
 def run(relearn_bin: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

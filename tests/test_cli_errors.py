@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from records.pools import write_atomic
 from relearn.cli.errors import report
 from relearn.cli.main import app
-from relearn.masks.compile import MaskOptions
+from relearn.masks.compile import CompileOptions
 from relearn.masks.shards import build_dataset
 from tests.test_export import _pool
 
@@ -129,7 +129,7 @@ def test_export_dataset_into_a_read_only_folder(tmp_path: Path, tok) -> None:  #
     trajectories, reviews = _pool()
     write_atomic(tmp_path / "pool.jsonl", trajectories)
     dataset = tmp_path / "dataset"
-    build_dataset(tmp_path / "pool.jsonl", {r.trajectory_id: r for r in reviews}, tok, "qwen3.6", MaskOptions(), dataset)
+    build_dataset(tmp_path / "pool.jsonl", {r.trajectory_id: r for r in reviews}, tok, "qwen3.6", CompileOptions(), dataset)
     shelf = tmp_path / "shelf"
     shelf.mkdir()
     with read_only(shelf):

@@ -32,13 +32,13 @@ from envs.tasks import Task, load_tasks
 from harness.collect import collect
 from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.scripted.solutions import solver
 from records.pools import read_trajectories
 from records.trajectory import Trajectory
 from review.judges import Judge
 from review.run import review_pool
-from tests.model_servers import ModelServer, ScriptedTurn
 from tests.registry_server import Registry
-from tests.scripted import solver
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
@@ -336,7 +336,7 @@ def test_review_on_ray_equals_the_local_review(cluster, local_run: Path, tmp_pat
 
 
 def test_masks_on_ray_write_the_local_shard_bytes(cluster, tok, tmp_path: Path, monkeypatch) -> None:  # noqa: ANN001
-    from relearn.masks.compile import MaskOptions
+    from relearn.masks.compile import CompileOptions
     from relearn.masks.shards import build_dataset, load_reviews
     from tests.test_masks_workers import files
     from tests.test_outputs_unchanged import masks_pool
@@ -344,7 +344,7 @@ def test_masks_on_ray_write_the_local_shard_bytes(cluster, tok, tmp_path: Path, 
     monkeypatch.chdir(tmp_path)
     pool, reviews_path = (p.relative_to(tmp_path) for p in masks_pool(tmp_path))
     reviews = load_reviews(reviews_path, [])
-    options = MaskOptions(mode="ross")
+    options = CompileOptions(mode="ross")
     here, _ = build_dataset(pool, reviews, tok, "qwen3.6", options, Path("here"), shard_size=2)
     there, _ = build_dataset(
         pool, reviews, tok, "qwen3.6", options, Path("there"), shard_size=2, backend=RayBackend(cluster[0].address, Needs(cpus=0.5))
@@ -490,7 +490,7 @@ class CountingLosses:
 def test_a_node_lost_mid_review_or_mid_masks_loses_and_duplicates_nothing(
     cluster, local_run: Path, tok, tmp_path: Path, monkeypatch
 ) -> None:  # noqa: ANN001
-    from relearn.masks.compile import MaskOptions
+    from relearn.masks.compile import CompileOptions
     from relearn.masks.shards import build_dataset, load_reviews
     from tests.test_masks_workers import files
     from tests.test_outputs_unchanged import masks_pool
@@ -528,7 +528,7 @@ def test_a_node_lost_mid_review_or_mid_masks_loses_and_duplicates_nothing(
     monkeypatch.chdir(tmp_path)
     masks, reviews_path = (p.relative_to(tmp_path) for p in masks_pool(tmp_path))
     reviews = load_reviews(reviews_path, [])
-    options = MaskOptions(mode="ross")
+    options = CompileOptions(mode="ross")
     local, _ = build_dataset(masks, reviews, tok, "qwen3.6", options, Path("shards-here"), shard_size=1)
     victim = made.add_node(num_cpus=1, resources={DOCKER_RESOURCE: 2})
     backend = CountingLosses(RayBackend(made.address, Needs(docker=1)))
@@ -744,7 +744,7 @@ def test_gc_sweeps_every_node_and_the_pipeline_file_names_the_cluster(cluster, r
     )
 
     from relearn.pipeline.config import load_pipeline
-    from relearn.pipeline.stages import Context
+    from relearn.pipeline.context import Context
 
     (tmp_path / "p.toml").write_text(
         f'workdir = "w"\n[pool.import]\nformat = "codex"\npaths = ["x"]\n[cluster]\naddress = "{made.address}"\nregistry = "reg.example:5000/team"\n'
@@ -781,8 +781,9 @@ def test_the_pipeline_grades_an_imported_pool_through_ray_as_it_does_here(
     from rich.console import Console
 
     from relearn.pipeline.config import load_pipeline
+    from relearn.pipeline.context import Context, dataset_dir, reviews_path, verified_path
+    from relearn.pipeline.plan import plan
     from relearn.pipeline.runner import run_stages
-    from relearn.pipeline.stages import Context, dataset_dir, plan, reviews_path, verified_path
 
     made, workers = cluster
     messages = [{"role": "user", "content": "Fix the bug."}, {"role": "assistant", "content": "Done."}]

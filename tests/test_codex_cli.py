@@ -43,13 +43,13 @@ from harness.importers import atif as atif_importer
 from harness.importers import codex as codex_importer
 from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.scripted.solutions import solving_script, to_apply_patch
 from records.pools import JsonlWriter, read_trajectories
 from records.trajectory import ExitStatus, Source, Trajectory, tool_call_pairs
 from relearn.ops.collect import AgentOptions
 from relearn.ops.reporting import OpError
 from relearn.ops.validate import check_trajectory
-from tests.model_servers import ModelServer, ScriptedTurn
-from tests.scripted import solving_script, to_apply_patch
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}

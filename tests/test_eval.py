@@ -17,8 +17,8 @@ from envs.tasks import load_tasks
 from envs.verify import swebench_test_spec
 from eval.dataset import Selection, load_dataset_tasks
 from eval.report import bootstrap_ci, mcnemar_exact, paired_bootstrap
-from tests.model_servers import ModelServer
-from tests.scripted import flailer, solver
+from harness.scripted.servers import ModelServer
+from harness.scripted.solutions import flailer, solver
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}

@@ -19,7 +19,7 @@ from relearn.cli.main import app
 from relearn.export.source import ExportError, iter_samples, open_dataset
 from relearn.export.spans import sample_spans
 from relearn.export.trainers import FORMATS
-from relearn.masks.compile import MaskOptions
+from relearn.masks.compile import CompileOptions
 from relearn.masks.shards import build_dataset
 from relearn.ops.export import (
     DatasetExportOptions,
@@ -67,7 +67,7 @@ def datasets(tmp_path_factory: pytest.TempPathFactory, tok) -> dict[str, Path]: 
     by_id = {r.trajectory_id: r for r in reviews}
     out = {}
     for mode in MODES:
-        build_dataset(pool, by_id, tok, "qwen3.6", MaskOptions(mode=mode), folder / mode)  # type: ignore[arg-type]
+        build_dataset(pool, by_id, tok, "qwen3.6", CompileOptions(mode=mode), folder / mode)  # type: ignore[arg-type]
         out[mode] = folder / mode
     return out
 
@@ -186,7 +186,7 @@ def test_a_tokenizer_that_is_not_the_datasets_is_refused(tmp_path: Path, dataset
     )
     assert result.exit_code == 2 and "chat template" in result.output and not (tmp_path / "out").exists()
     unknown = runner.invoke(app, ["export", "dataset", str(datasets["ross"]), "--for", "megatron", "-o", str(tmp_path / "m")])
-    assert unknown.exit_code == 2 and "trl, axolotl, verl, llamafactory, hf" in unknown.output
+    assert unknown.exit_code == 2 and "'megatron' is not one of 'trl', 'axolotl', 'verl', 'llamafactory', 'hf'" in unknown.output
     stats = json.loads((datasets["ross"] / "stats.json").read_text())
     old = tmp_path / "old"
     old.mkdir()
@@ -290,6 +290,14 @@ class Recording:
         pass
 
 
+def test_the_for_flag_takes_exactly_the_trainers_formats() -> None:
+    from typing import get_args
+
+    from relearn.ops.export import Trainer
+
+    assert get_args(Trainer) == FORMATS
+
+
 def test_dataset_export_reports_one_advance_per_sample(tmp_path: Path, datasets: dict[str, Path]) -> None:
     reporter = Recording()
     summary = run_export_dataset(DatasetExportOptions(datasets["ross"], "verl", tmp_path / "verl"), reporter)
@@ -378,7 +386,9 @@ def test_hf_weights_normalise_per_trajectory_across_its_rows(tmp_path: Path, tok
     trajectories, reviews = _pool()
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, trajectories)
-    build_dataset(pool, {r.trajectory_id: r for r in reviews}, tok, "qwen3.6", MaskOptions(mode="ross", per_turn=True), tmp_path / "turns")
+    build_dataset(
+        pool, {r.trajectory_id: r for r in reviews}, tok, "qwen3.6", CompileOptions(mode="ross", per_turn=True), tmp_path / "turns"
+    )
     run_export_dataset(DatasetExportOptions(tmp_path / "turns", "hf", tmp_path / "hf"))
     rows = hf.load_from_disk(str(tmp_path / "hf" / "dataset")).to_list()
     by_trajectory: dict[str, list[dict]] = {}

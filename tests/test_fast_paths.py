@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from harness.import_run import pool_index
 from harness.importers import codex
+from harness.scripted.codex_sessions import envelope, legacy_session, session, write_rollout
 from records.pools import RecordError, dump_line, loads, parse_json_line
 from records.review import Defect, Review
 from records.trajectory import Trajectory, content_id, dump_record, record_content_id
-from relearn.masks.compile import MaskOptions, Rejected, compile_batch, compile_trajectory
+from relearn.masks.compile import CompileOptions, Rejected, compile_batch, compile_trajectory
 from relearn.masks.template import map_json_value
 from relearn.masks.tokens import encode_texts
-from tests.codex_rollouts import envelope, legacy_session, session, write_rollout
 
 
 @pytest.mark.parametrize(
@@ -154,7 +154,7 @@ def test_a_batch_compiles_as_trajectories_one_at_a_time(tok) -> None:  # noqa: A
         items.append((t, Review(trajectory_id=t.id, decision="accept", defects=defects)))
     items.append((_trajectory(9, outcome={"resolved": False}), None))  # not positive: rejected before rendering
     items.append((_trajectory(10, context_resets=[{"message_index": 4}]), Review(trajectory_id="t10", decision="accept")))  # two samples
-    options = MaskOptions(ctx=10**6)
+    options = CompileOptions(ctx=10**6)
     batch = compile_batch(items, tok, options)
     assert len(batch) == len(items)
     for (trajectory, review), got in zip(items, batch, strict=True):

@@ -23,12 +23,12 @@ from harness.policies.base import PolicySpec
 from harness.policies.make import make_policy
 from harness.recorder import EpisodeRecorder, read_episode
 from harness.replay import replay
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.scripted.solutions import solving_script
 from harness.tools.toolbox import Toolbox
 from records.passk import pass_at_k
 from records.pools import read_trajectories
 from records.trajectory import ExitStatus, FunctionCall, Source, ToolCall, Trajectory
-from tests.model_servers import ModelServer, ScriptedTurn
-from tests.scripted import solving_script
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}

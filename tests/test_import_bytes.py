@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from harness.import_run import import_files
 from harness.importers import codex
 from harness.importers.codex_fields import RolloutJson
+from harness.scripted.codex_sessions import envelope, session, write_rollout
 from records.pools import dump_line, read_trajectories
 from records.trajectory import Trajectory, WideFloat, content_id, dump_record, mark_wide_floats, record_content_id
-from tests.codex_rollouts import envelope, session, write_rollout
 
 # Floats on both sides of where msgspec starts to write exponents its own way (1e16), the
 # smallest and largest there are, negative zero, and what JSON text can hold beyond: NaN and

@@ -23,9 +23,9 @@ from harness.exporters.chat import export_chat
 from harness.import_run import ImportSummary, import_files
 from harness.importers import chat, rows
 from harness.importers.base import ImportResult
+from harness.scripted.codex_sessions import session, write_rollout
 from records.pools import read_trajectories
 from records.trajectory import Trajectory, record_content_id
-from tests.codex_rollouts import session, write_rollout
 from tests.test_import_bytes import FLOATS, TEXT, VALUES
 from tests.test_import_chat import PRESET_ROWS, nebius_row, rebench_row, swe_gym_row, write
 

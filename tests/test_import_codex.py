@@ -10,9 +10,7 @@ import zstandard
 from harness.exporters.hf_chat import to_chat_messages
 from harness.import_run import discover, import_files
 from harness.importers import codex
-from records.pools import read_trajectories
-from records.trajectory import ExitStatus, Trajectory
-from tests.codex_rollouts import (
+from harness.scripted.codex_sessions import (
     PATCH,
     envelope,
     legacy_session,
@@ -21,6 +19,8 @@ from tests.codex_rollouts import (
     token_count,
     write_rollout,
 )
+from records.pools import read_trajectories
+from records.trajectory import ExitStatus, Trajectory
 
 
 def _one(path: Path, salvage: bool = False) -> Trajectory:
@@ -149,11 +149,11 @@ def test_compaction_is_a_context_reset(tmp_path: Path) -> None:
     # Masks render the turn after the compaction after the instructions and the replacement
     # history only: what Codex sent with that call.
     from records.trajectory import Outcome
-    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.compile import CompileOptions, compile_trajectory
     from relearn.masks.tokenizers import load_tokenizer
 
     tok = load_tokenizer("qwen3.6")
-    samples = compile_trajectory(t.model_copy(update={"outcome": Outcome(resolved=True)}), None, tok, MaskOptions(mode="positive"))
+    samples = compile_trajectory(t.model_copy(update={"outcome": Outcome(resolved=True)}), None, tok, CompileOptions(mode="positive"))
     assert [s.sample_id for s in samples] == [t.id + "#r0", t.id + "#r1"]
     after = tok.decode(samples[1].input_ids.tolist())
     assert after.startswith("<|im_start|>system\n" + t.messages[0].content.strip()[:40])

@@ -16,7 +16,7 @@ import pytest
 from harness.importers import nemo_gym
 from records.pools import read_trajectories, write_atomic
 from records.trajectory import Outcome, Trajectory, tool_call_pairs
-from relearn.masks.compile import MaskOptions, Rejected, compile_trajectory
+from relearn.masks.compile import CompileOptions, Rejected, compile_trajectory
 from relearn.masks.template import render
 from relearn.masks.tokenizers import load_tokenizer
 
@@ -200,14 +200,14 @@ def test_recorded_ids_are_trained_and_a_disagreement_is_reported(tok, tmp_path: 
     ids = _true_ids(tok, plain)
     (t,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", ids, prompt=_prompt(tok))])
     assert t.messages[-1].token_ids == ids
-    (sample,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
+    (sample,) = compile_trajectory(t, None, tok, CompileOptions(mode="positive"))
     assert sample.supervised == len(ids) and sample.targets == "recorded" and sample.context_rule == "prompt_ids"
     # The context as sent and the turn as generated (then the template's newline after the turn).
     assert sample.input_ids.tolist() == _prompt(tok) + ids + tok("\n", add_special_tokens=False)["input_ids"]
     flipped = list(ids)
     flipped[4] += 1
     (bad,) = _import(tmp_path, [_rollout("Three is three.", "print(3)", flipped, prompt=_prompt(tok))])
-    (fallback,) = compile_trajectory(bad, None, tok, MaskOptions(mode="positive"))
+    (fallback,) = compile_trajectory(bad, None, tok, CompileOptions(mode="positive"))
     # Not fatal: the text is trained, and why the ids were not is named.
     assert fallback.targets == "ids_disagree" and fallback.input_ids.tolist() == sample.input_ids.tolist()
     assert fallback.targets_detail.startswith(f"message 1: its {len(ids)} recorded ids decode to other text than the turn")
@@ -220,7 +220,7 @@ def test_the_samples_foreign_ids_are_rejected(tok, samples: Path) -> None:  # no
     (result, *_rest) = list(nemo_gym.read(samples / "nemo_gym_competitive_coding_rollouts_token_ids.jsonl"))
     t = result.trajectory.model_copy(update={"outcome": Outcome(resolved=True)})  # the sample's reward is 0
     with pytest.raises(Rejected, match=r"recorded prompt ids do not end with the generation prompt: message 1: "):
-        compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
+        compile_trajectory(t, None, tok, CompileOptions(mode="positive"))
 
 
 def test_the_samples_ids_are_trained_exactly_with_the_policys_tokenizer(samples: Path, tokenizer_cache: Path) -> None:
@@ -229,7 +229,7 @@ def test_the_samples_ids_are_trained_exactly_with_the_policys_tokenizer(samples:
     qwen3 = load_tokenizer("qwen3", cache_dir=tokenizer_cache)
     for result in nemo_gym.read(samples / "nemo_gym_competitive_coding_rollouts_token_ids.jsonl"):
         t = result.trajectory.model_copy(update={"outcome": Outcome(resolved=True)})
-        (sample,) = compile_trajectory(t, None, qwen3, MaskOptions(mode="positive"))
+        (sample,) = compile_trajectory(t, None, qwen3, CompileOptions(mode="positive"))
         turn = t.messages[1]
         assert (sample.context_rule, sample.as_sent, sample.targets) == ("prompt_ids", False, "recorded")
         assert sample.input_ids.tolist()[:-1] == turn.extra["prompt_token_ids"] + turn.token_ids

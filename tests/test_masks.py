@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from records.review import Defect, Review
 from records.trajectory import Trajectory
-from relearn.masks.compile import MaskOptions, Rejected, _defect_render_span, compile_trajectory
+from relearn.masks.compile import CompileOptions, Rejected, _defect_render_span, compile_trajectory
 from relearn.masks.template import render
 
 SPECIAL = ("<|", "|>", "<think", "</think", "<tool", "</tool", "<function", "</function", "<parameter", "</parameter")
@@ -72,7 +72,7 @@ def supervised_text(tok, sample) -> str:  # noqa: ANN001
 
 def compile_ross(t: Trajectory, defects: list[Defect], tok, **options: object):  # noqa: ANN001, ANN201
     review = Review(trajectory_id=t.id, decision="accept", defects=defects)
-    (sample,) = compile_trajectory(t, review, tok, MaskOptions(**options))
+    (sample,) = compile_trajectory(t, review, tok, CompileOptions(**options))
     return sample
 
 
@@ -257,13 +257,13 @@ def test_a_template_that_rewrites_earlier_turns_is_refused(tok) -> None:  # noqa
         compile_ross(t, [], tok, template_kwargs={"preserve_thinking": False}, prefix_check="every", context="render")
     # By default a second query (a user turn after a generated one) says the history was sent
     # without its reasoning: one sample per turn, under that history.
-    as_sent = compile_trajectory(t, None, tok, MaskOptions(mode="positive", template_kwargs={"preserve_thinking": False}))
+    as_sent = compile_trajectory(t, None, tok, CompileOptions(mode="positive", template_kwargs={"preserve_thinking": False}))
     assert [(s.sample_id.split("#")[1], s.context_rule, s.as_sent) for s in as_sent] == [
         (f"m{i}", "user_observations", True) for i in (2, 4, 6, 8)
     ]
     # Per-turn mode: one sample per generated turn, each with the history the model was given.
     review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 2, "reasoning_content", "probably")])
-    samples = compile_trajectory(t, review, tok, MaskOptions(template_kwargs={"preserve_thinking": False}, per_turn=True))
+    samples = compile_trajectory(t, review, tok, CompileOptions(template_kwargs={"preserve_thinking": False}, per_turn=True))
     assert [s.sample_id.split("#")[1] for s in samples] == ["m2", "m4", "m6", "m8"]
     assert samples[0].excluded > 0 and all(s.excluded == 0 for s in samples[1:])
     # With preserve_thinking (the default) the whole trajectory is one prefix-stable render.
@@ -275,20 +275,20 @@ def test_modes_and_selection(tok) -> None:  # noqa: ANN001
     d = defect(t, 2, "reasoning_content", "probably")
     accepted = Review(trajectory_id=t.id, decision="accept", defects=[d])
     rejected = Review(trajectory_id=t.id, decision="reject", reason="reward hacking")
-    (ross,) = compile_trajectory(t, accepted, tok, MaskOptions(mode="ross"))
-    (nomask,) = compile_trajectory(t, accepted, tok, MaskOptions(mode="ross-nomask"))
-    (positive,) = compile_trajectory(t, rejected, tok, MaskOptions(mode="positive"))
+    (ross,) = compile_trajectory(t, accepted, tok, CompileOptions(mode="ross"))
+    (nomask,) = compile_trajectory(t, accepted, tok, CompileOptions(mode="ross-nomask"))
+    (positive,) = compile_trajectory(t, rejected, tok, CompileOptions(mode="positive"))
     assert ross.excluded > 0 and nomask.excluded == 0 and positive.excluded == 0
     assert np.array_equal(nomask.loss_mask, positive.loss_mask) and np.array_equal(ross.input_ids, positive.input_ids)
     with pytest.raises(Rejected, match="review rejected"):
-        compile_trajectory(t, rejected, tok, MaskOptions(mode="ross"))
+        compile_trajectory(t, rejected, tok, CompileOptions(mode="ross"))
     with pytest.raises(Rejected, match="no review"):
-        compile_trajectory(t, None, tok, MaskOptions(mode="ross-nomask"))
+        compile_trajectory(t, None, tok, CompileOptions(mode="ross-nomask"))
     unverified = Trajectory.model_validate({"messages": BASE})
     with pytest.raises(Rejected, match="not verified positive"):
-        compile_trajectory(unverified, None, tok, MaskOptions(mode="positive"))
+        compile_trajectory(unverified, None, tok, CompileOptions(mode="positive"))
     with pytest.raises(Rejected, match="longer than ctx"):
-        compile_trajectory(t, accepted, tok, MaskOptions(ctx=50))
+        compile_trajectory(t, accepted, tok, CompileOptions(ctx=50))
 
 
 def test_ross_and_ross_nomask_reject_the_same_trajectories(tok) -> None:  # noqa: ANN001
@@ -297,8 +297,8 @@ def test_ross_and_ross_nomask_reject_the_same_trajectories(tok) -> None:  # noqa
     review = Review(trajectory_id=t.id, decision="accept", defects=[moved])
     for mode in ("ross", "ross-nomask"):
         with pytest.raises(Rejected, match="quote not at its offsets"):
-            compile_trajectory(t, review, tok, MaskOptions(mode=mode))
-    (positive,) = compile_trajectory(t, review, tok, MaskOptions(mode="positive"))  # no review needed, none read
+            compile_trajectory(t, review, tok, CompileOptions(mode=mode))
+    (positive,) = compile_trajectory(t, review, tok, CompileOptions(mode="positive"))  # no review needed, none read
     assert positive.excluded == 0
 
 
@@ -555,7 +555,7 @@ def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> N
         decision="accept",
         defects=[defect(t, 2, "reasoning_content", "probably"), defect(t, 5, "reasoning_content", "surely")],
     )
-    before, after = compile_trajectory(t, review, tok, MaskOptions())
+    before, after = compile_trajectory(t, review, tok, CompileOptions())
     assert (before.sample_id, after.sample_id) == (t.id + "#r0", t.id + "#r1")
     first, second = tok.decode(before.input_ids.tolist()), tok.decode(after.input_ids.tolist())
     assert "return a - b\n" in first and "Summary of the work" not in first
@@ -568,7 +568,7 @@ def test_a_turn_after_a_context_reset_is_rendered_after_the_reset_only(tok) -> N
     # Without the reset the same messages are one sequence, as before, where the template is
     # trusted (by default the summary, a user turn after a generated one, compiles per turn).
     (whole,) = compile_trajectory(
-        trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, MaskOptions(context="render")
+        trajectory(messages), review.model_copy(update={"trajectory_id": trajectory(messages).id}), tok, CompileOptions(context="render")
     )
     assert whole.sample_id == trajectory(messages).id and whole.eligible == before.eligible + after.eligible
 
@@ -598,7 +598,7 @@ def test_a_batch_tokenized_on_threads_compiles_as_one_trajectory_at_a_time(tok) 
             items.append((trajectory(BASE, outcome={"resolved": False}), None))
             reset = trajectory([*BASE[:4], {"role": "user", "content": "Summary."}, *BASE[4:]], context_resets=[{"message_index": 4}])
             items.append((reset, Review(trajectory_id=reset.id, decision="accept")))
-    options = MaskOptions(ctx=10**6)
+    options = CompileOptions(ctx=10**6)
     batch = compile_batch(items, tok, options)
     assert len(batch) == len(items)
     for (t, review), got in zip(items, batch, strict=True):

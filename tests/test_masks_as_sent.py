@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from records.review import Review
-from relearn.masks.compile import MaskOptions, Rejected, compile_trajectory
+from relearn.masks.compile import CompileOptions, Rejected, compile_trajectory
 from relearn.masks.template import render
 from relearn.masks.tokens import decode_spans
 from relearn.ops.masks import MasksOptions, run_masks
@@ -74,8 +74,8 @@ def test_decode_spans_gives_each_token_its_characters(tok) -> None:  # noqa: ANN
 def test_recorded_ids_are_trained_where_the_text_would_tokenise_otherwise(tok) -> None:  # noqa: ANN001
     messages = with_generation_ids(tok, AGENT)
     t = trajectory(messages)
-    (exact,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
-    (text,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive", recorded_ids=False))
+    (exact,) = compile_trajectory(t, None, tok, CompileOptions(mode="positive"))
+    (text,) = compile_trajectory(t, None, tok, CompileOptions(mode="positive", recorded_ids=False))
     recorded = [messages[i]["token_ids"] for i in GENERATED]
     assert exact.targets == "recorded" and text.targets == "text"
     # Every recorded id is a target; re-tokenised, the empty think block's "\n" merges with the
@@ -90,7 +90,7 @@ def test_recorded_ids_are_trained_where_the_text_would_tokenise_otherwise(tok) -
     # Ids that stop before the end-of-turn token (as some engines record them) give the same sample.
     for i in GENERATED:
         messages[i]["token_ids"] = messages[i]["token_ids"][:-1]
-    (stopless,) = compile_trajectory(trajectory(messages), None, tok, MaskOptions(mode="positive"))
+    (stopless,) = compile_trajectory(trajectory(messages), None, tok, CompileOptions(mode="positive"))
     assert stopless.targets == "recorded" and stopless.input_ids.tolist() == sequence
 
 
@@ -98,8 +98,8 @@ def test_defects_map_onto_recorded_tokens_as_onto_text_tokens(tok) -> None:  # n
     t = trajectory(with_generation_ids(tok, AGENT))
     review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 4, "reasoning_content", "subtracts")])
     for scope in ("minimal", "action"):
-        (exact,) = compile_trajectory(t, review, tok, MaskOptions(defect_scope=scope))
-        (text,) = compile_trajectory(t, review, tok, MaskOptions(defect_scope=scope, recorded_ids=False))
+        (exact,) = compile_trajectory(t, review, tok, CompileOptions(defect_scope=scope))
+        (text,) = compile_trajectory(t, review, tok, CompileOptions(defect_scope=scope, recorded_ids=False))
         assert exact.targets == "recorded" and exact.excluded == text.excluded > 0
         assert "subtracts" not in supervised_text(tok, exact) and "The bug is probably in parse()." in supervised_text(tok, exact)
 
@@ -107,8 +107,8 @@ def test_defects_map_onto_recorded_tokens_as_onto_text_tokens(tok) -> None:  # n
 def test_ids_that_decode_to_other_text_are_reported_and_the_text_trained(tok) -> None:  # noqa: ANN001
     messages = with_generation_ids(tok, AGENT)
     messages[4]["token_ids"] = [messages[4]["token_ids"][0] + 1, *messages[4]["token_ids"][1:]]
-    (sample,) = compile_trajectory(trajectory(messages), None, tok, MaskOptions(mode="positive"))
-    (text,) = compile_trajectory(trajectory(messages), None, tok, MaskOptions(mode="positive", recorded_ids=False))
+    (sample,) = compile_trajectory(trajectory(messages), None, tok, CompileOptions(mode="positive"))
+    (text,) = compile_trajectory(trajectory(messages), None, tok, CompileOptions(mode="positive", recorded_ids=False))
     assert sample.targets == "ids_disagree" and sample.targets_detail.startswith("message 4: its ")
     assert "at character 0" in sample.targets_detail
     assert sample.input_ids.tolist() == text.input_ids.tolist() and sample.loss_mask.tolist() == text.loss_mask.tolist()
@@ -144,7 +144,7 @@ def test_turns_whose_recorded_prompt_differs_compile_under_the_context_as_sent(t
     for index, prompt in prompts.items():
         messages[index]["extra"] = {"prompt_token_ids": list(prompt)}
     t = trajectory(messages)
-    samples = compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
+    samples = compile_trajectory(t, None, tok, CompileOptions(mode="positive"))
     assert [s.sample_id.removeprefix(t.id) for s in samples] == [f"#m{i}" for i in GENERATED]
     for sample, index in zip(samples, GENERATED, strict=True):
         prompt, generated = list(prompts[index]), messages[index]["token_ids"]
@@ -155,12 +155,12 @@ def test_turns_whose_recorded_prompt_differs_compile_under_the_context_as_sent(t
     assert "Be brief." in tok.decode(samples[2].input_ids.tolist())
     assert "The bug is probably" not in tok.decode(samples[1].input_ids.tolist())
     # Trusting the template instead: one sample, the recorded system prompt, earlier reasoning kept.
-    (rendered,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive", context="render"))
+    (rendered,) = compile_trajectory(t, None, tok, CompileOptions(mode="positive", context="render"))
     assert (rendered.as_sent, rendered.context_rule) == (False, "prompt_ids")
     assert "Be brief." not in tok.decode(rendered.input_ids.tolist())
     # A defect of a turn compiled as sent is excluded in that turn's sample only.
     review = Review(trajectory_id=t.id, decision="accept", defects=[defect(t, 4, "reasoning_content", "subtracts")])
-    masked = compile_trajectory(t, review, tok, MaskOptions(defect_scope="minimal"))
+    masked = compile_trajectory(t, review, tok, CompileOptions(defect_scope="minimal"))
     assert [s.excluded > 0 for s in masked] == [False, True, False]
     assert "subtracts" not in supervised_text(tok, masked[1]) and "It" in supervised_text(tok, masked[1])
 
@@ -169,7 +169,7 @@ def test_prompt_ids_of_another_tokenizer_reject_the_trajectory(tok) -> None:  # 
     messages = with_generation_ids(tok, AGENT)
     messages[2]["extra"] = {"prompt_token_ids": [1, 2, 3]}
     try:
-        compile_trajectory(trajectory(messages), None, tok, MaskOptions(mode="positive"))
+        compile_trajectory(trajectory(messages), None, tok, CompileOptions(mode="positive"))
     except Rejected as exc:
         assert exc.reason == "recorded prompt ids do not end with the generation prompt" and "message 2" in exc.detail
     else:
@@ -187,17 +187,17 @@ USER_OBSERVATIONS = [
 
 def test_user_observations_compile_per_turn_without_the_reasoning_never_sent(tok) -> None:  # noqa: ANN001
     t = trajectory(USER_OBSERVATIONS)
-    first, second = compile_trajectory(t, None, tok, MaskOptions(mode="positive"))
+    first, second = compile_trajectory(t, None, tok, CompileOptions(mode="positive"))
     assert (second.context_rule, second.as_sent, second.targets) == ("user_observations", True, "text")
     assert "Look first." in supervised_text(tok, first)
     context = tok.decode([i for i, m in zip(second.input_ids.tolist(), second.loss_mask.tolist(), strict=True) if not m])
     assert "cat calc.py" in context and "Look first." not in context  # the earlier turn, as sent: no reasoning
     assert "It subtracts." in supervised_text(tok, second)
-    (whole,) = compile_trajectory(t, None, tok, MaskOptions(mode="positive", context="render"))
+    (whole,) = compile_trajectory(t, None, tok, CompileOptions(mode="positive", context="render"))
     assert "Look first." in tok.decode(whole.input_ids.tolist()) and not whole.as_sent
     # Without preserve_thinking the template drops that reasoning itself, which rewrites the
     # earlier turn: one render cannot train it, the turns as sent can.
-    samples = compile_trajectory(t, None, tok, MaskOptions(mode="positive", template_kwargs={"preserve_thinking": False}))
+    samples = compile_trajectory(t, None, tok, CompileOptions(mode="positive", template_kwargs={"preserve_thinking": False}))
     assert [s.as_sent for s in samples] == [True, True] and "Look first." not in tok.decode(samples[1].input_ids.tolist())
     assert "It subtracts." in supervised_text(tok, samples[1])
 

@@ -214,14 +214,15 @@ def test_a_pipeline_file_names_the_audit_relative_to_itself(tmp_path: Path) -> N
         audit=config.resolve(config.masks.audit),
     )  # fmt: skip
     assert (options.audit, options.keep_flagged) == (tmp_path / "envs" / "audit.jsonl", True)
-    assert options.mask_options({"t": "exposed"}).flagged_tasks == {}  # kept
+    assert options.compile_options({"t": "exposed"}).flagged_tasks == {}  # kept
 
     # The audit's content decides the masks stages' outputs: a new audit redoes them.
     import io
 
     from rich.console import Console
 
-    from relearn.pipeline.stages import Context, plan
+    from relearn.pipeline.context import Context
+    from relearn.pipeline.plan import plan
 
     def masks_settings() -> dict:
         stages = {s.name: s for s in plan(Context(load_pipeline(path), Console(file=io.StringIO())), dict)}
@@ -240,7 +241,7 @@ def test_a_pipeline_file_names_the_audit_relative_to_itself(tmp_path: Path) -> N
 
 
 def test_the_audit_appends_only_to_an_audit_file(tmp_path: Path) -> None:
-    from relearn.ops.envs import AuditOptions, run_audit
+    from relearn.ops.envs.audit import AuditOptions, run_audit
 
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [trajectory(BASE)])

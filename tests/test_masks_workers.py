@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envs.executor import LocalBackend
-from relearn.masks.compile import MaskOptions
+from relearn.masks.compile import CompileOptions
 from relearn.masks.shards import build_dataset, load_reviews
 from tests.test_outputs_unchanged import masks_pool
 
@@ -27,7 +27,7 @@ def test_worker_processes_write_the_same_shard_bytes(tok, tmp_path: Path, monkey
     errors: list[str] = []
     reviews = load_reviews(reviews_path, errors)
     assert not errors
-    options = MaskOptions(mode="ross")
+    options = CompileOptions(mode="ross")
     here, _ = build_dataset(pool, reviews, tok, "qwen3.6", options, Path("here"), shard_size=2)
     seen: list[tuple[int, int]] = []
     backend = LocalBackend(2, processes=True)
@@ -90,11 +90,13 @@ def test_units_are_read_from_the_pool_as_slots_free_up(tok, tmp_path: Path, monk
     monkeypatch.setattr(shards.ShardJob, "__call__", job)
     backend = LocalBackend(1)  # one thread: the monkeypatched job runs here
     try:
-        there, _ = build_dataset(pool, reviews, tok, "qwen3.6", MaskOptions(mode="ross"), tmp_path / "there", shard_size=1, backend=backend)
+        there, _ = build_dataset(
+            pool, reviews, tok, "qwen3.6", CompileOptions(mode="ross"), tmp_path / "there", shard_size=1, backend=backend
+        )
     finally:
         backend.close()
     total = there["trajectories_in"]
     assert total >= 4 and read[0] == total and len(read_at_start) == total
     assert read_at_start[0] <= 2  # the first shard, and at most the next one read ahead
-    here, _ = build_dataset(pool, reviews, tok, "qwen3.6", MaskOptions(mode="ross"), tmp_path / "here", shard_size=1)
+    here, _ = build_dataset(pool, reviews, tok, "qwen3.6", CompileOptions(mode="ross"), tmp_path / "here", shard_size=1)
     assert files(tmp_path / "there") == files(tmp_path / "here")

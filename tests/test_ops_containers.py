@@ -17,11 +17,12 @@ from rich.console import Console
 from envs.tasks import load_tasks
 from records.pools import read_trajectories
 from records.trajectory import Message, Trajectory
-from relearn.ops.collect import AgentOptions, CollectOptions, policy_spec, run_collect
+from relearn.ops.collect import AgentOptions, BudgetOptions, CollectOptions, EndpointOptions, run_collect
 from relearn.ops.containers import MINI_SUITE, ContainerOptions, load_task_list
 from relearn.ops.evaluate import EvalOptions
 from relearn.ops.reporting import OpError
 from relearn.ops.verify import PoolVerifyOptions, VerifyOptions, run_verify, verify_pool
+from relearn.options import options_of
 
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
 
@@ -136,20 +137,40 @@ def test_verify_pool_streams_in_chunks_keeps_the_order_and_resumes(base_image: s
 def test_every_option_of_the_container_verbs_can_be_said_in_the_pipeline_file() -> None:
     from relearn.pipeline.config import CollectConfig, ContainersConfig, EvalConfig, VerifyConfig
 
-    def names(options: type) -> set[str]:
-        return {f.name for f in dataclasses.fields(options)}
+    def names(options: type) -> set[str]:  # nested options spread in, as the tables have them
+        return {o.name for o in options_of(options)}
 
     containers = names(ContainerOptions) - {"ray", "registry"}  # [cluster]'s
     assert containers == set(ContainersConfig.model_fields)
-    collect = names(CollectOptions) - {"out", "tasks", "agent", "containers"}  # the work folder, the file's tasks
-    assert collect | names(AgentOptions) | containers <= set(CollectConfig.model_fields)
+    collect = names(CollectOptions) - {"out", "tasks", "ray", "registry"}  # the work folder, the file's tasks, [cluster]'s
+    assert collect == set(CollectConfig.model_fields)
     assert {"workers", "timeout"} | containers <= set(VerifyConfig.model_fields)
     # The served model is the pipeline's own: no endpoint, key, agent, checkpoint or prices.
-    served = {"out", "model", "agent", "base_url", "api_key_env", "checkpoint", "price_in", "price_out", "max_cost", "max_output_tokens"}
-    assert names(EvalOptions) - served - {"containers"} | containers | {"apply_patch"} <= set(EvalConfig.model_fields)
+    served = {"out", "model", "agent", "policy", "reasoning_effort", "token_ids", "base_url", "api_key_env", "checkpoint", "price_in",
+              "price_out", "max_cost", "max_output_tokens", "ray", "registry"}  # fmt: skip
+    assert names(EvalOptions) - served == set(EvalConfig.model_fields) - {"max_new_tokens", "max_context"}
     # Their defaults are the operations'.
     assert CollectConfig(model="m").attempts == CollectOptions.attempts and VerifyConfig().timeout == VerifyOptions.timeout
     assert VerifyConfig().memory == ContainerOptions.memory and CollectConfig(model="m").apply_patch == AgentOptions.apply_patch
+
+
+def test_the_tables_give_back_the_stages_options() -> None:
+    """A table's ``options()`` is its verb's options with what the stage names itself: its
+    files, the file's tasks, the containers resolved; eval's served model speaks chat, here."""
+    from relearn.pipeline.config import CollectConfig, EvalConfig, VerifyConfig
+
+    boxes = ContainerOptions(Path("/maps/m.json"), None, True, 1.5, "8g", "auto", "reg.example/team")
+    collect = CollectConfig(model="m", attempts=3, agent="codex-cli", memory="1g").options(Path("w"), "mini", boxes, "http://x/v1")
+    assert (collect.out, collect.tasks, collect.model, collect.attempts) == (Path("w"), "mini", "m", 3)
+    assert collect.agent.agent == "codex-cli" and collect.endpoint.base_url == "http://x/v1"
+    assert collect.containers == boxes  # the stage's containers win over the table's own
+    assert CollectConfig(model="m", base_url="http://y/v1").options(Path("w"), "mini", boxes).endpoint.base_url == "http://y/v1"
+    graded = VerifyConfig(workers=4).options(Path("p"), Path("o"), Path("v"), "mini", Path("logs"), boxes)
+    assert (graded.workers, graded.timeout, graded.log_dir, graded.containers) == (4, VerifyOptions.timeout, Path("logs"), boxes)
+    served = EvalConfig(max_new_tokens=64, apply_patch="strict").options(Path("e"), "upstream", "mini", "http://127.0.0.1:1/v1", boxes)
+    assert (served.agent.agent, served.agent.policy, served.agent.apply_patch) == ("builtin", "chat", "strict")
+    assert (served.endpoint.max_output_tokens, served.budget.max_turns, served.seed) == (64, 20, 0)
+    assert served.containers.ray is None and served.containers.registry == "reg.example/team"
 
 
 def test_the_builtin_agent_asks_for_token_ids_unless_told_not_to() -> None:
@@ -158,7 +179,7 @@ def test_the_builtin_agent_asks_for_token_ids_unless_told_not_to() -> None:
     from relearn.pipeline.config import CollectConfig
 
     def spec(**agent: Any) -> Any:
-        return policy_spec(CollectOptions(out=Path("out"), model="m", agent=AgentOptions(**agent)), "responses")
+        return EndpointOptions().spec("m", "responses", AgentOptions(**agent))
 
     assert spec().request_token_ids is True and spec(token_ids=False).request_token_ids is False
     assert not AgentOptions(agent="codex-cli").request_token_ids() and AgentOptions(agent="codex-cli", token_ids=True).request_token_ids()
@@ -168,7 +189,8 @@ def test_the_builtin_agent_asks_for_token_ids_unless_told_not_to() -> None:
 def test_a_pipeline_file_without_the_new_fields_keeps_its_stamps(tmp_path: Path) -> None:
     """Fields the container tables gained stay out of the stage settings at their default."""
     from relearn.pipeline.config import load_pipeline
-    from relearn.pipeline.stages import Context, plan
+    from relearn.pipeline.context import Context
+    from relearn.pipeline.plan import plan
 
     (tmp_path / "p.toml").write_text(
         'workdir = "w"\n[pool.collect]\nmodel = "m"\nbase_url = "http://x/v1"\n[verify]\nworkers = 8\npull = true\n'
@@ -187,14 +209,20 @@ def test_a_pipeline_file_without_the_new_fields_keeps_its_stamps(tmp_path: Path)
 def test_run_collect_then_run_replay(base_image: str, tmp_path: Path) -> None:
     """`relearn collect`'s work called directly: episodes verified as they finish, counts from
     one pass over the pool, resumable; `relearn replay`'s reproduces them in fresh containers."""
+    from harness.scripted.servers import ModelServer
+    from harness.scripted.solutions import solver
     from relearn.ops.collect import ReplayOptions, run_replay
-    from tests.model_servers import ModelServer
-    from tests.scripted import solver
 
     ids = ["mini__calc-1", "mini__pager-1"]
     with ModelServer("chat", solver(TASKS, {"mini__calc-1"})) as server:
         options = CollectOptions(
-            out=tmp_path / "run", model="scripted", base_url=server.base_url, ids=ids, attempts=2, workers=2, max_turns=5
+            out=tmp_path / "run",
+            model="scripted",
+            endpoint=EndpointOptions(base_url=server.base_url),
+            ids=ids,
+            attempts=2,
+            workers=2,
+            budget=BudgetOptions(max_turns=5),
         )
         first = run_collect(options)
         again = run_collect(options)

@@ -1,4 +1,4 @@
-"""The envs operations called directly (``relearn.ops.envs``): what each one does with good and
+"""The envs operations called directly (``relearn.ops.envs.*``): what each one does with good and
 unusable input, on the real engine where it needs one."""
 
 from __future__ import annotations
@@ -18,24 +18,14 @@ from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, O
 from envs.tasks import load_tasks
 from relearn.cli.main import app
 from relearn.ops.containers import ContainerOptions
-from relearn.ops.envs import (
-    AuditOptions,
-    BuildOptions,
-    BuildSwebenchOptions,
-    CheckImageOptions,
-    FetchWheelsOptions,
-    GcOptions,
-    LoadOptions,
-    VerdictAuditOptions,
-    run_audit,
-    run_audit_verdicts,
-    run_build,
-    run_build_swebench,
-    run_check_image,
-    run_fetch_wheels,
-    run_gc,
-    run_load,
-)
+from relearn.ops.envs.audit import AuditOptions, run_audit
+from relearn.ops.envs.audit_verdicts import VerdictAuditOptions, run_audit_verdicts
+from relearn.ops.envs.build import BuildOptions, run_build
+from relearn.ops.envs.build_swebench import BuildSwebenchOptions, run_build_swebench
+from relearn.ops.envs.check_image import CheckImageOptions, run_check_image
+from relearn.ops.envs.fetch_wheels import FetchWheelsOptions, run_fetch_wheels
+from relearn.ops.envs.gc import GcOptions, run_gc
+from relearn.ops.envs.load import LoadOptions, run_load
 from relearn.ops.reporting import OpError, Silent
 
 ROOT = Path(__file__).resolve().parent.parent

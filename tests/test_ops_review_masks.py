@@ -174,6 +174,12 @@ def test_the_context_length_is_written_once() -> None:
     assert len(found) == 1 and found[0].startswith("relearn/masks/compile.py:"), found
 
 
+def test_the_default_defect_scope_is_written_once() -> None:
+    """In its choices and in ``ACTION_SCOPE``, which every default and comparison names."""
+    found = _literals("action")
+    assert len(found) == 2 and all(f.startswith("relearn/masks/scopes.py:") for f in found), found
+
+
 def _defaults(cls: type) -> dict[str, object]:
     return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
@@ -207,7 +213,7 @@ def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() 
     )
     # the pools, model and tokenizer are the pipeline's; ctx, defect scope, context and thinking are [masks]'
     masks_side = {"ctx", "defect_scope", "context", "preserve_thinking", "tokenizer"}
-    pipeline_side = {"pools", "out", "model", "tiny", "seed", "reviews", "limit", "positive_only", "ray", "chart"}
+    pipeline_side = {"pools", "out", "model", "tiny", "seed", "reviews", "positive_only", "ray", "chart", "progress"}
     check(AnalyzeConfig(), NllOptions, {}, masks_side | pipeline_side)
     assert MasksConfig().ctx == TrainConfig(tiny="qwen3").ctx == NllOptions.ctx == TrainOptions.ctx
 
@@ -243,7 +249,7 @@ def test_a_pipeline_file_reaches_the_verbs_options(tmp_path: Path) -> None:
     assert review.judges.prices == tmp_path / "p.toml" and review.ray == "10.0.0.1:6379"
     masks = config.masks.options(tmp_path / "v.jsonl", tmp_path / "d", tmp_path / "r.jsonl", "ross", no_thinking=False, ray=None)
     assert (masks.per_turn, masks.preserve_thinking, masks.workers, masks.ctx, masks.prefix_check) == (True, False, 3, 2048, "every")
-    assert masks.mask_options().template_kwargs == {"preserve_thinking": False}
+    assert masks.compile_options().template_kwargs == {"preserve_thinking": False}
     assert config.train is not None
     train = config.train.options(tmp_path / "d", tmp_path / "t", "upstream/", "qwen3.6")
     assert (train.epochs, train.lr, train.pack, train.weight_decay, train.save_every, train.init, train.tiny) == (

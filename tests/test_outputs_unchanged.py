@@ -26,13 +26,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.bench_import import build_corpus  # noqa: E402
 from bench.bench_masks import make_trajectory, review_for  # noqa: E402
 from harness.import_run import discover, import_files  # noqa: E402
+from harness.scripted.codex_sessions import envelope, legacy_session, session, write_rollout  # noqa: E402
 from records.pools import write_atomic  # noqa: E402
 from records.review import Defect, Review  # noqa: E402
 from records.trajectory import Trajectory  # noqa: E402
-from relearn.masks.compile import DEFECT_SCOPES, MODES, MaskOptions  # noqa: E402
+from relearn.masks.compile import DEFECT_SCOPES, MODES, CompileOptions  # noqa: E402
 from relearn.masks.shards import build_dataset, load_reviews  # noqa: E402
 from relearn.masks.tokenizers import load_tokenizer  # noqa: E402
-from tests.codex_rollouts import envelope, legacy_session, session, write_rollout  # noqa: E402
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "outputs.json"
 SAMPLES = Path(__file__).resolve().parents[2] / "shared" / "samples"
@@ -203,7 +203,7 @@ def masks_digests(root: Path, tokenizer: Any) -> dict[str, str]:
         for scope in DEFECT_SCOPES:
             output = Path(f"shards-{mode}-{scope}")
             stats, _reused = build_dataset(
-                pool, reviews, tokenizer, "qwen3.6", MaskOptions(mode=mode, defect_scope=scope), output, shard_size=4
+                pool, reviews, tokenizer, "qwen3.6", CompileOptions(mode=mode, defect_scope=scope), output, shard_size=4
             )
             assert stats["trajectories_out"] >= 3, stats["rejected"]
             for shard in sorted(output.glob("shard-*.parquet")):

@@ -130,7 +130,7 @@ def test_pipeline_file_paths_are_relative_to_it(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (PIPELINE.replace("tiny =", "tinny ="), "train.tinny: Extra inputs are not permitted"),
+        (PIPELINE.replace("tiny =", "tinny ="), "train.tinny: no such field; did you mean `tiny`?"),
         (PIPELINE + '[pool.collect]\nmodel = "m"\n', "pool: Value error, give exactly one of [pool.collect] or [pool.import]"),
         (PIPELINE.replace('["ross"]', '["rosss"]'), "masks.variants.0"),
         (PIPELINE.replace('tiny = "qwen3"', 'tiny = "qwen3"\ninit = "m"'), "exactly one of init"),
@@ -170,12 +170,12 @@ workers = 2
 
 [masks]
 variants = ["ross"]
+ctx = 8192
 
 [train]
 tiny = "qwen3"
 max_steps = 1
 lr = 1e-3
-ctx = 8192
 
 [eval]
 ids = ["mini__calc-1"]
@@ -188,9 +188,9 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
     """Real containers, grader, tokenizer, trainer and served model; the historical policy is scripted."""
     from envs.tasks import load_tasks
     from eval.dataset import MINI_SUITE
-    from relearn.pipeline.stages import run_pipeline
-    from tests.model_servers import ModelServer
-    from tests.scripted import historical
+    from harness.scripted.servers import ModelServer
+    from harness.scripted.solutions import historical
+    from relearn.pipeline.plan import run_pipeline
 
     tasks = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
     console = Console(file=io.StringIO(), width=200)
@@ -240,7 +240,8 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     from envs.tasks import load_tasks
     from eval.dataset import MINI_SUITE
     from records.trajectory import Message, Trajectory
-    from relearn.pipeline.stages import Context, pool_path, verified_path, verify_stage
+    from relearn.pipeline.context import Context, pool_path, verified_path
+    from relearn.pipeline.stages import verify
 
     gold = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}["mini__calc-1"].patch
     (tmp_path / "p.toml").write_text(PIPELINE)
@@ -259,7 +260,7 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
         ),
     ]
     pool_path(ctx).write_text("".join(t.model_dump_json() + "\n" for t in pool))
-    counts = verify_stage(ctx)
+    counts = verify.run(ctx)
     assert counts == {
         "graded now": 2,
         "ungradable (no task or no final patch)": 1,
@@ -293,14 +294,14 @@ ids = ["mini__calc-1"]
 
 
 def full_context(tmp_path: Path, text: str = FULL):  # noqa: ANN201
-    from relearn.pipeline.stages import Context
+    from relearn.pipeline.context import Context
 
     (tmp_path / "p.toml").write_text(text)
     return Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
 
 
 def test_plan_sets_the_heldout_tasks_apart_checks_contrasts_before_training_and_analyzes_after(tmp_path: Path) -> None:
-    from relearn.pipeline.stages import plan
+    from relearn.pipeline.plan import plan
 
     stages = {s.name: s for s in plan(full_context(tmp_path), dict)}
     assert list(stages) == [
@@ -325,7 +326,7 @@ def test_plan_sets_the_heldout_tasks_apart_checks_contrasts_before_training_and_
 
 
 def verified_pool(ctx: Any) -> list[Trajectory]:
-    from relearn.pipeline.stages import verified_path
+    from relearn.pipeline.context import verified_path
 
     def one(task: str, n: int) -> Trajectory:
         messages = [
@@ -349,21 +350,22 @@ def verified_pool(ctx: Any) -> list[Trajectory]:
 
 
 def test_holdout_stage_copies_records_verbatim_and_refuses_an_unknown_task(tmp_path: Path) -> None:
-    from relearn.pipeline.stages import heldout_pool_path, holdout_stage, training_pool_path, verified_path
+    from relearn.pipeline.context import heldout_pool_path, training_pool_path, verified_path
+    from relearn.pipeline.stages import holdout
 
     ctx = full_context(tmp_path)
     verified_pool(ctx)
-    assert holdout_stage(ctx) == {"train": 3, "heldout": 2, "heldout_tasks": 1}
+    assert holdout.run(ctx) == {"train": 3, "heldout": 2, "heldout_tasks": 1}
     lines = verified_path(ctx).read_text().splitlines()
     assert heldout_pool_path(ctx).read_text().splitlines() == [lines[1], lines[3]]
     assert training_pool_path(ctx).read_text().splitlines() == [lines[0], lines[2], lines[4]]  # the torn one too: masks reject and count it
 
     typo = full_context(tmp_path, FULL.replace('["sub"]', '["sub", "dvi"]'))
     with pytest.raises(ValueError, match=r"heldout_tasks: no trajectory of dvi in .*verified.jsonl \(its tasks: add, mul, sub\)"):
-        holdout_stage(typo)
+        holdout.run(typo)
     everything = full_context(tmp_path, FULL.replace('["sub"]', '["sub", "add", "mul"]'))
     with pytest.raises(ValueError, match="holds out every trajectory"):
-        holdout_stage(everything)
+        holdout.run(everything)
 
 
 def write_dataset(folder: Path, ids: list[str], rejections: dict[str, str] | None = None) -> None:
@@ -381,8 +383,9 @@ def write_dataset(folder: Path, ids: list[str], rejections: dict[str, str] | Non
 
 
 def test_training_does_not_start_when_ross_and_ross_nomask_hold_different_trajectories(tmp_path: Path) -> None:
+    from relearn.pipeline.context import contrasts_path, dataset_dir
+    from relearn.pipeline.plan import plan
     from relearn.pipeline.report import contrasts_lines
-    from relearn.pipeline.stages import contrasts_path, dataset_dir, plan
 
     ctx = full_context(tmp_path)
     shared = [f"t{i}" for i in range(14)]
@@ -447,7 +450,8 @@ def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_p
     import torch
 
     from records.review import Defect, Review, field_text
-    from relearn.pipeline.stages import analyze_dir, analyze_stage, holdout_stage, reviews_path, train_dir, upstream_dir, upstream_stage
+    from relearn.pipeline.context import analyze_dir, reviews_path, train_dir, upstream_dir
+    from relearn.pipeline.stages import analyze, holdout, upstream
     from relearn.train.model import build_model
 
     ctx = full_context(tmp_path, FULL.replace('["positive", "ross-nomask", "ross"]', '["ross-nomask", "ross"]'))
@@ -461,15 +465,15 @@ def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_p
         assert text.startswith("Probably")
         reviews.append(Review(trajectory_id=t.id, decision="reject" if t.id == "mul-0" else "accept", defects=[defect]))
     reviews_path(ctx).write_text("".join(r.model_dump_json() + "\n" for r in reviews))
-    holdout_stage(ctx)
-    upstream_stage(ctx)
+    holdout.run(ctx)
+    upstream.run(ctx)
     shutil.copytree(upstream_dir(ctx), train_dir(ctx, "ross-nomask") / "model")  # "trained" to exactly the start
     changed = build_model(init=str(upstream_dir(ctx)))
     with torch.no_grad():
         changed.get_output_embeddings().weight.mul_(3.0)  # sharper logits: another NLL everywhere
     changed.save_pretrained(train_dir(ctx, "ross") / "model")
 
-    counts = analyze_stage(ctx)
+    counts = analyze.run(ctx)
     assert counts["models"] == 3 and counts["train_trajectories"] == 2 and counts["heldout_trajectories"] == 2
     assert counts["train_split"] == 1 and counts["heldout_split"] == 2 and counts["not_split"] == {"review rejected": 1}
     result = json.loads((analyze_dir(ctx) / "nll.json").read_text())
@@ -491,6 +495,6 @@ def test_analyze_stage_scores_kept_and_excluded_tokens_of_training_and_heldout_p
         raise AssertionError("the rerun loaded a model")
 
     monkeypatch.setattr("relearn.train.model.build_model", no_model)
-    again = analyze_stage(ctx)
+    again = analyze.run(ctx)
     assert again["reused"] == 3 * 4  # every trajectory of both pools, under each of the three models
     assert json.loads((analyze_dir(ctx) / "nll.json").read_text())["rows"] == result["rows"]

@@ -24,7 +24,7 @@ from relearn.ops.importing import ImportOptions, count_pool, run_import
 from relearn.ops.reporting import OpError
 from relearn.ops.validate import ValidateOptions, run_validate
 from relearn.pipeline.config import PipelineError, load_pipeline
-from relearn.pipeline.stages import run_pipeline
+from relearn.pipeline.plan import run_pipeline
 from tests.test_import_chat import swe_gym_row, write
 from tests.test_import_openhands import _evaluation_record as openhands_evaluation_record
 from tests.test_import_swe_agent import _document as swe_agent_document
@@ -227,7 +227,8 @@ def test_the_pool_stage_resumes_an_interrupted_import(samples: Path, tmp_path: P
             "pool.import.format: Input should be 'codex', 'mini-swe-agent', 'swe-agent', 'atif', 'openhands', 'chat', 'nemo-gym' or 'verl'",
         ),
         ('format = "codex"\npaths = []', "pool.import.paths: List should have at least 1 item"),
-        ('format = "codex"\npaths = ["x"]\noverwrite = true', "pool.import.overwrite: Extra inputs are not permitted"),
+        ('format = "chat"\npaths = ["x"]\nmessages = ""', "pool.import.messages: String should have at least 1 character"),
+        ('format = "codex"\npaths = ["x"]\noverwrite = true', "pool.import.overwrite: no such field"),
     ],
 )
 def test_a_pool_import_the_file_cannot_use_names_its_field(tmp_path: Path, fields: str, message: str) -> None:
@@ -239,15 +240,17 @@ def test_a_pool_import_the_file_cannot_use_names_its_field(tmp_path: Path, field
 
 def test_one_format_list_for_both_front_ends() -> None:
     """The verb's FORMAT argument and the file's format field take exactly the importers' formats."""
+    import typing
+
     from harness.importers import FORMATS
-    from relearn.cli.pool import import_command
+    from relearn.options import options_of
     from relearn.pipeline.config import ImportConfig
 
     assert [f.value for f in ImportFormat] == list(FORMATS)
-    assert import_command.__annotations__["fmt"].startswith("Annotated[ImportFormat")
+    assert typing.get_type_hints(ImportOptions)["format"] is ImportFormat
     assert ImportConfig.model_fields["format"].annotation is ImportFormat
     # Every option of the verb (but where the pool goes: the work folder's) can be said in the file.
-    verb = {f for f in ImportOptions.__dataclass_fields__} - {"output", "overwrite"}
+    verb = {o.name for o in options_of(ImportOptions)} - {"output", "overwrite"}
     assert verb == set(ImportConfig.model_fields)
 
 

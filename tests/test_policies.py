@@ -13,8 +13,8 @@ import pytest
 
 from harness.policies.base import ContextOverflow, PolicyError, PolicySpec
 from harness.policies.make import make_policy
+from harness.scripted.servers import ModelServer, ScriptedTurn, context_overflow
 from records.trajectory import FunctionCall, Message, ToolCall
-from tests.model_servers import ModelServer, ScriptedTurn, context_overflow
 
 PROTOCOLS = ["chat", "responses", "anthropic"]
 

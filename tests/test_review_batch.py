@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from harness.policies.base import PolicySpec
+from harness.scripted.servers import ModelServer, ScriptedTurn
 from records.pools import write_atomic
 from records.review import Review, numbered_steps
 from records.trajectory import Trajectory
@@ -24,7 +25,6 @@ from review.prefilters import prefilter
 from review.reading import render_for_reading
 from review.run import batch_state_path, review_pool
 from tests.batch_servers import BatchServer
-from tests.model_servers import ModelServer, ScriptedTurn
 
 REASONING = "The bug must be in the parser.  I will read it first."
 AGENT_SYSTEM = "You are a coding agent. " * 40

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from harness.policies.base import PolicySpec
+from harness.scripted.servers import ModelServer
 from records.pools import RecordError, write_atomic
 from records.review import Defect, Review, field_text, numbered_steps
 from relearn.ops.review_bench import BenchOptions, run_review_bench
@@ -20,7 +21,6 @@ from review.bench import SHIPPED
 from review.bench.cases import BenchCase, read_cases, write_cases
 from review.bench.score import canonical, review_words, score
 from review.judges import Judge
-from tests.model_servers import ModelServer
 from tests.review_bench_judges import BenchJudges
 
 KINDS = {
@@ -173,7 +173,7 @@ def test_cli_bench_runs_the_heuristic_on_the_shipped_set_and_resumes(relearn_bin
     other = subprocess.run([relearn_bin, "review", "bench", "-o", str(out), "--judge1", "m"], capture_output=True, text=True, timeout=600)
     assert other.returncode == 2 and "another reviewer" in other.stderr
     no_dir = subprocess.run([relearn_bin, "review", "bench"], capture_output=True, text=True, timeout=600)
-    assert no_dir.returncode == 2 and "bench [BENCH] -o DIR" in no_dir.stderr
+    assert no_dir.returncode == 2 and "Missing option '-o' / '--output'" in no_dir.stderr
     batch = subprocess.run(
         [relearn_bin, "review", "bench", "-o", str(tmp_path / "b"), "--batch"], capture_output=True, text=True, timeout=600
     )

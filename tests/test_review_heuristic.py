@@ -14,12 +14,12 @@ import pytest
 
 from envs.tasks import Task, load_tasks
 from harness.importers import codex, mini_swe_agent
+from harness.scripted.solutions import to_apply_patch
 from records.review import CATEGORIES, Review, field_text
 from records.trajectory import Trajectory
-from relearn.masks.compile import MaskOptions, compile_trajectory
+from relearn.masks.compile import CompileOptions, compile_trajectory
 from review.heuristic import PROMPTS_VERSION, heuristic_review
 from review.prefilters import prefilter
-from tests.scripted import to_apply_patch
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 PATCH = "*** Begin Patch\n*** Update File: calc.py\n@@\n def add(a, b):\n-    return a - b\n+    return a + b\n*** End Patch\n"
@@ -743,11 +743,11 @@ def test_mini_suite_reviews_compile_to_masks(task: Task, tok) -> None:  # noqa: 
     assert "repeated_test_run" in kinds and "expected_failure" not in kinds  # the reproduction is no error
     if (Path(task.task_dir or "") / "wrong.patch").is_file():
         assert {"reverted_edit", "failed_command"} <= kinds  # the run after the wrong fix failed
-    (sample,) = compile_trajectory(t, review, tok, MaskOptions())
+    (sample,) = compile_trajectory(t, review, tok, CompileOptions())
     assert sample.excluded > 0 and sample.supervised > 0 and sample.supervised + sample.excluded == sample.eligible
     assert set(sample.excluded_by_category) <= set(CATEGORIES)
     # The same episode without the review's defects supervises more.
-    (plain,) = compile_trajectory(t, review, tok, MaskOptions(mode="ross-nomask"))
+    (plain,) = compile_trajectory(t, review, tok, CompileOptions(mode="ross-nomask"))
     assert plain.supervised == sample.eligible
 
 
@@ -758,12 +758,12 @@ def test_text_protocol_reviews_compile(tok, samples: Path) -> None:  # noqa: ANN
     assert [(d.message_index, d.field, d.quote) for d in review.defects] == [
         (6, "content", "cat calc.py")
     ]  # run.py reproduces, before any edit
-    (sample,) = compile_trajectory(t, review, tok, MaskOptions())
+    (sample,) = compile_trajectory(t, review, tok, CompileOptions())
     assert sample.excluded > 0
     (result,) = list(mini_swe_agent.read(samples / "mini_swe_agent_v1.13.4.traj.json"))
     real = Trajectory.model_validate({**result.trajectory.model_dump(), "outcome": {"resolved": True}})
     review = heuristic_review(real)
     assert_valid(real, review)
     assert review.decision == "accept" and review.defects == []
-    (sample,) = compile_trajectory(real, review, tok, MaskOptions())
+    (sample,) = compile_trajectory(real, review, tok, CompileOptions())
     assert sample.excluded == 0 and sample.supervised > 0

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from harness.policies.base import PolicySpec
+from harness.scripted.servers import ModelServer, ScriptedTurn
 from records.pools import write_atomic
 from records.review import Review, field_text
 from records.trajectory import Trajectory
 from review.judges import JUDGE_ERROR, Judge, prompts_hash
 from review.run import review_pool
-from tests.model_servers import ModelServer, ScriptedTurn
 
 REASONING = "The bug must be in the parser.  I will read it first."
 

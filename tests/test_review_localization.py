@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from harness.policies.base import PolicySpec
+from harness.scripted.servers import ModelServer, ScriptedTurn
 from records.pools import write_atomic
 from records.review import Review
 from records.trajectory import Trajectory
-from relearn.masks.compile import MaskOptions, compile_trajectory
+from relearn.masks.compile import CompileOptions, compile_trajectory
 from relearn.masks.template import render
 from review.judges import Judge
 from review.run import review_pool
-from tests.model_servers import ModelServer, ScriptedTurn
 
 MOTIVE = "Let me list every file again to be sure nothing changed."
 REASONING = f"The layout was listed already. {MOTIVE} Then I fix add()."
@@ -181,7 +181,7 @@ def test_an_error_at_a_step_that_does_not_exist_rejects(reviews: dict[str, Revie
 
 def _excluded_chars(tok, trajectory: Trajectory, review: Review, scope: str) -> tuple[str, str]:  # noqa: ANN001
     """(the rendered text, with every character of an excluded token replaced by NUL)."""
-    (sample,) = compile_trajectory(trajectory, review, tok, MaskOptions(defect_scope=scope))
+    (sample,) = compile_trajectory(trajectory, review, tok, CompileOptions(defect_scope=scope))
     text = render(trajectory, tok).text
     offsets = tok(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
     marked = list(text)

@@ -15,8 +15,8 @@ from relearn.cli.main import app
 from relearn.masks.compile import CONTEXT_TOKENS
 from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions, run_single_turn_import
 from relearn.pipeline.config import load_pipeline
-from relearn.pipeline.single_turn import import_options
-from relearn.pipeline.stages import Context
+from relearn.pipeline.context import Context
+from relearn.pipeline.stages.pool_single_turn import import_options
 
 ROLLOUT = {
     "prompt": "Compute 3/4 + 1/8. Put the final answer in \\boxed{}.",
@@ -80,9 +80,9 @@ def test_the_single_turn_pipeline_defaults_to_no_thinking_and_32768_tokens(tmp_p
 
 
 def test_the_thinking_form_and_another_limit_are_one_field_away(tmp_path: Path) -> None:
-    ctx = _pipeline(tmp_path, pool="thinking = true", masks="ctx = 65536", train="ctx = 40000")
+    ctx = _pipeline(tmp_path, pool="thinking = true", masks="ctx = 40000", train="ctx = 65536")
     assert import_options(ctx, tmp_path / "pool.jsonl").thinking is True
-    assert ctx.config.masks.ctx == 65_536 and ctx.config.train is not None and ctx.config.train.ctx == 40_000
+    assert ctx.config.masks.ctx == 40_000 and ctx.config.train is not None and ctx.config.train.ctx == 65_536
 
 
 def test_an_agentic_pipeline_keeps_the_agentic_limit(tmp_path: Path) -> None:

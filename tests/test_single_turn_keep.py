@@ -15,14 +15,14 @@ from envs.single_turn.verify import grade
 from harness.import_run import import_files
 from harness.importers.single_turn import SingleTurnImporter, options_for
 from harness.policies.base import PolicySpec
+from harness.scripted.servers import ModelServer, ScriptedTurn
+from harness.scripted.single_turn_judges import ANSWERS, judges, keep_judge, response_digest
 from records.pools import JsonlWriter, read_trajectories_lenient
 from records.review import iter_reviews
 from records.trajectory import Trajectory
-from relearn.masks.compile import MaskOptions, compile_trajectory
+from relearn.masks.compile import CompileOptions, compile_trajectory
 from review.judges import CallCache, Judge, Ledger
 from review.keep import repeated_answer_emission, review_single_turn, review_single_turn_pool
-from tests.model_servers import ModelServer, ScriptedTurn
-from tests.single_turn_judges import ANSWERS, judges, keep_judge, response_digest
 
 WRONG_STEP = "7/8 is 0.875... no, I should add numerators over 4"
 
@@ -75,8 +75,8 @@ def test_wrong_then_corrected_reasoning_keeps_the_clean_solution_and_masks_a_and
     # E is the complement of K in the response; A ∩ K supervises none of the wrong step.
     assert [d.field for d in review.defects] == ["reasoning_content"] and WRONG_STEP in review.defects[0].quote
     assert review.defects[0].category == "corrected_mistake"
-    (ross,) = compile_trajectory(trajectory, review, tok, MaskOptions(mode="ross"))
-    (positive,) = compile_trajectory(trajectory, review, tok, MaskOptions(mode="positive"))
+    (ross,) = compile_trajectory(trajectory, review, tok, CompileOptions(mode="ross"))
+    (positive,) = compile_trajectory(trajectory, review, tok, CompileOptions(mode="positive"))
     supervised = tok.decode(ross.input_ids[ross.loss_mask == 1])
     assert (
         "0.875" not in supervised
@@ -94,8 +94,8 @@ def test_an_instruction_following_positive_is_fully_supervised_without_a_judge(r
         review = _review(trajectory, server, "chat", tmp_path)
         assert server.requests == []
     assert review.decision == "accept" and review.protocol == "full_supervision" and review.defects == []
-    (ross,) = compile_trajectory(trajectory, review, tok, MaskOptions(mode="ross"))
-    (positive,) = compile_trajectory(trajectory, review, tok, MaskOptions(mode="positive"))
+    (ross,) = compile_trajectory(trajectory, review, tok, CompileOptions(mode="ross"))
+    (positive,) = compile_trajectory(trajectory, review, tok, CompileOptions(mode="positive"))
     assert np.array_equal(ross.loss_mask, ross.eligible_mask) and np.array_equal(ross.loss_mask, positive.loss_mask) and ross.supervised > 0
 
 
@@ -206,7 +206,7 @@ def test_the_review_command_runs_the_judges_over_http_and_resumes(rollouts, tmp_
     assert second.exit_code == 0 and "already reviewed (skipped) 2" in " ".join(second.output.replace("│", " ").split())
     assert [r.decision for r in iter_reviews(tmp_path / "reviews.jsonl")] == ["accept", "accept"]
     refused = CliRunner().invoke(app, [*command[:-2], "--backend", "grpc"])
-    assert refused.exit_code == 2 and "--backend must be anthropic, chat or responses" in refused.output
+    assert refused.exit_code == 2 and "'grpc' is not one of 'anthropic', 'chat', 'responses'" in refused.output
 
 
 def test_the_no_thinking_form_supervises_the_visible_response_and_not_the_empty_think_block(tok) -> None:  # noqa: ANN001
@@ -225,7 +225,7 @@ def test_the_no_thinking_form_supervises_the_visible_response_and_not_the_empty_
         trajectory,
         Review(trajectory_id=trajectory.id, decision="accept"),
         tok,
-        MasksOptions(Path(), Path(), mode="ross", no_thinking=True).mask_options(),
+        MasksOptions(Path(), Path(), mode="ross", no_thinking=True).compile_options(),
     )
     supervised = tok.decode(sample.input_ids[sample.loss_mask == 1])
     assert supervised == "Add them: 2 + 2 = 4.\n\nThe answer is $\\boxed{4}$.<|im_end|>"
@@ -239,12 +239,12 @@ def test_masks_refuse_a_keep_review_whose_defects_are_not_the_complement_of_k(ro
     with ModelServer("chat", judges) as server:
         review = _review(trajectory, server, "chat", tmp_path)
     assert review.decision == "accept" and review.defects
-    (sample,) = compile_trajectory(trajectory, review, tok, MaskOptions(mode="ross"))
+    (sample,) = compile_trajectory(trajectory, review, tok, CompileOptions(mode="ross"))
     assert sample.excluded > 0
     dropped = review.model_copy(update={"defects": review.defects[1:]} if len(review.defects) > 1 else {"defects": []})
     with pytest.raises(Rejected, match="text outside the keep intervals is not excluded"):
-        compile_trajectory(trajectory, dropped, tok, MaskOptions(mode="ross-nomask"))
+        compile_trajectory(trajectory, dropped, tok, CompileOptions(mode="ross-nomask"))
     moved = review.model_copy(deep=True)
     moved.model_extra["keep"][0]["start"] += 1
     with pytest.raises(Rejected, match="keep interval not at its offsets"):
-        compile_trajectory(trajectory, moved, tok, MaskOptions(mode="ross"))
+        compile_trajectory(trajectory, moved, tok, CompileOptions(mode="ross"))

@@ -12,6 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from envs.single_turn.tasks import MINI_ROLLOUTS
+from harness.scripted.servers import ModelServer
+from harness.scripted.single_turn_judges import judges
 from records.pools import JsonlWriter, read_trajectories_lenient
 from records.review import Review
 from relearn.ops.reporting import OpError
@@ -25,8 +27,6 @@ from relearn.ops.single_turn import (
     run_single_turn_review,
     run_single_turn_verify,
 )
-from tests.model_servers import ModelServer
-from tests.single_turn_judges import judges
 
 
 class Recorder:
@@ -269,8 +269,10 @@ def test_every_single_turn_option_is_sayable_in_the_pipeline_file(tmp_path: Path
     from rich.console import Console
 
     from relearn.pipeline.config import load_pipeline
-    from relearn.pipeline.single_turn import import_options, review_options, verify_options
-    from relearn.pipeline.stages import Context
+    from relearn.pipeline.context import Context
+    from relearn.pipeline.stages.pool_single_turn import import_options
+    from relearn.pipeline.stages.review_single_turn import review_options
+    from relearn.pipeline.stages.verify_single_turn import verify_options
 
     (tmp_path / "p.toml").write_text(PIPELINE.format(extra=""))
     ctx = Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
@@ -324,7 +326,7 @@ def test_the_import_command_passes_its_flags_and_exits_2_on_unusable_input(tmp_p
     assert trajectory.policy.step == 9 and trajectory.policy.checkpoint == "iter-9"
     assert trajectory.messages[-1].reasoning_content is None and trajectory.messages[-1].content.startswith("add")
     bad = CliRunner().invoke(app, ["single-turn", "import", str(source), "-o", str(pool), "--preset", "sharegpt"])
-    assert bad.exit_code == 2 and "unknown single-turn format 'sharegpt'" in bad.output
+    assert bad.exit_code == 2 and "'sharegpt' is not one of 'rows', 'verl', 'openrlhf', 'chat'" in " ".join(bad.output.split())
 
 
 def test_the_formats_and_columns_are_the_importers() -> None:

@@ -43,9 +43,9 @@ TASKS = {"math-m01", "math-m02", "math-m03", "code-c01", "if-i01"}
 
 
 def test_single_turn_pipeline_end_to_end(tmp_path: Path, base_image: str, relearn_bin: str) -> None:
-    from relearn.pipeline.stages import run_pipeline
-    from tests.model_servers import ModelServer
-    from tests.single_turn_judges import judges
+    from harness.scripted.servers import ModelServer
+    from harness.scripted.single_turn_judges import judges
+    from relearn.pipeline.plan import run_pipeline
 
     rows = [line for line in MINI_ROLLOUTS.read_text().splitlines() if json.loads(line)["task_id"] in TASKS]
     (tmp_path / "rollouts.jsonl").write_text("\n".join(rows) + "\n")

@@ -266,7 +266,7 @@ def test_zstd_pool_gives_the_same_statistics(files: dict[str, Path], tmp_path: P
 
 def test_cli_usage_errors_exit_2(files: dict[str, Path], tmp_path: Path) -> None:
     for args, words in (
-        (["--by", "colour"], "--by must be one of"),
+        (["--by", "colour"], "'colour' is not one of 'step'"),
         (["--k", "0"], "--k takes positive integers"),
         (["-r", str(tmp_path / "missing.jsonl")], "no such file"),
         (["-d", str(tmp_path)], "stats.json"),

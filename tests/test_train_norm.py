@@ -210,7 +210,7 @@ def test_a_real_per_turn_compile_trains_as_one_trajectory(tok) -> None:  # noqa:
     """`--per-turn` through the real compiler and Qwen3.6 template: four samples of one
     trajectory, whose loss in one step is the trajectory's mean supervised NLL, not the mean of
     the four samples' means."""
-    from relearn.masks.compile import MaskOptions, compile_trajectory
+    from relearn.masks.compile import CompileOptions, compile_trajectory
     from tests.test_masks import BASE, trajectory
 
     messages = [
@@ -218,7 +218,7 @@ def test_a_real_per_turn_compile_trains_as_one_trajectory(tok) -> None:  # noqa:
         {"role": "user", "content": "Now add a test."},
         {"role": "assistant", "generated": True, "reasoning_content": "Write it.", "content": "Added."},
     ]
-    compiled = compile_trajectory(trajectory(messages), None, tok, MaskOptions(mode="positive", per_turn=True))
+    compiled = compile_trajectory(trajectory(messages), None, tok, CompileOptions(mode="positive", per_turn=True))
     assert len(compiled) == 4 and len({s.trajectory_id for s in compiled}) == 1
     samples = [ShardRow(s.sample_id, s.trajectory_id, s.input_ids, s.loss_mask) for s in compiled]
     totals = trajectory_totals(samples)

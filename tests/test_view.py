@@ -1106,7 +1106,7 @@ def test_with_a_dataset_the_struck_text_is_the_datasets_excluded_tokens(tmp_path
         for t in (a, c, calls, text):
             # The excluded tokens (A minus the targets) of the dataset's samples, decoded run by run.
             excluded: list[str] = []
-            for sample in compile_trajectory(t, by_id[t.id], tok, options.mask_options()):
+            for sample in compile_trajectory(t, by_id[t.id], tok, options.compile_options()):
                 assert np.array_equal(sample.input_ids, rows[sample.sample_id].input_ids)  # the dataset's own tokens
                 assert np.array_equal(sample.loss_mask, rows[sample.sample_id].loss_mask)
                 runs = token_runs(((sample.eligible_mask == 1) & (sample.loss_mask == 0)).astype(np.uint8))

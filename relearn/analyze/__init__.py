@@ -6,6 +6,7 @@ with each other, or under a model (``relearn stats`` only counts what one pool f
   passk   complementarity: per-problem success rates, unbiased pass@k curves, problems
           solved by one pool and not another
   plots   the PNGs of both
+  tables  the terminal's tables of both
 
 torch and transformers are imported inside ``nll`` only, so ``passk`` stays cheap.
 """

@@ -54,7 +54,8 @@ from relearn.analyze.split import (
     review_key,
     split_sequence,
 )
-from relearn.masks.compile import CONTEXT_TOKENS, MaskOptions, Rejected, Sample, compile_one, compile_trajectory, context_renders
+from relearn.masks.compile import CONTEXT_TOKENS, CompileOptions, Rejected, Sample, compile_one, compile_trajectory, context_renders
+from relearn.masks.scopes import ACTION_SCOPE
 from relearn.masks.shards import BUILD
 from relearn.train.options import TrainOptions
 
@@ -93,7 +94,7 @@ class Settings:
     # Folders' file names, sizes and modification times: a checkpoint folder overwritten
     # with new weights must not reuse the old weights' scores.
     fingerprint: str = ""
-    defect_scope: str = "action"  # how the kept/excluded split reads defects (relearn.masks.compile.DEFECT_SCOPES)
+    defect_scope: str = ACTION_SCOPE  # how the kept/excluded split reads defects (relearn.masks.compile.DEFECT_SCOPES)
     context: str = "as-sent"  # the context each turn is scored under, as masks compiles it (relearn.masks.compile.CONTEXTS)
 
     def digest(self) -> str:
@@ -121,7 +122,7 @@ def eligible_tokens(trajectory: Trajectory, tokenizer: Any, template_kwargs: dic
     selection): one sequence per context the model had, as ``relearn masks`` compiles them
     under ``context`` (``relearn.masks.compile.context_renders``): per context segment, or per
     turn where the render departs from what the model saw."""
-    options = MaskOptions(mode="positive", ctx=sys.maxsize, template_kwargs=template_kwargs, context=context)
+    options = CompileOptions(mode="positive", ctx=sys.maxsize, template_kwargs=template_kwargs, context=context)
     samples = []
     for suffix, rendered in context_renders(trajectory, tokenizer, options).renders:
         if rendered.turns:
@@ -577,7 +578,7 @@ def ross_samples(
     tokenizer: Any,
     template_kwargs: dict[str, Any],
     plain: list[Sample],
-    defect_scope: str = "action",
+    defect_scope: str = ACTION_SCOPE,
     context: str = "as-sent",
 ) -> list[Sample]:
     """The trajectory compiled as ``relearn masks --mode ross`` compiles it with ``review``,
@@ -586,7 +587,7 @@ def ross_samples(
     if isinstance(review, RecordError):
         raise Rejected("unreadable review", str(review))
     # Length is the plain score's business (skipped as too long, counted there), not a reason here.
-    options = MaskOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope, context=context)
+    options = CompileOptions(mode="ross", ctx=sys.maxsize, template_kwargs=template_kwargs, defect_scope=defect_scope, context=context)
     masked = compile_trajectory(trajectory, review, tokenizer, options)
     if len(masked) != len(plain):
         raise Rejected("internal: the mask compiler's sequences differ from the scored ones", f"{len(masked)} != {len(plain)}")

@@ -1,164 +1,191 @@
-"""Environment verbs: ``relearn envs build-base|build|audit|gc`` (and ``load``,
-``check-image``, ``build-swebench`` from ``relearn.cli.envs_images``): flags -> the options of
-``relearn.ops.envs`` -> its operation -> a table and an exit code. ``relearn verify`` is
-``relearn.cli.verify``."""
+"""``relearn envs build-base|build|audit|gc|load|check-image|build-swebench|fetch-wheels``: task
+images and containers. A verb's help and flags are its options dataclass in ``relearn.ops.envs``;
+here, its summary's tables and its exit code. ``relearn verify`` is ``relearn.cli.verify``."""
 
 from __future__ import annotations
 
+import inspect
+import typing
 from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
-from rich.table import Table
 
-from relearn.cli.cluster import RayArg
-from relearn.cli.image_options import CpusArg, ImageMapArg, ImageTemplateArg, MemoryArg, PullArg, TasksArg
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, err, out, run_op, show_problems
-from relearn.ops.containers import ContainerOptions
-from relearn.ops.envs import (
-    AuditOptions,
-    BuildBaseOptions,
-    BuildOptions,
-    GcOptions,
-    VerdictAuditOptions,
-    run_audit,
-    run_audit_verdicts,
-    run_build,
-    run_build_base,
-    run_gc,
-)
+from relearn.cli.declared import command, parameter
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, err, grid, out, print_error, run_op, show_problems
+from relearn.ops.envs.audit import AuditOptions, run_audit
+from relearn.ops.envs.audit_verdicts import VerdictAuditOptions, run_audit_verdicts
+from relearn.ops.envs.build import BuildOptions, run_build
+from relearn.ops.envs.build_base import BuildBaseOptions, run_build_base
+from relearn.ops.envs.build_swebench import BuildSwebenchOptions, SwebenchImage, SwebenchPlan, run_build_swebench
+from relearn.ops.envs.check_image import CheckImageOptions, run_check_image
+from relearn.ops.envs.fetch_wheels import FetchWheelsOptions, run_fetch_wheels
+from relearn.ops.envs.gc import GcOptions, run_gc
+from relearn.ops.envs.load import LoadOptions, run_load
+from relearn.options import options_of
 
 envs_app = typer.Typer(
     help="Task images and containers: build the offline base and task images, audit them, sweep orphans.", no_args_is_help=True
 )
-IdsArg = Annotated[list[str] | None, typer.Option("--id", help="Only these instance ids (repeatable).")]
+VERDICT = {"exposed": "[red]EXPOSED[/red]", "clean": "[green]clean[/green]", "error": "[yellow]error[/yellow]"}
+# The container options no envs verb takes: they run on this machine's engine (relearn.ops.envs._engine._here_only).
+HERE = ("ray", "registry")
 
 
-@envs_app.command("build-base")
-def build_base_command(force: Annotated[bool, typer.Option(help="Rebuild even if the image exists.")] = BuildBaseOptions.force) -> None:
-    """Build the offline base image: debootstrap (minbase + python3, pytest, git, patch) and docker import.
-
-    Cached by tag: the tag names the Debian suite and package list.
-    """
-    out.print(f"base image: {run_op(run_build_base, BuildBaseOptions(force)).image}")
-
-
-@envs_app.command("build")
-def build_command(
-    tasks: TasksArg = BuildOptions.tasks,
-    ids: IdsArg = None,
-    leaky: Annotated[
-        bool, typer.Option(help="Mini suite: also commit the fix into .git history (to exercise `envs audit`).")
-    ] = BuildOptions.leaky,
-) -> None:
-    """Build the task images (the base image first, if a task needs it) and check that the others are on the engine."""
-    summary = run_op(run_build, BuildOptions(tasks, ids or [], leaky))
+def build(options: BuildOptions) -> None:
+    summary = run_op(run_build, options)
     show_problems("unreadable tasks", summary.unreadable)
     show_problems("failed", summary.failures)
-    table = Table(title="task images")
-    table.add_column("task")
-    table.add_column("image")
-    for task, image in summary.images:
-        table.add_row(task, image)
-    out.print(table)
+    out.print(grid("task images", ("task", "image"), summary.images))
     raise typer.Exit(EXIT_PARTIAL if summary.failures else EXIT_OK)
 
 
-VERDICT = {"exposed": "[red]EXPOSED[/red]", "clean": "[green]clean[/green]", "error": "[yellow]error[/yellow]"}
-
-
-@envs_app.command("audit")
-def audit_command(
-    tasks: TasksArg = AuditOptions.tasks,
-    ids: IdsArg = None,
-    leaky: Annotated[bool, typer.Option(help="Mini suite: audit the deliberately leaky builds.")] = AuditOptions.leaky,
-    verdicts: Annotated[
-        Path | None,
-        typer.Option(
-            exists=True,
-            dir_okay=False,
-            help="Instead of images: list what the verifier refused, restored, neutralized, found contradictory or suspicious in these verdicts (`relearn verify -o`).",
-        ),
-    ] = None,
-    image_map: ImageMapArg = ContainerOptions.image_map,
-    image_template: ImageTemplateArg = ContainerOptions.image_template,
-    pull: PullArg = ContainerOptions.pull,
-    cpus: CpusArg = ContainerOptions.cpus,
-    memory: MemoryArg = ContainerOptions.memory,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output",
-            "-o",
-            dir_okay=False,
-            help="Append each task's audit to this JSON Lines file as it is made (instance_id, image, verdict, why; a task's latest line counts). `relearn masks --audit FILE` leaves the flagged tasks' trajectories out of the dataset.",
-        ),
-    ] = AuditOptions.output,
-) -> None:
-    """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged.
-
-    With --verdicts FILE, the verdicts instead: every one the verifier did not simply grade (a refused patch, files put back to the base commit, an executable bit dropped, a report that contradicts the log, something suspicious). Exits 1 when any patch was refused, contradicted or suspicious.
-    """
+def audit(options: AuditOptions, verdicts: Path | None) -> None:
     if verdicts is not None:
         audit_verdicts(verdicts)
-    containers = ContainerOptions(image_map=image_map, image_template=image_template, pull=pull, cpus=cpus, memory=memory)
-    summary = run_op(run_audit, AuditOptions(tasks, ids or [], leaky, containers, output))
+    summary = run_op(run_audit, options)
     show_problems("unreadable tasks", summary.unreadable)
     show_problems("images", summary.image_problems)
-    table = Table(title="relearn envs audit")
-    for column in ("task", "verdict", "why"):
-        table.add_column(column)
-    for audit in summary.audits:
-        table.add_row(audit.instance_id, VERDICT[audit.verdict], audit.why)
-    out.print(table)
+    rows = [(a.instance_id, VERDICT[a.verdict], a.why) for a in summary.audits]
+    out.print(grid("relearn envs audit", ("task", "verdict", "why"), rows))
     unavailable = f"; {summary.unavailable} not on this engine" if summary.unavailable else ""
     out.print(f"{summary.exposed} of {len(summary.audits)} task images expose their fix{unavailable}")
-    if output is not None:
-        out.print(f"audit: {output}", highlight=False)
+    if options.output is not None:
+        out.print(f"audit: {options.output}", highlight=False)
     raise typer.Exit(EXIT_PARTIAL if summary.exposed or summary.unavailable else EXIT_OK)
 
 
 def audit_verdicts(path: Path) -> NoReturn:
     summary = run_op(run_audit_verdicts, VerdictAuditOptions(path))
-    table = Table(title=f"relearn envs audit --verdicts {path}")
-    for column in ("task", "patch", "resolved", "what the verifier did"):
-        table.add_column(column)
-    for noted in summary.noted:
-        resolved = "[green]yes[/green]" if noted.resolved else "[red]no[/red]"
-        table.add_row(noted.instance_id, noted.patch_hash[:8], resolved, "\n".join(noted.notes))
-    out.print(table)
+    rows = [
+        (n.instance_id, n.patch_hash[:8], "[green]yes[/green]" if n.resolved else "[red]no[/red]", "\n".join(n.notes))
+        for n in summary.noted
+    ]
+    out.print(grid(f"relearn envs audit --verdicts {path}", ("task", "patch", "resolved", "what the verifier did"), rows))
     show_problems("unreadable verdicts", summary.unreadable)
     out.print(f"{summary.flagged} of {summary.verdicts} verdicts refused, contradicted or suspicious")
     raise typer.Exit(EXIT_PARTIAL if summary.flagged or summary.unreadable else EXIT_OK)
 
 
-@envs_app.command("gc")
-def gc_command(
-    everything: Annotated[bool, typer.Option("--all", help="Remove every relearn container, not only orphans.")] = GcOptions.everything,
-    ray: RayArg = GcOptions.ray,
-) -> None:
-    """Remove relearn's orphaned containers and codex-cli networks (found by label), e.g. after a crash.
+def _optional(required: inspect.Parameter) -> inspect.Parameter:
+    """Another verb's required option as an optional flag: ``audit --verdicts`` audits them instead."""
+    plain, info = typing.get_args(required.annotation)
+    return required.replace(default=None, annotation=Annotated[plain | None, info])
 
-    With --ray, sweep the engine of every node of the cluster (one pinned task per node), and say what each node removed or why it could not.
-    """
-    summary = run_op(run_gc, GcOptions(everything, ray))
-    if ray is None:
-        removed = summary.removed
-        out.print(
-            f"removed {len(removed)} container(s)"
-            + (f": {', '.join(removed)}" if removed else "")
-            + f" and {len(summary.networks)} network(s)"
-        )
-        raise typer.Exit(EXIT_OK)
-    for node, names in summary.per_node.items():
-        out.print(f"node {node[:12]}: removed {len(names)} container(s)" + (f": {', '.join(names)}" if names else ""))
+
+def gc(options: GcOptions) -> None:
+    summary = run_op(run_gc, options)
+    swept = summary.per_node if options.ray is not None else {"": summary.removed}  # "": this machine
+    for node, names in swept.items():
+        removed = f"removed {len(names)} container(s)" + (f": {', '.join(names)}" if names else "")
+        out.print(f"node {node[:12]}: {removed}" if node else f"{removed} and {len(summary.networks)} network(s)")
     for node, why in summary.node_failures.items():
         err.print(f"node {node[:12]}: [red]could not sweep[/red]: {why}", highlight=False)
     raise typer.Exit(EXIT_PARTIAL if summary.node_failures else EXIT_OK)
 
 
-def register(app: typer.Typer) -> None:
-    from relearn.cli import envs_images
+def load(options: LoadOptions) -> None:
+    summary = run_op(run_load, options)
+    rows = [(a.archive, "\n".join(a.images), f"{a.seconds:.1f}") for a in summary.loaded]
+    out.print(grid(f"relearn envs load {options.path}", ("tarball", "images", "s"), rows))
+    show_problems("not loaded", summary.failures)
+    if options.tasks is not None:
+        show_problems("unreadable tasks", summary.unreadable)
+        show_problems("tasks whose image is still not on the engine", summary.missing)
+        out.print(f"{summary.tasks - len(summary.missing)} of {summary.tasks} tasks have their image")
+    raise typer.Exit(EXIT_PARTIAL if summary.failures or summary.missing else EXIT_OK)
 
-    envs_images.register(envs_app)
+
+def check_image(options: CheckImageOptions) -> None:
+    summary = run_op(run_check_image, options)
+    show_problems("unreadable tasks", summary.unreadable)
+    show_problems("images", summary.image_problems)
+    for check in summary.checks:
+        if check.report is None:
+            print_error(f"{check.error}")
+            continue
+        rows = [(c.name, _mark(c.ok, c.required), c.detail) for c in check.report.checks]
+        out.print(grid(f"{check.instance_id}: {check.image}", ("check", "result", "detail"), rows))
+        kept = "keeps the contract" if check.ok else "does not keep the contract; missing:"
+        out.print(f"{check.instance_id}: {check.image} {kept}")
+        for missing in [] if check.ok else check.report.missing():
+            out.print(f"  - {missing}", markup=False, highlight=False)
+    raise typer.Exit(EXIT_PARTIAL if summary.failed or summary.image_problems else EXIT_OK)
+
+
+def _mark(ok: bool, required: bool) -> str:
+    return "[green]ok[/green]" if ok else ("[red]MISSING[/red]" if required else "[yellow]warning[/yellow]")
+
+
+def build_swebench(options: BuildSwebenchOptions) -> None:
+    summary = run_op(run_build_swebench, options)
+    show_problems("refused", summary.refused)
+    for plan in summary.plans:
+        _print_plan(plan)
+    if summary.images:
+        columns = ("instance", "image", "python", "recipe", "contract", "s")
+        rows = [(i.instance_id, i.image, _python(i), i.recipe, _contract(i), _seconds(i)) for i in summary.images]
+        out.print(grid("relearn envs build-swebench", columns, rows))
+    show_problems("failed", summary.failures)
+    raise typer.Exit(EXIT_PARTIAL if summary.failures or summary.refused else EXIT_OK)
+
+
+def _python(image: SwebenchImage) -> str:
+    if image.python is None:
+        return ""
+    return image.python if image.python == image.spec_python else f"{image.python} (spec: {image.spec_python})"
+
+
+def _contract(image: SwebenchImage) -> str:
+    if image.contract == "missing":
+        return "[red]missing: " + "; ".join(image.missing) + "[/red]"
+    shown = {"kept": "[green]kept[/green]", "already on the engine": "already on the engine (--force rebuilds)"}
+    return shown.get(image.contract, image.contract)
+
+
+def _seconds(image: SwebenchImage) -> str:
+    return ", ".join(f"{k} {v:.0f}" for k, v in image.seconds.items())
+
+
+def _print_plan(plan: SwebenchPlan) -> None:
+    spec = plan.spec
+    suite = f" from Debian {plan.debian_suite}" if plan.debian_suite else " (no Debian suite: --python-image)"
+    out.print(f"[bold]{plan.instance_id}[/bold] ({spec.repo} {spec.version}; recipe from {spec.source})")
+    out.print(f"  python {plan.python}{suite}")
+    lists = {"requirements": plan.requirements, "packages": spec.packages, "pip packages": spec.pip_packages}
+    lists |= {"pre-install": spec.pre_install, "Debian packages": spec.apt_packages, "install": [spec.install]}
+    for label, values in lists.items():
+        if values:
+            out.print(f"  {label}: {'; '.join(values)}", markup=False, highlight=False)
+    out.print("  fill its wheelhouse where PyPI answers (then build with --wheels, offline):", markup=False)
+    out.print(f"    {plan.fetch}", markup=False, highlight=False, soft_wrap=True)
+
+
+def fetch_wheels(options: FetchWheelsOptions) -> None:
+    summary = run_op(run_fetch_wheels, options)
+    show_problems("refused", summary.refused)
+    if summary.fetched:
+        columns = ("instance", "python", "era", "steps newer than the era", "wheels built from sdists", "s")
+        rows = []
+        for result in summary.fetched:
+            newer = ", ".join(s["step"] for s in result.steps if s["result"] == "newer than the era") or "none"
+            built = ", ".join([*result.built, *(f"{name} (no build: the newest wheel instead)" for name in result.replaced)]) or "none"
+            rows.append((result.instance_id, result.python, result.era or "newest", newer, built, f"{result.seconds:.0f}"))
+        out.print(grid(f"relearn envs fetch-wheels -> {options.wheels}", columns, rows))
+        out.print(f"the wheelhouse holds {summary.files} distributions (relearn-wheelhouse.lock.json)")
+    show_problems("failed", summary.failures)
+    raise typer.Exit(EXIT_PARTIAL if summary.failures or summary.refused else EXIT_OK)
+
+
+envs_app.command("build-base")(command(BuildBaseOptions, lambda options: out.print(f"base image: {run_op(run_build_base, options).image}")))
+envs_app.command("build")(command(BuildOptions, build))
+envs_app.command("audit")(command(AuditOptions, audit, skip=HERE, extra=[_optional(parameter(options_of(VerdictAuditOptions)[0]))]))
+envs_app.command("gc")(command(GcOptions, gc))
+envs_app.command("load")(command(LoadOptions, load, skip=(*HERE, "pull", "cpus", "memory")))
+envs_app.command("check-image")(command(CheckImageOptions, check_image, skip=HERE))
+envs_app.command("build-swebench")(command(BuildSwebenchOptions, build_swebench, skip=(*HERE, "pull")))
+envs_app.command("fetch-wheels")(command(FetchWheelsOptions, fetch_wheels))
+
+
+def register(app: typer.Typer) -> None:
     app.add_typer(envs_app, name="envs")

@@ -16,12 +16,14 @@ from __future__ import annotations
 import errno
 import json
 import shlex
+import sys
 import traceback
 from typing import Any
 
 import msgspec
 import typer
 import zstandard
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 from typer.exceptions import TyperException
 
 from records.pools import RecordError
@@ -84,9 +86,32 @@ def _passes_through(exc: BaseException) -> bool:
     return isinstance(exc, OSError) and exc.errno == errno.EPIPE
 
 
+def usage_problem(exc: ClickException) -> str:
+    """A usage error (a mistyped flag, a bad value) as the one line every other problem is."""
+    message = exc.format_message()
+    ctx = getattr(exc, "ctx", None)
+    return f"{message} (see `{ctx.command_path} --help`)" if ctx is not None else message
+
+
 class ReportingGroup(RelearnGroup):
     """The ``relearn`` group (its help layout is ``RelearnGroup``'s) that ends every verb's
-    escaping exception with ``report``, unless --debug asks for the traceback."""
+    escaping exception with ``report``, unless --debug asks for the traceback, and a usage
+    error with the same ``error:`` line (click's own is three lines, ``Error:`` last)."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError as exc:  # `relearn` or a group alone: its help page
+            exc.show()
+            sys.exit(exc.exit_code)
+        except ClickException as exc:
+            print_error(usage_problem(exc))
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            sys.exit(EXIT_INTERRUPTED)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx: typer.Context) -> Any:
         argv = [*ctx._protected_args, *ctx.args]  # the verb and its arguments, as typed

@@ -55,6 +55,11 @@ def wrap(text: str, width: int, indent: str = "") -> str:
 _ClickHelpFormatter: Any = typer.Context.formatter_class
 
 
+# typer writes an argument as its name and its Python type (`POOL <file>`, `PATH <list[Path]>`);
+# the name already says what it takes.
+_ARGUMENT_TYPE = re.compile(r"^([A-Z][^\s<]*) <[^>]+>$")
+
+
 class HelpFormatter(_ClickHelpFormatter):
     """click's help formatter with ``wrap`` for the text and the definition lists (click's own
     wrapper breaks at hyphens and inside long words, and then overflows by a character)."""
@@ -71,6 +76,7 @@ class HelpFormatter(_ClickHelpFormatter):
         indent = " " * self.current_indent
         text_width = max(self.width - self.current_indent - first_col, 20)
         for term, definition in rows:
+            term = _ARGUMENT_TYPE.sub(r"\1", term)
             lines = wrap(definition, text_width).splitlines() if definition else []
             if len(term) + col_spacing <= first_col and lines:
                 self.write(f"{indent}{term:<{first_col}}{lines.pop(0)}\n")

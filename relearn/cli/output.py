@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from relearn.ops.reporting import OpError, Reporter, RichReporter
@@ -57,3 +58,24 @@ def run_op(op: Callable[[Options, Reporter], Summary], options: Options) -> Summ
     except OpError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
+
+
+def pairs(title: str, rows: Iterable[tuple[str, object]]) -> Table:
+    """A verb's summary: one figure a row, its name bold and its value right-aligned."""
+    table = Table(title=title, show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    for name, value in rows:
+        table.add_row(name, str(value))
+    return table
+
+
+def grid(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], **column: Any) -> Table:
+    """A table of items, one a row; the first column names the item and is never wrapped."""
+    table = Table(title=title)
+    table.add_column(columns[0], no_wrap=True)
+    for name in columns[1:]:
+        table.add_column(name, **column)
+    for row in rows:
+        table.add_row(*row)
+    return table

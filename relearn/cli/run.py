@@ -56,7 +56,7 @@ def run_command(
     if ray is not None:
         config.cluster = ClusterConfig(address=ray, registry=config.cluster.registry if config.cluster is not None else None)
     terminate_cleanly()
-    from relearn.pipeline.stages import run_pipeline
+    from relearn.pipeline.plan import run_pipeline
 
     results, ctx = run_pipeline(config, err, dry_run=dry_run)
     for note in ctx.notes:
@@ -68,7 +68,7 @@ def run_command(
 
 
 def demo_command(
-    out_dir: Annotated[Path, typer.Option("--out", help="Work folder of the demo pipeline.")] = Path("runs/demo"),
+    out_dir: Annotated[Path, typer.Option("--out", metavar="DIR", help="Work folder of the demo pipeline.")] = Path("runs/demo"),
 ) -> None:
     """The main job on this machine: images, a historical pool, verification, review, masks,
     training, the kept/excluded NLL analysis, evaluation and the report, from a fresh clone in
@@ -79,7 +79,7 @@ def demo_command(
     vocabulary. Rerunning it does no work; `relearn run runs/demo/pipeline.toml` is the same
     pipeline.
     """
-    from relearn.pipeline.demo import run_demo
+    from relearn.pipeline.demo import artifacts, run_demo
 
     terminate_cleanly()
     err.print("[bold]relearn demo[/bold]: the ROSS pipeline on the mini suite (scripted historical checkpoint, tiny Qwen3)")
@@ -91,26 +91,7 @@ def demo_command(
     code = _summary(results, f"relearn demo -> {out_dir}")
     if code != EXIT_OK:
         raise typer.Exit(code)
-    w = config.workdir
-    out.print(
-        "\n".join(
-            [
-                "Artifacts:",
-                f"  {w / 'pool/trajectories.jsonl'}   the historical pool (episodes/ as recorded, verify-logs/ of every grading)",
-                f"  {w / 'reviews.jsonl'}   one Review per trajectory: decision, grounded defect spans",
-                f"  {w / 'heldout'}/   train.jsonl (what every variant compiles) and heldout.jsonl (the held-out tasks' trajectories)",
-                f"  {w / 'datasets'}/<variant>/   Parquet shards (input_ids, loss_mask) and stats.json (TER, excluded by category); contrasts.json, the trajectory sets side by side",
-                f"  {w / 'train'}/<variant>/   metrics.jsonl, checkpoints/, model/ (Hugging Face weights)",
-                f"  {w / 'analyze'}/   nll.md and nll.json: NLL of kept and excluded tokens under the start model and each variant",
-                f"  {w / 'eval'}/<model>/   manifest.json, trajectories, predictions.jsonl, report.md",
-                f"  {w / 'report/report.md'}   every stage's counts and the side-by-side comparison (report.json, resolved.png, train_loss.png)",
-                "Look inside:",
-                f"  relearn view {w / 'verified.jsonl'} --reviews {w / 'reviews.jsonl'} --dataset {w / 'datasets/ross'}",
-                f"  relearn stats {w / 'verified.jsonl'} --reviews {w / 'reviews.jsonl'} --dataset {w / 'datasets/ross'}",
-            ]
-        ),
-        highlight=False,
-    )
+    out.print("\n".join(artifacts(config.workdir)), highlight=False)
     raise typer.Exit(EXIT_OK)
 
 

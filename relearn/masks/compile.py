@@ -8,7 +8,7 @@ is excluded: excluding correct text costs little, imitating an error costs a lot
 Modes (DESIGN.md): ``ross`` = A \\ E on accepted trajectories; ``positive`` = A on every
 verifier-positive trajectory (Positive-Rollout SFT); ``ross-nomask`` = A on the accepted
 subset (filtering without masking): its defects are validated as in ``ross``, so both hold
-the same trajectories. Defect scope (``MaskOptions.defect_scope``): ``action`` (default) maps
+the same trajectories. Defect scope (``CompileOptions.defect_scope``): ``action`` (default) maps
 a defect in a tool call to the whole call as rendered; ``minimal`` to the quoted text only.
 
 VALIDATE fails closed, per trajectory, with a reason: the rendered text re-tokenizes to
@@ -16,7 +16,7 @@ the same ids; every defect's quote is at its offsets, in its field and in the re
 every supervised token is in A; no supervised token touches a defect character; the
 template is prefix-stable at each generated turn (or per-turn rendering was chosen).
 
-What the model saw and did (``MaskOptions.context``, ``MaskOptions.recorded_ids``): a
+What the model saw and did (``CompileOptions.context``, ``CompileOptions.recorded_ids``): a
 trajectory whose trained context would differ from the one the model had (its recorded prompt
 ids disagree with the render, or its protocol says the history was sent without reasoning,
 ``relearn.masks.context_check``) is compiled one sample per turn under the context as sent; a
@@ -29,7 +29,7 @@ import os
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -38,8 +38,9 @@ from records.trajectory import Trajectory, is_verified_positive
 from relearn.masks.byte_level import byte_table
 from relearn.masks.context_check import check_trajectory, compiled_as_sent, context_rule, prompt_ids
 from relearn.masks.rows import supervised_targets
-from relearn.masks.scopes import SCOPES, action_block, excluded_by_scope, text_protocol
+from relearn.masks.scopes import ACTION_SCOPE, SCOPES, DefectScope, action_block, excluded_by_scope, text_protocol
 from relearn.masks.template import (
+    PrefixCheck,
     Rendered,
     RenderError,
     TemplateShape,
@@ -52,7 +53,8 @@ from relearn.masks.template import (
 )
 from relearn.masks.tokens import Encoded, PromptMismatch, as_sent, encode_render, encode_texts, tokenised_whole
 
-MODES = ("ross", "positive", "ross-nomask")
+Mode = Literal["ross", "positive", "ross-nomask"]
+MODES: tuple[Mode, ...] = get_args(Mode)
 # ``action``: a defect in a tool call covers the whole call as rendered (its wrapper tags,
 # function name, every argument, and the end of turn after a turn's last call), since the
 # error is the decision to call; ``minimal``: only the quoted characters (the ablation).
@@ -60,7 +62,8 @@ DEFECT_SCOPES = SCOPES  # (relearn.masks.scopes, which reports TER under each)
 # The longest sample in tokens, for everything that reads a trajectory whole (masks, training,
 # NLL scoring, the pipeline): longer ones are dropped and counted, never cut.
 CONTEXT_TOKENS = 65536
-CONTEXTS = ("as-sent", "render")
+Context = Literal["as-sent", "render"]
+CONTEXTS: tuple[Context, ...] = get_args(Context)
 
 
 # The rejection of a success whose task image the audit flags (.git exposes the fix).
@@ -105,21 +108,21 @@ class Sample:
 
 
 @dataclass
-class MaskOptions:
-    mode: str = "ross"
+class CompileOptions:
+    mode: Mode = "ross"
     ctx: int = CONTEXT_TOKENS
     template_kwargs: dict[str, Any] = field(default_factory=lambda: {"preserve_thinking": True})
-    prefix_check: str = "header"
+    prefix_check: PrefixCheck = "header"
     per_turn: bool = False
     include_suspicious: bool = False  # successes the verifier found suspicious (records.trajectory.Outcome)
-    defect_scope: str = "action"  # one of DEFECT_SCOPES
+    defect_scope: DefectScope = ACTION_SCOPE
     # Tasks whose images the audit flags (``relearn envs audit -o``), task id -> why: their
     # trajectories are left out of every mode, counted (``relearn.ops.masks`` reads the file).
     flagged_tasks: dict[str, str] = field(default_factory=dict)
     # ``as-sent``: a trajectory whose render departs from what the model saw (by its recorded
     # prompt ids, or by its protocol's rule) is compiled per turn under the context as sent;
     # ``render``: the template's render is trusted.
-    context: str = "as-sent"
+    context: Context = "as-sent"
     # Generated turns that recorded their ids are trained on them, not on their text tokenised
     # again (relearn.masks.tokens).
     recorded_ids: bool = True
@@ -206,7 +209,7 @@ def _check_keep(trajectory: Trajectory, keep: Any, defects: list[Defect]) -> Non
                 )
 
 
-def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect, scope: str = "action") -> tuple[int, int] | None:
+def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defect, scope: str = ACTION_SCOPE) -> tuple[int, int] | None:
     """Map a defect to rendered characters; None when it covers only text the template
     does not render (trimmed whitespace, JSON punctuation). Raises Rejected when the
     quote is not where the defect says. Under ``action`` scope a defect in a tool call maps
@@ -239,7 +242,7 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         expected = quote[lo - start : hi - start]
         if text[at : at + hi - lo] != expected:
             raise Rejected("quote not in the render", where)
-        if scope == "action" and defect.field == "content" and text_protocol(trajectory):
+        if scope == ACTION_SCOPE and defect.field == "content" and text_protocol(trajectory):
             block = action_block(rendered.messages[defect.message_index].content or "", lo, hi)
             if block is not None:
                 first, last = max(block[0], span.lead), min(block[1], span.lead + span.kept)
@@ -259,7 +262,7 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
     else:
         positions = [call.json_to_render[j] for j in range(start, end) if j in call.json_to_render]
         found = (min(positions), max(positions) + 1) if positions else None
-    return call.region if scope == "action" and end > start else found
+    return call.region if scope == ACTION_SCOPE and end > start else found
 
 
 def compile_one(
@@ -269,7 +272,7 @@ def compile_one(
     tokenizer: Any,
     sample_id: str,
     *,
-    scope: str = "action",
+    scope: str = ACTION_SCOPE,
     exclude: bool = True,
     encoded: Encoded | None = None,
     recorded_ids: bool = True,
@@ -358,7 +361,7 @@ class Prepared:
 
 
 def prepare(
-    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
+    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: CompileOptions, *, shape: TemplateShape | None = None
 ) -> Prepared:
     """Select and render one trajectory, or Rejected with the reason."""
     defects = select(trajectory, review, options.mode, include_suspicious=options.include_suspicious, flagged_tasks=options.flagged_tasks)
@@ -378,7 +381,7 @@ class Contexts:
     as_sent: bool  # one render per turn under the context as sent
 
 
-def context_renders(trajectory: Trajectory, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None) -> Contexts:
+def context_renders(trajectory: Trajectory, tokenizer: Any, options: CompileOptions, *, shape: TemplateShape | None = None) -> Contexts:
     """The contexts the model had, rendered: one per context segment (``#r{k}``), or one per
     turn (``#m{i}``) in per-turn mode or where the render departs from what the model saw
     (``options.context``). What ``relearn analyze nll`` scores too. Rejected with the reason."""
@@ -425,7 +428,7 @@ def context_renders(trajectory: Trajectory, tokenizer: Any, options: MaskOptions
     return Contexts(renders, sent or options.per_turn or len(segments) > 1, rule, sent)
 
 
-def _probe(tokenizer: Any, options: MaskOptions) -> TemplateShape:
+def _probe(tokenizer: Any, options: CompileOptions) -> TemplateShape:
     try:
         return probe(tokenizer, options.template_kwargs)
     except RenderError as exc:
@@ -433,7 +436,7 @@ def _probe(tokenizer: Any, options: MaskOptions) -> TemplateShape:
 
 
 def _as_sent_renders(
-    trajectory: Trajectory, tokenizer: Any, options: MaskOptions, segment: list[int], shape: TemplateShape, rule: str
+    trajectory: Trajectory, tokenizer: Any, options: CompileOptions, segment: list[int], shape: TemplateShape, rule: str
 ) -> list[Rendered]:
     """One render per generated turn under the history the call was sent: its recorded prompt
     ids where it has them, else the template's history, without the reasoning the harness
@@ -459,7 +462,7 @@ def _as_sent_renders(
     return out
 
 
-def compile_prepared(prepared: Prepared, tokenizer: Any, options: MaskOptions, encoded: list[Encoded]) -> list[Sample]:
+def compile_prepared(prepared: Prepared, tokenizer: Any, options: CompileOptions, encoded: list[Encoded]) -> list[Sample]:
     """The samples of a prepared trajectory, given each render's ``encoded`` tokens."""
     trajectory, defects = prepared.trajectory, prepared.defects
     samples = []
@@ -493,7 +496,7 @@ def encode_prepared(tokenizer: Any, prepared: Prepared, recorded_ids: bool) -> l
 
 
 def compile_trajectory(
-    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
+    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: CompileOptions, *, shape: TemplateShape | None = None
 ) -> list[Sample]:
     """The samples one trajectory contributes, or Rejected with the reason. A trajectory with
     context resets gives one sample per context (ids ``#r{k}``); per-turn mode, or a trajectory
@@ -504,7 +507,7 @@ def compile_trajectory(
 
 
 def compile_batch(
-    items: list[tuple[Trajectory, Review | None]], tokenizer: Any, options: MaskOptions, *, shape: TemplateShape | None = None
+    items: list[tuple[Trajectory, Review | None]], tokenizer: Any, options: CompileOptions, *, shape: TemplateShape | None = None
 ) -> list[list[Sample] | Rejected]:
     """``compile_trajectory`` of each item, in order. A fast tokenizer encodes each trajectory's
     renders on a pool of threads as soon as they are rendered: its Rust backend releases the GIL,
@@ -545,7 +548,7 @@ def compile_batch(
 
 
 def _compile_or_rejected(
-    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: MaskOptions, shape: TemplateShape | None
+    trajectory: Trajectory, review: Review | None, tokenizer: Any, options: CompileOptions, shape: TemplateShape | None
 ) -> list[Sample] | Rejected:
     try:
         return compile_trajectory(trajectory, review, tokenizer, options, shape=shape)

@@ -11,14 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 
 from records.review import FIELD, Defect
 from records.trajectory import Trajectory
 
-SCOPES = ("action", "minimal")  # the values of --defect-scope (relearn.masks.compile.DEFECT_SCOPES)
+DefectScope = Literal["action", "minimal"]  # the values of --defect-scope (relearn.masks.compile.DEFECT_SCOPES)
+SCOPES: tuple[DefectScope, ...] = get_args(DefectScope)
+ACTION_SCOPE: DefectScope = "action"  # the default: the error is the decision to call
 
 # (rendered, trajectory, defect, scope) -> the defect's rendered characters [start, end), or None.
 SpanOf = Callable[[Any, Trajectory, Defect, str], tuple[int, int] | None]
@@ -91,7 +93,7 @@ def defect_extent(trajectory: Trajectory, defect: Defect, scope: str) -> Extent:
     if scope not in SCOPES:
         raise ValueError(f"defect scope {scope!r} is not one of {', '.join(SCOPES)}")
     match = FIELD.match(defect.field)
-    if scope == "action" and defect.end > defect.start:
+    if scope == ACTION_SCOPE and defect.end > defect.start:
         if match is not None and match.group(2) is not None:
             return Extent(defect.field, defect.start, defect.end, call=int(match.group(2)))
         if defect.field == "content" and text_protocol(trajectory):

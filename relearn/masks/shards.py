@@ -32,7 +32,7 @@ from envs.executor import NODE_RETRIES, Backend, NodeLost, run_units
 from records.pools import RecordError, is_zstd, iter_pool_records, parse_json_line, parse_trajectory, write_text_atomic
 from records.review import Review, iter_review_records
 from records.trajectory import Trajectory
-from relearn.masks.compile import FLAGGED_BY_AUDIT, MaskOptions, Rejected, Sample, compile_batch
+from relearn.masks.compile import FLAGGED_BY_AUDIT, CompileOptions, Rejected, Sample, compile_batch
 from relearn.masks.context_check import RULES
 from relearn.masks.rows import ShardRow, ShardWriter
 from relearn.masks.scopes import SCOPES
@@ -112,7 +112,7 @@ class ShardStats:
 BUILD = 5
 
 
-def options_hash(options: MaskOptions, tokenizer_name: str, template: str) -> str:
+def options_hash(options: CompileOptions, tokenizer_name: str, template: str) -> str:
     basis = json.dumps({"options": asdict(options), "tokenizer": tokenizer_name, "template": template, "build": BUILD}, sort_keys=True)
     return hashlib.sha256(basis.encode()).hexdigest()[:16]
 
@@ -334,7 +334,7 @@ def _compile_batches(
     reviews: ReviewMap,
     pool: Path,
     tokenizer: Any,
-    options: MaskOptions,
+    options: CompileOptions,
     shape: TemplateShape | None,
     stats: ShardStats,
 ) -> Iterator[tuple[list[ShardRow], list[tuple[int, int]]]]:
@@ -396,7 +396,7 @@ class ShardJob:
     tokenizer_name: str
     tokenizer_id: str
     pool: Path
-    options: MaskOptions
+    options: CompileOptions
     digest: str
 
     def __call__(self, unit: ShardUnit) -> CompiledShard:
@@ -432,7 +432,7 @@ def build_dataset(
     reviews: ReviewMap,
     tokenizer: Any,
     tokenizer_name: str,
-    options: MaskOptions,
+    options: CompileOptions,
     output: Path,
     *,
     shard_size: int = SHARD_SIZE,
@@ -574,7 +574,7 @@ def _mean_ter(per_sample: list[dict[str, Any]], scope: str) -> float:
     return sum(ters) / len(ters) if ters else 0.0
 
 
-def summarise(shards: list[ShardStats], options: MaskOptions, tokenizer_name: str, pool: Path) -> dict[str, Any]:
+def summarise(shards: list[ShardStats], options: CompileOptions, tokenizer_name: str, pool: Path) -> dict[str, Any]:
     rejected: Counter[str] = Counter()
     categories: Counter[str] = Counter()
     rejections: list[dict[str, str]] = []

@@ -26,12 +26,13 @@ import json
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from harness.exporters.hf_chat import chat_messages_with_sources
 from records.trajectory import Message, Trajectory
 
-PREFIX_CHECKS = ("every", "header", "off")
+PrefixCheck = Literal["every", "header", "off"]
+PREFIX_CHECKS: tuple[PrefixCheck, ...] = get_args(PrefixCheck)
 
 
 class RenderError(Exception):

@@ -9,50 +9,94 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from envs.executor import Backend, LocalBackend, Needs
+from envs.executor import Needs
 from records.pools import count_records, write_text_atomic
 from relearn.analyze.nll import BATCH, ModelLoadError, ModelSpec, PoolScores, Settings, folder_fingerprint, score_pools
 from relearn.analyze.nll_report import analyze, markdown
 from relearn.analyze.pools import NamedPool
 from relearn.analyze.split import BOOTSTRAP_SAMPLES
-from relearn.masks.compile import CONTEXTS, DEFECT_SCOPES
-from relearn.ops.containers import open_backend
+from relearn.masks.compile import Context, DefectScope
+from relearn.ops.containers import ContainerOptions, process_backend
 from relearn.ops.masks import MasksOptions
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import option, same_as
 from relearn.train.options import TrainOptions
 
 BUILTIN_TOKENIZER = MasksOptions.tokenizer
+POOL_HELP = (
+    "A pool as NAME=PATH (.jsonl or .jsonl.zst); repeat for several, e.g. --pool historical=a.jsonl --pool current=b.jsonl. "
+    "The first is the baseline."
+)
+PIPELINE_MODELS = "the pipeline scores its own pools (training, held-out) under its own models (the start model, each variant)"
+AS_MASKS = "the pipeline scores as its [masks] compiled"
 
 
 @dataclass
 class NllOptions:
-    pools: list[NamedPool]  # the first is the baseline of the differences
-    out: Path  # nll.json, nll.md (nll.png with ``chart``) and the score cache
-    model: str | None = None  # a Hugging Face causal LM folder, or None with ``tiny``
-    tiny: str | None = None
-    seed: int = 0  # a tiny model's init
-    tokenizer: str | None = None  # default: the model folder's; the built-in one with ``tiny``
-    reviews: Path | None = None  # also split eligible tokens into kept (A \ E) and excluded (E)
-    defect_scope: str = MasksOptions.defect_scope
-    context: str = MasksOptions.context  # as-sent | render: the context each turn is scored under, as masks compiles it
-    ctx: int = MasksOptions.ctx
-    limit: int | None = None  # the first N records of each pool
-    positive_only: bool = False
-    device: str = "cpu"  # cpu | cuda | cuda:N
-    bf16: bool = False
-    attn: str = TrainOptions.attn
-    chunk: int = TrainOptions.chunk  # eligible positions per LM-head chunk
-    preserve_thinking: bool = MasksOptions.preserve_thinking
-    bootstrap: int = BOOTSTRAP_SAMPLES
-    workers: int = 1  # CPU worker processes, each loading the model once
-    ray: str | None = None
-    batch: int = BATCH  # trajectories per work unit with workers or Ray
+    out: Path = option(
+        help="Folder for nll.json, nll.md, nll.png and the score cache nll-scores.jsonl.", flags=("--out", "-o"), metavar="DIR",
+        front="cli", why="the pipeline writes each model's scores under analyze/MODEL/",
+    )  # fmt: skip
+    pools: list[NamedPool] = option(  # the first is the baseline of the differences
+        help=POOL_HELP, factory=list, flags=("--pool", "-p"), metavar="NAME=PATH", front="cli", why=PIPELINE_MODELS
+    )
+    reviews: Path | None = option(
+        None, "reviews.jsonl (relearn review): also split each pool's eligible tokens into kept (A \\ E) and excluded (E, by category) "
+        "as `relearn masks --mode ross` does; the latest review line of a trajectory is used.",
+        flags=("--reviews", "-r"), front="cli", why="the pipeline splits by its own review stage's reviews.jsonl",
+    )  # fmt: skip
+    defect_scope: DefectScope = option(
+        MasksOptions.defect_scope, "With --reviews: action (a defect in a tool call excludes the whole call, as `relearn masks` does "
+        "by default) | minimal (only the quoted text).", front="cli", why=AS_MASKS,
+    )  # fmt: skip
+    context: Context = option(
+        MasksOptions.context, "as-sent: a trajectory whose render departs from what the model saw (its recorded prompt ids disagree, "
+        "or the harness never sent reasoning back) is scored one turn at a time under the context it was sent, as `relearn masks` "
+        "compiles it | render: every turn under the template's render of the history.", front="cli", why=AS_MASKS,
+    )  # fmt: skip
+    model: str | None = option(
+        None, "Model folder: any Hugging Face causal LM (the current policy, say).", metavar="DIR", front="cli", why=PIPELINE_MODELS
+    )
+    tiny: Literal["qwen3", "qwen3-moe", "qwen3.5-moe"] | None = option(
+        None, "Tiny random model instead of --model (tests).", front="cli", why=PIPELINE_MODELS
+    )
+    seed: int = option(0, "Seed of a --tiny model's init.", front="cli", why=PIPELINE_MODELS)
+    tokenizer: str | None = option(
+        None, "`qwen3.6` (built in, offline) or a tokenizer folder (default: the --model folder's; qwen3.6 with --tiny).",
+        metavar="NAME|DIR", front="cli", why=AS_MASKS,
+    )  # fmt: skip
+    ctx: int = option(
+        MasksOptions.ctx, "Longest trajectory in tokens; longer ones are skipped and counted, never cut.", ge=2, metavar="TOKENS",
+        front="cli", why=AS_MASKS,
+    )  # fmt: skip
+    limit: int | None = option(None, "Read at most the first N records of each pool.", ge=1)
+    positive_only: bool = option(
+        False, "Score only verified-positive trajectories (what SFT would train on).", flag_only=True,
+        front="cli", why="the pipeline scores what its variants trained on: verified-positive trajectories only",
+    )  # fmt: skip
+    device: str = option("cpu", "cpu | cuda | cuda:N.", metavar="DEVICE")
+    bf16: bool = option(False, "Run the model in bf16 (the softmax stays fp32).", flag_only=True)
+    attn: Literal["sdpa", "flash_attention_2", "eager"] = option(TrainOptions.attn, "Attention implementation.")
+    chunk: int = option(TrainOptions.chunk, "Eligible positions per LM-head chunk (memory ~ chunk x vocab x 4 bytes).", ge=1)
+    preserve_thinking: bool = option(
+        MasksOptions.preserve_thinking, "Keep reasoning on every turn (Qwen3.6's preserve_thinking), as `relearn masks` does.",
+        front="cli", why=AS_MASKS,
+    )  # fmt: skip
+    bootstrap: int = option(BOOTSTRAP_SAMPLES, "Bootstrap resamples for the 95% intervals.", ge=100)
+    progress: bool = option(True, "Show the progress bar.", front="cli", why="the pipeline draws its own progress")
+    workers: int = option(
+        1, "Worker processes scoring on CPU at once (each loads the model once; batches of trajectories are their work units). "
+        "1: score here.", ge=1,
+    )  # fmt: skip
+    ray: str | None = same_as(ContainerOptions, "ray")
+    batch: int = option(
+        BATCH, "With --workers or --ray: trajectories per work unit (larger: less overhead per unit; smaller: spread over more "
+        "workers).", ge=1,
+    )  # fmt: skip
     chart: bool = True  # also draw nll.png
 
     @property
@@ -80,12 +124,8 @@ def check_options(options: NllOptions) -> None:
         raise OpError(f"--model {options.model}: no such folder")
     if options.reviews is not None and not options.reviews.is_file():
         raise OpError(f"--reviews {options.reviews}: no such file")
-    if options.defect_scope not in DEFECT_SCOPES:
-        raise OpError(f"--defect-scope must be one of {', '.join(DEFECT_SCOPES)}, not {options.defect_scope!r}")
-    if options.context not in CONTEXTS:
-        raise OpError(f"--context must be one of {', '.join(CONTEXTS)}, not {options.context!r}")
-    if options.ctx < 2 or options.workers < 1 or options.batch < 1 or options.chunk < 1:
-        raise OpError("--ctx must be at least 2, and --workers, --batch and --chunk at least 1")
+    if options.ctx < 2:  # the pipeline scores at [masks].ctx, which may be 1
+        raise OpError(f"--ctx {options.ctx}: must be at least 2")
     if not options.pools:
         raise OpError("give at least one --pool NAME=PATH")
     for pool in options.pools:
@@ -128,22 +168,6 @@ def model_spec(options: NllOptions) -> ModelSpec:
     return ModelSpec(options.model, options.tiny, options.seed, options.tokenizer_name, options.attn, options.bf16, device, options.chunk)
 
 
-@contextmanager
-def scoring_backend(options: NllOptions) -> Iterator[Backend | None]:
-    """The Ray cluster's backend (a GPU per unit with --device cuda), CPU worker processes, or
-    None (score here), closed after."""
-    needs = Needs(gpus=1) if options.device.startswith("cuda") else Needs(cpus=1)
-    with open_backend(options.ray, needs) as backend:
-        if backend is not None or options.workers == 1:
-            yield backend
-            return
-        local = LocalBackend(options.workers, processes=True, threads_per_process=max(1, (os.cpu_count() or 1) // options.workers))
-        try:
-            yield local
-        finally:
-            local.close()
-
-
 def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
     """Score every pool under one model, write ``out/nll.json`` and ``out/nll.md`` (and
     ``nll.png``); a rerun takes what the score cache holds. Raises ``OpError`` for unusable
@@ -156,8 +180,10 @@ def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
     reviews = load_reviews(options.reviews, review_problems) if options.reviews is not None else None
     settings = nll_settings(options)
     total = sum(count_records(p.path, options.limit) for p in options.pools)
+    needs = Needs(gpus=1) if options.device.startswith("cuda") else Needs(cpus=1)  # on Ray, a GPU per unit with --device cuda
+    threads = max(1, (os.cpu_count() or 1) // options.workers)  # the CPU worker processes share this machine's cores
     try:
-        with scoring_backend(options) as backend, stage(reporter, "scoring NLL", total):
+        with process_backend(options.ray, needs, options.workers, threads) as backend, stage(reporter, "scoring NLL", total):
             results = score_pools(
                 options.pools, settings, model_spec(options), options.out, ctx=options.ctx, limit=options.limit,
                 positive_only=options.positive_only, reviews=reviews, on_record=reporter.advance, backend=backend, batch=options.batch,
@@ -182,10 +208,13 @@ def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
 
 @dataclass
 class PasskOptions:
-    pools: list[NamedPool]
-    out: Path  # passk.json, passk.md, passk.png
-    max_k: int | None = None  # default: the fewest attempts any problem of a pool has
-    limit: int | None = None
+    out: Path = option(help="Folder for passk.json, passk.md and passk.png.", flags=("--out", "-o"), metavar="DIR")
+    pools: list[NamedPool] = option(help=POOL_HELP, factory=list, flags=("--pool", "-p"), metavar="NAME=PATH")
+    max_k: int | None = option(
+        None, "Largest k of the curves (default: the fewest attempts any problem of the pool has, so every point averages the same "
+        "problems).", ge=1,
+    )  # fmt: skip
+    limit: int | None = option(None, "Read at most the first N records of each pool.", ge=1)
 
 
 @dataclass

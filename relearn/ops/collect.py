@@ -3,40 +3,54 @@ and re-executing recorded tool calls (``relearn replay``)."""
 
 from __future__ import annotations
 
+import typing
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from envs.executor import ClusterError, Needs
+from harness.tools.apply_patch import Semantics
 from records.pools import RecordError, read_trajectories_lenient
-from relearn.ops.containers import ContainerOptions, container_session, load_task_list, node_counts
+from relearn.ops.containers import ContainerOptions, container_session, load_task_list, node_counts, tasks_option
 from relearn.ops.outputs import POOL, check_jsonl_output, check_run_dir
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import nested, option
 
 if TYPE_CHECKING:
+    from harness.budget import Budget
     from harness.codex_cli.config import CodexCliConfig
     from harness.collect import CollectSummary
+    from harness.policies.base import PolicySpec
     from harness.replay import ReplayReport
 
-AGENTS = ("builtin", "codex-cli")
+Agent = Literal["builtin", "codex-cli"]
+AGENTS = typing.get_args(Agent)
 PASS_AT = (1, 2, 5, 10)
 
 
 @dataclass
 class AgentOptions:
-    """Who acts in the container: ``builtin`` (our Codex-style loop, any ``policy`` protocol)
-    or ``codex-cli`` (the real Codex CLI, Responses API only), the builtin tool set's
-    ``apply_patch`` semantics (codex | strict), codex-cli's ``reasoning_effort``, and whether the
-    server is asked for the sampled token ids (vLLM's ``return_token_ids`` for chat,
-    ``enable_response_messages`` for responses; servers that refuse unknown fields, such as
-    api.openai.com, answer 400 to either)."""
+    """Who acts in the container, with which tools, and what it asks the endpoint for
+    (``relearn collect`` and ``relearn eval run``)."""
 
-    agent: str = "builtin"
-    policy: str | None = None  # endpoint protocol: chat (the builtin default) | responses | anthropic
-    apply_patch: str = "codex"
-    reasoning_effort: str | None = "medium"
-    token_ids: bool | None = None  # None: asked by the builtin agent, not by codex-cli
+    agent: Agent = option(
+        "builtin",
+        "builtin: our Codex-style loop | codex-cli: the real Codex CLI in the container, talking to the endpoint through the relearn gateway (needs a Responses endpoint).",
+    )
+    policy: Literal["chat", "responses", "anthropic"] | None = option(
+        None,
+        "Endpoint protocol: chat (OpenAI-compatible, vLLM/SGLang; the builtin default), responses (codex-cli's only one) or anthropic.",
+    )
+    apply_patch: Semantics = option(
+        "codex",
+        "The builtin tool set's apply_patch semantics: codex (Codex's own: an added file or a move overwrites what is there, and a failing operation keeps the ones before it) or strict (refuse those overwrites, and change nothing when any operation fails). Recorded with every episode; runs that differ are not compared.",
+    )
+    reasoning_effort: str | None = option("medium", "codex-cli: model_reasoning_effort (low | medium | high | xhigh).", metavar="LEVEL")
+    token_ids: bool | None = option(
+        None,
+        "Ask the server for the sampled token ids (vLLM: return_token_ids for chat, enable_response_messages for responses), which relearn masks trains on. Default: asked by the builtin agent, not by codex-cli. --no-token-ids for servers that refuse fields they do not know, such as api.openai.com.",
+    )
 
     def request_token_ids(self) -> bool:
         return self.token_ids if self.token_ids is not None else self.agent == "builtin"
@@ -63,27 +77,64 @@ class AgentOptions:
 
 
 @dataclass
+class EndpointOptions:
+    """The policy's endpoint, what each call asks of it and what it costs (``relearn collect``
+    and ``relearn eval run``; the pipeline's eval serves its model itself and takes only
+    ``temperature`` of these)."""
+
+    base_url: str | None = option(None, "Endpoint URL, e.g. http://localhost:8000/v1.", metavar="URL")
+    api_key_env: str | None = option(
+        None, "Environment variable holding the API key (default: OPENAI_API_KEY, or ANTHROPIC_API_KEY for anthropic).", metavar="NAME"
+    )
+    temperature: float | None = option(None, "Sampling temperature.")
+    max_output_tokens: int | None = option(None, "Per-call output token limit.", ge=1)
+    price_in: float = option(0.0, "USD per million input tokens.", ge=0)
+    price_out: float = option(0.0, "USD per million output tokens.", ge=0)
+    checkpoint: str | None = option(None, "Checkpoint the endpoint serves (stamped on every trajectory).", metavar="NAME")
+
+    def spec(self, model: str, protocol: str, agent: AgentOptions, step: int | None = None) -> PolicySpec:
+        """The policy client's spec: ``protocol`` as ``agent.resolve()`` chose it, ``step`` the checkpoint's training step."""
+        from harness.policies.base import PolicySpec
+
+        sampling = {k: v for k, v in (("temperature", self.temperature), ("max_tokens", self.max_output_tokens)) if v is not None}
+        return PolicySpec(
+            kind=protocol,  # type: ignore[arg-type]
+            model=model, base_url=self.base_url, api_key_env=self.api_key_env, sampling=sampling, price_in_per_mtok=self.price_in,
+            price_out_per_mtok=self.price_out, checkpoint=self.checkpoint, step=step, request_token_ids=agent.request_token_ids(),
+        )  # fmt: skip
+
+
+@dataclass
+class BudgetOptions:
+    """What one episode may spend (``harness.budget.Budget``); an eval instance is one episode."""
+
+    max_turns: int | None = option(50, "Budget: model calls per episode.")
+    max_tokens: int | None = option(None, "Budget: input+output tokens per episode.")
+    max_seconds: float | None = option(None, "Budget: wall-clock seconds per episode.")
+    max_cost: float | None = option(None, "Budget: USD per episode.", gt=0)
+
+    def as_budget(self) -> Budget:
+        from harness.budget import Budget
+
+        return Budget(max_turns=self.max_turns, max_tokens=self.max_tokens, max_seconds=self.max_seconds, max_cost_usd=self.max_cost)
+
+
+@dataclass
 class CollectOptions:
-    out: Path  # trajectories.jsonl, episodes/, verify-logs/
-    model: str
-    tasks: str = "mini"
-    ids: list[str] | None = None
-    agent: AgentOptions = field(default_factory=AgentOptions)
-    base_url: str | None = None
-    api_key_env: str | None = None
-    checkpoint: str | None = None
-    step: int | None = None
-    temperature: float | None = None
-    max_output_tokens: int | None = None  # per model call
-    attempts: int = 1
-    workers: int = 1
-    max_turns: int | None = 50
-    max_tokens: int | None = None
-    max_seconds: float | None = None
-    max_cost: float | None = None  # USD per episode
-    price_in: float = 0.0  # USD per million input tokens
-    price_out: float = 0.0
-    containers: ContainerOptions = field(default_factory=ContainerOptions)
+    out: Path = option(
+        help="Output folder: trajectories.jsonl, episodes/, verify-logs/.", flags=("--out",), metavar="DIR",
+        front="cli", why="the pipeline names its pool folder",
+    )  # fmt: skip
+    model: str = option(help="Model name the endpoint serves.", metavar="NAME")
+    tasks: str = tasks_option()
+    ids: list[str] | None = option(None, "Only these tasks (repeatable).", flags=("--id",), metavar="ID")
+    agent: AgentOptions = nested(AgentOptions)
+    endpoint: EndpointOptions = nested(EndpointOptions)
+    step: int | None = option(None, "Training step of that checkpoint.")
+    attempts: int = option(1, "Attempts per task.", ge=1)
+    workers: int = option(1, "Episodes at once.", ge=1)
+    budget: BudgetOptions = nested(BudgetOptions)
+    containers: ContainerOptions = nested(ContainerOptions)
 
 
 @dataclass
@@ -104,37 +155,19 @@ class CollectRunSummary:
         return bool(self.collect.errors)
 
 
-def policy_spec(options: CollectOptions, protocol: str) -> Any:
-    from harness.policies.base import PolicySpec
-
-    sampling = {k: v for k, v in (("temperature", options.temperature), ("max_tokens", options.max_output_tokens)) if v is not None}
-    return PolicySpec(
-        kind=protocol,  # type: ignore[arg-type]
-        model=options.model, base_url=options.base_url, api_key_env=options.api_key_env, sampling=sampling,
-        price_in_per_mtok=options.price_in, price_out_per_mtok=options.price_out, checkpoint=options.checkpoint, step=options.step,
-        request_token_ids=options.agent.request_token_ids(),
-    )  # fmt: skip
-
-
 def run_collect(options: CollectOptions, reporter: Reporter = SILENT) -> CollectRunSummary:
     """Every (task, attempt) not yet in the pool, each verified after its episode. Resumable
     by (task, policy, attempt)."""
     # The SDKs and swebench take seconds to import: only the verb that runs loads them.
     from harness.agent import AgentConfig
-    from harness.budget import Budget
     from harness.collect import collect
     from harness.policies.make import make_policy
 
-    if options.attempts < 1 or options.workers < 1:
-        raise OpError("--attempts and --workers: at least 1")
     check_run_dir(options.out, ("trajectories.jsonl", "episodes", "verify-logs", "infra_errors.jsonl"), "relearn collect")
     check_jsonl_output(options.out / "trajectories.jsonl", POOL, flag="--out")
     protocol, codex = options.agent.resolve()
-    spec = policy_spec(options, protocol)
-    budget = Budget(
-        max_turns=options.max_turns, max_tokens=options.max_tokens, max_seconds=options.max_seconds, max_cost_usd=options.max_cost
-    )
-    config = AgentConfig(budget=budget, apply_patch=options.agent.apply_patch)  # type: ignore[arg-type]
+    spec = options.endpoint.spec(options.model, protocol, options.agent, options.step)
+    config = AgentConfig(budget=options.budget.as_budget(), apply_patch=options.agent.apply_patch)  # type: ignore[arg-type]
     with container_session(options.containers, reporter) as session:
         chosen, task_problems = load_task_list(options.tasks, options.ids)
         # The base image only when a task is built from it, or as the codex-cli relay.
@@ -187,11 +220,11 @@ def _summarize(options: CollectOptions, summary: CollectSummary, task_problems: 
 
 @dataclass
 class ReplayOptions:
-    pool: Path
-    tasks: str = "mini"
-    ids: list[str] | None = None  # trajectory ids (default: every trajectory of the pool)
-    verify: bool = True  # grade the replayed final patch
-    containers: ContainerOptions = field(default_factory=ContainerOptions)
+    pool: Path = option(help="Pool of trajectories.", argument=True, metavar="POOL", exists="file")
+    tasks: str = tasks_option()
+    ids: list[str] | None = option(None, "Only these trajectory ids (repeatable).", flags=("--id",), metavar="ID")
+    verify: bool = option(True, "Verify the replayed final patch.")
+    containers: ContainerOptions = nested(ContainerOptions)
 
 
 @dataclass

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envs.docker_backend import DEFAULT_LIMITS, Limits
-from envs.executor import Backend, ClusterError, Needs, RayBackend
-from envs.image_choice import ImageChoice
+from envs.executor import Backend, ClusterError, LocalBackend, Needs, RayBackend
+from envs.image_choice import TEMPLATE_FIELDS, ImageChoice
 from records.pools import RecordError
 from relearn.ops.reporting import SILENT, OpError, Reporter
+from relearn.options import option
 
 if TYPE_CHECKING:
     import docker
@@ -34,6 +35,17 @@ if TYPE_CHECKING:
     from envs.tasks import Task
 
 MINI_SUITE = Path(__file__).resolve().parents[2] / "envs" / "mini_tasks"
+RAY_HELP = (
+    "Run the work units on a Ray cluster: auto joins the cluster `ray start` runs on this machine, HOST:PORT (or ray://HOST:PORT) a remote head, local starts a throwaway one here. "
+    "Container work asks each node for the custom resource docker (start a node with --resources '{\"docker\": N}' to run N containers at once on its engine). "
+    "Only this process writes the output files. Without --ray, everything runs here (--workers)."
+)
+REGISTRY_HELP = (
+    "Where a machine that lacks a task's image pulls it from, instead of building it: image NAME:TAG is pulled as HOST/NAMESPACE/NAME:TAG (a registry host in NAME is dropped) and tagged NAME:TAG there. "
+    "Push the images there first (docker tag NAME:TAG HOST/NS/NAME:TAG; docker push HOST/NS/NAME:TAG). With --ray, every node pulls what it lacks; this machine builds nothing."
+)
+RAY_WHY = "the pipeline's [cluster] address"
+REGISTRY_WHY = "the pipeline's [cluster].registry"
 DEFAULT_MEMORY = f"{DEFAULT_LIMITS.memory_mb // 1024}g"
 
 
@@ -51,19 +63,26 @@ def memory_mb(value: str) -> int:
 
 @dataclass
 class ContainerOptions:
-    """Where a verb's tasks run: ``image_map`` (instance id -> image) wins over
-    ``image_template``, which wins over the task's own image; ``pull`` fetches named images
-    the engine lacks; ``cpus``/``memory`` limit each container; ``ray`` (``auto``, ``local``,
-    HOST:PORT) runs the units on a Ray cluster; ``registry`` (HOST[/NS]) is where whoever runs
-    a unit pulls an image it lacks, so nothing is built here."""
+    """Where a verb's tasks run: the image of each (``image_map`` wins over ``image_template``,
+    which wins over the task's own), each container's limits, and the machines that run them."""
 
-    image_map: Path | None = None
-    image_template: str | None = None
-    pull: bool = False
-    cpus: float = DEFAULT_LIMITS.cpus
-    memory: str = DEFAULT_MEMORY
-    ray: str | None = None
-    registry: str | None = None
+    image_map: Path | None = option(
+        None, "Instance id -> image: a JSON object, JSONL rows {instance_id, image}, or lines `INSTANCE_ID IMAGE`. Wins over --image-template and the row's image column.",
+        exists="file",
+    )  # fmt: skip
+    image_template: str | None = option(
+        None, "Image name for every task the map does not name, e.g. a registry's address, a slash and `sweb.eval.{arch}.{instance_key}:{tag}`. Placeholders: "
+        + "; ".join("{" + name + "} " + what for name, what in TEMPLATE_FIELDS.items()),
+        metavar="TEMPLATE",
+    )  # fmt: skip
+    pull: bool = option(
+        False, "Pull images that are not on the engine from their registry (progress, retries; errors name the image and the registry's answer).",
+        flag_only=True,
+    )  # fmt: skip
+    cpus: float = option(DEFAULT_LIMITS.cpus, "CPUs per container (recorded in each verdict).", gt=0)
+    memory: str = option(DEFAULT_MEMORY, "Memory per container, e.g. 4g, 4096m, or MiB (recorded in each verdict).", metavar="SIZE")
+    ray: str | None = option(None, RAY_HELP, metavar="ADDRESS", front="cli", why=RAY_WHY)
+    registry: str | None = option(None, REGISTRY_HELP, metavar="HOST[/NAMESPACE]", front="cli", why=REGISTRY_WHY)
 
     def choice(self) -> ImageChoice:
         try:
@@ -81,8 +100,14 @@ class ContainerOptions:
         """Every option usable, before any engine or cluster is touched."""
         self.choice()
         self.limits()
-        if self.cpus <= 0:
-            raise OpError(f"--cpus {self.cpus}: must be above 0")
+
+
+def tasks_option() -> Any:
+    """A container verb's ``--tasks``; the pipeline runs its file's top-level ``tasks``."""
+    return option(
+        "mini", "Task file (.jsonl/.json/.parquet), task folder(s), or `mini` for the bundled suite.",
+        flags=("--tasks", "-t"), metavar="TASKS", front="cli", why="the pipeline file's top-level tasks",
+    )  # fmt: skip
 
 
 def tasks_source(value: str) -> Path:
@@ -164,47 +189,26 @@ def open_backend(address: str | None, needs: Needs) -> Iterator[Backend | None]:
         backend.close()
 
 
+@contextmanager
+def process_backend(address: str | None, needs: Needs, workers: int, threads_per_process: int = 1) -> Iterator[Backend | None]:
+    """``open_backend``'s cluster backend with an address; else ``workers`` local worker
+    processes, or None for one (the work runs here); closed after."""
+    with open_backend(address, needs) as backend:
+        if backend is not None or workers == 1:
+            yield backend
+            return
+        local = LocalBackend(workers, processes=True, threads_per_process=threads_per_process)
+        try:
+            yield local
+        finally:
+            local.close()
+
+
 def node_counts(backend: Backend | None) -> dict[str, int]:
     """Units finished so far by node, for a progress bar's fields while the units run on a
     cluster (``RayBackend.per_node`` is rebound, never mutated: a snapshot); empty here."""
     per_node = getattr(backend, "per_node", None) or {}
     return {f"node {node[:8]}:": count for node, count in sorted(per_node.items())}
-
-
-def prepare_tasks(
-    client: docker.DockerClient,
-    tasks: list[Task],
-    choice: ImageChoice,
-    *,
-    pull: bool,
-    need_base: bool,
-    registry: str | None = None,
-    reporter: Reporter = SILENT,
-) -> Prepared:
-    """A verb's images before its units run: ``tasks`` routed by ``choice``; without a
-    registry, what is missing pulled (``pull``, a progress bar per image) and the base built
-    when a task (or ``need_base``: the codex-cli relay) needs it; with one, only routed:
-    whoever runs a unit pulls its image from there. ``problems`` says what failed."""
-    from envs.images import prepare_images
-
-    pulling: dict[str, int] = {}
-
-    def on_pull(state: Any) -> None:
-        if state.image not in pulling:
-            reporter.begin(f"pulling {state.image}", state.total or None)
-            pulling[state.image] = 0
-        reporter.advance(state.current - pulling[state.image])
-        pulling[state.image] = state.current
-
-    try:
-        return prepare_images(
-            client, tasks, choice, pull=pull, need_base=need_base, log=reporter.note, on_pull_progress=on_pull, registry=registry
-        )
-    except (RuntimeError, ValueError) as exc:
-        raise OpError(str(exc)) from None
-    finally:
-        if pulling:
-            reporter.end()
 
 
 @dataclass
@@ -217,9 +221,32 @@ class ContainerSession:
     orphans: list[str] = field(default_factory=list)
 
     def prepare(self, tasks: list[Task], *, need_base: bool) -> Prepared:
-        """``prepare_tasks`` with this run's options."""
-        o = self.options
-        return prepare_tasks(self.client, tasks, o.choice(), pull=o.pull, need_base=need_base, registry=o.registry, reporter=self.reporter)
+        """A verb's images before its units run: ``tasks`` routed by the options' image choice;
+        without a registry, what is missing pulled (``pull``, a progress bar per image) and the
+        base built when a task (or ``need_base``: the codex-cli relay) needs it; with one, only
+        routed: whoever runs a unit pulls its image from there. ``problems`` says what failed."""
+        from envs.images import prepare_images
+
+        o, reporter = self.options, self.reporter
+        pulling: dict[str, int] = {}
+
+        def on_pull(state: Any) -> None:
+            if state.image not in pulling:
+                reporter.begin(f"pulling {state.image}", state.total or None)
+                pulling[state.image] = 0
+            reporter.advance(state.current - pulling[state.image])
+            pulling[state.image] = state.current
+
+        try:
+            return prepare_images(
+                self.client, tasks, o.choice(), pull=o.pull, need_base=need_base, log=reporter.note, on_pull_progress=on_pull,
+                registry=o.registry,
+            )  # fmt: skip
+        except (RuntimeError, ValueError) as exc:
+            raise OpError(str(exc)) from None
+        finally:
+            if pulling:
+                reporter.end()
 
     def backend(self, needs: Needs) -> Any:
         """``open_backend`` for this run's ``ray`` address."""

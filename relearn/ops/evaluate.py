@@ -3,45 +3,64 @@ a fixed budget, each graded in a fresh container, then the run's report (``eval.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envs.executor import Needs
-from relearn.ops.collect import AgentOptions
+from relearn.ops.collect import AgentOptions, BudgetOptions, EndpointOptions
 from relearn.ops.containers import ContainerOptions, container_session, node_counts
 from relearn.ops.outputs import check_run_dir
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import nested, option
 
 if TYPE_CHECKING:
     from harness.collect import CollectSummary
 
 
+# The pipeline evaluates the models it serves itself, on this machine, at no cost.
+SERVED = "the pipeline serves the model it evaluates: it names it, its endpoint and its output limit ([eval].max_new_tokens), at no price"
+# The endpoint's and the budget's options that [eval] leaves out, each for that reason.
+SERVED_ENDPOINT = dict.fromkeys(("base_url", "api_key_env", "checkpoint", "max_output_tokens", "price_in", "price_out", "max_cost"), SERVED)
+
+
 @dataclass
 class EvalOptions:
-    out: Path  # the run folder: created, or resumed when it holds the same run
-    model: str
-    dataset: str = "mini"  # mini, a local .parquet/.jsonl/.json, or a Hugging Face dataset name
-    agent: AgentOptions = field(default_factory=AgentOptions)
-    base_url: str | None = None
-    api_key_env: str | None = None
-    checkpoint: str | None = None
-    ids: list[str] | None = None
-    repos: list[str] | None = None
-    difficulties: list[str] | None = None
-    slice: str | None = None  # start:stop over the selected instances
-    temperature: float | None = None
-    max_output_tokens: int | None = None
-    seed: int | None = None
-    workers: int = 1
-    max_turns: int | None = 50
-    max_tokens: int | None = None
-    max_seconds: float | None = None
-    max_cost: float | None = None  # USD per instance
-    spend_cap: float | None = None  # USD for the run: no instance starts once it is spent
-    price_in: float = 0.0
-    price_out: float = 0.0
-    containers: ContainerOptions = field(default_factory=ContainerOptions)
+    out: Path = option(
+        help="Run folder (created, or resumed when it holds the same run).", flags=("--out",), metavar="DIR",
+        front="cli", why="the pipeline names each model's run folder",
+    )  # fmt: skip
+    model: str = option(help="Model name the endpoint serves.", metavar="NAME", front="cli", why=SERVED)
+    dataset: str = option(
+        "mini", "`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name.",
+        metavar="DATASET",
+    )  # fmt: skip
+    agent: AgentOptions = nested(AgentOptions)
+    endpoint: EndpointOptions = nested(EndpointOptions)
+    ids: list[str] | None = option(None, "Only these instances (repeatable).", flags=("--id",), metavar="ID")
+    repos: list[str] | None = option(None, "Only these repositories (repeatable).", flags=("--repo",), metavar="REPO")
+    difficulties: list[str] | None = option(None, "Only these difficulty labels (repeatable).", flags=("--difficulty",), metavar="LABEL")
+    slice: str | None = option(None, "start:stop over the selected instances.", metavar="START:STOP")
+    seed: int | None = option(None, "Sampling seed, sent to the endpoint and recorded.")
+    workers: int = option(1, "Instances at once.", ge=1)
+    budget: BudgetOptions = nested(BudgetOptions)
+    spend_cap: float | None = option(None, "Stop starting instances once the run has spent this many USD.", gt=0)
+    containers: ContainerOptions = nested(ContainerOptions)
+
+
+@dataclass
+class ReportOptions:
+    run_dir: Path = option(help="A run folder.", argument=True, metavar="RUN")
+
+
+@dataclass
+class CompareOptions:
+    runs: list[Path] = option(help="Run folders; the first is the baseline.", argument=True, metavar="RUN")
+    output: Path = option(Path("compare"), "Folder for compare.md, compare.json and compare.png.", flags=("-o", "--output"), metavar="DIR")
+    names: list[str] | None = option(
+        None, "Display names, one per run (e.g. Upstream, Positive SFT, ROSS).", flags=("--name",), metavar="NAME"
+    )
 
 
 @dataclass
@@ -62,24 +81,13 @@ def run_evaluation(options: EvalOptions, reporter: Reporter = SILENT) -> EvalSum
     from eval.dataset import Selection
     from eval.report import write_report
     from eval.run import ManifestMismatch, RunConfig, run_eval
-    from harness.budget import Budget
-    from harness.policies.base import PolicySpec
 
-    if options.workers < 1:
-        raise OpError(f"--workers {options.workers}: at least 1")
     check_run_dir(options.out, ("manifest.json",), "relearn eval run")
     protocol, codex = options.agent.resolve()
-    sampling = {k: v for k, v in (("temperature", options.temperature), ("max_tokens", options.max_output_tokens)) if v is not None}
-    spec = PolicySpec(
-        kind=protocol,  # type: ignore[arg-type]
-        model=options.model, base_url=options.base_url, api_key_env=options.api_key_env, sampling=sampling,
-        price_in_per_mtok=options.price_in, price_out_per_mtok=options.price_out, checkpoint=options.checkpoint,
-        request_token_ids=options.agent.request_token_ids(),
-    )  # fmt: skip
+    spec = options.endpoint.spec(options.model, protocol, options.agent)
     c = options.containers
     config = RunConfig(
-        dataset=options.dataset, spec=spec,
-        budget=Budget(max_turns=options.max_turns, max_tokens=options.max_tokens, max_seconds=options.max_seconds, max_cost_usd=options.max_cost),
+        dataset=options.dataset, spec=spec, budget=options.budget.as_budget(),
         selection=Selection(tuple(options.ids or ()), tuple(options.repos or ()), tuple(options.difficulties or ()), options.slice),
         seed=options.seed, workers=options.workers, spend_cap_usd=options.spend_cap, codex=codex, apply_patch=options.agent.apply_patch,  # type: ignore[arg-type]
         images=c.choice(), pull=c.pull, limits=c.limits(), registry=c.registry,
@@ -100,3 +108,33 @@ def run_evaluation(options: EvalOptions, reporter: Reporter = SILENT) -> EvalSum
         except (ManifestMismatch, ValueError, RuntimeError) as exc:  # ClusterError among them
             raise OpError(str(exc)) from None
     return EvalSummary(options.out, summary, selected, write_report(options.out))
+
+
+def run_report(options: ReportOptions, reporter: Reporter = SILENT) -> dict[str, Any]:
+    """Write a run folder's report.json and report.md (``eval.report``); the report back."""
+    from eval.report import write_report
+
+    try:
+        return write_report(options.run_dir)
+    except FileNotFoundError as exc:
+        raise OpError(str(exc)) from None
+
+
+def run_compare(options: CompareOptions, reporter: Reporter = SILENT) -> str:
+    """Write compare.json, compare.md and compare.png of the runs side by side; the markdown back.
+    OpError when their scaffold, budget or instances differ."""
+    from eval.report import NotComparable, compare, compare_chart, compare_markdown
+
+    labels = options.names or [path.name for path in options.runs]
+    if len(labels) != len(options.runs):
+        raise OpError("give one --name per run")
+    try:
+        result = compare(list(zip(labels, options.runs, strict=True)))
+    except (NotComparable, FileNotFoundError) as exc:
+        raise OpError(str(exc)) from None
+    options.output.mkdir(parents=True, exist_ok=True)
+    markdown = compare_markdown(result)
+    (options.output / "compare.json").write_text(json.dumps(result, indent=1))
+    (options.output / "compare.md").write_text(markdown)
+    compare_chart(result, options.output / "compare.png")
+    return markdown

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 from harness.exporters import chat as chat_export
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
+from harness.import_run import ChatPreset
 from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
 from relearn.ops.outputs import (
     CHAT_ROWS,
@@ -29,6 +30,7 @@ from relearn.ops.outputs import (
     prepare_parent,
 )
 from relearn.ops.reporting import SILENT, OpError, Reporter, check_writable, stage
+from relearn.options import option
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -39,16 +41,24 @@ if TYPE_CHECKING:
 PoolFormat = Literal["atif", "hf", "chat"]
 POOL_FORMATS: tuple[str, ...] = get_args(PoolFormat)
 CHAT_PRESETS = chat_export.PRESETS
+# relearn.export.trainers.FORMATS, named here without loading the exporters (numpy, pyarrow).
+Trainer = Literal["trl", "axolotl", "verl", "llamafactory", "hf"]
 
 
 @dataclass
 class PoolExportOptions:
     """``relearn export atif|hf|chat POOL... -o OUTPUT``."""
 
-    pools: list[Path]
-    output: Path  # atif: a folder (one <id>.trajectory.json each); hf, chat: one file
-    format: PoolFormat
-    preset: str | None = None  # chat only: the rows of a published set (CHAT_PRESETS); None: the generic OpenAI form
+    pools: list[Path] = option(help="Pool files (.jsonl or .jsonl.zst).", argument=True, metavar="POOL")
+    output: Path = option(
+        help="atif: a directory (one <id>.trajectory.json each); hf: a .jsonl file; chat: a .jsonl, .jsonl.zst or .parquet file.",
+        flags=("-o", "--output"),
+    )  # fmt: skip
+    format: PoolFormat = "hf"  # the verb's name (`relearn export atif`), not a flag of it
+    preset: ChatPreset | None = option(
+        None, "Rows in the shape of a published set (what `relearn import chat --preset` reads); default: the generic OpenAI form.",
+        metavar=f"[{'|'.join(ChatPreset)}]",
+    )  # fmt: skip
 
 
 @dataclass
@@ -122,12 +132,18 @@ def _write_atif(trajectories: Iterator[Trajectory], folder: Path) -> int:
 class DatasetExportOptions:
     """``relearn export dataset DATASET_DIR --for TRAINER -o OUTPUT``."""
 
-    dataset: Path  # a folder `relearn masks` wrote
-    trainer: str  # one of relearn.export.trainers.FORMATS
-    output: Path  # a folder; it appears whole or not at all
-    tokenizer: str | None = None  # refused unless it is the one the dataset was compiled with
-    rows_per_file: int = 10_000
-    overwrite: bool = False
+    dataset: Path = option(
+        help="A folder `relearn masks` wrote (shard-*.parquet, stats.json); any of the three contrasts.", argument=True,
+        metavar="DATASET_DIR",
+    )  # fmt: skip
+    trainer: Trainer = option(help="The trainer whose format to write.", flags=("--for",))
+    output: Path = option(help="Folder to write (it appears whole or not at all).", flags=("-o", "--output"), metavar="DIR")
+    tokenizer: str | None = option(
+        None, "The tokenizer your trainer will load (`qwen3.6` or a folder): refused unless its vocabulary and chat template are the "
+        "ones the dataset was compiled with.",
+    )  # fmt: skip
+    rows_per_file: int = option(10_000, "Rows per Parquet file.", ge=1)
+    overwrite: bool = option(False, "Replace OUTPUT if it exists.")
 
 
 @dataclass
@@ -151,10 +167,8 @@ class DatasetExportSummary:
 
 def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILENT) -> DatasetExportSummary:
     from relearn.export.source import ExportError, open_dataset
-    from relearn.export.trainers import FORMATS, export_dataset
+    from relearn.export.trainers import export_dataset  # refuses a trainer it has no format for
 
-    if options.trainer not in FORMATS:
-        raise OpError(f"--for {options.trainer!r}: expected one of {', '.join(FORMATS)}")
     if options.rows_per_file < 1:
         raise OpError(f"rows per file {options.rows_per_file}: at least 1")
     check_export_dir(options.output, overwrite=options.overwrite)
@@ -179,9 +193,9 @@ def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILEN
 class MasksExportOptions:
     """``relearn export masks DATASET_DIR -o OUTPUT``."""
 
-    dataset: Path  # a folder `relearn masks` wrote
-    output: Path  # JSONL (.jsonl or .jsonl.zst)
-    tokenizer: str | None = None  # None: the one the dataset records; refused unless it is that one
+    dataset: Path = option(help="A folder `relearn masks` wrote.", argument=True, metavar="DATASET_DIR")
+    output: Path = option(help="JSONL file (.jsonl or .jsonl.zst).", flags=("-o", "--output"), metavar="FILE")
+    tokenizer: str | None = option(None, "Tokenizer to decode with (default: the one the dataset records); refused unless it is that one.")
 
 
 @dataclass

@@ -11,14 +11,15 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from envs.executor import Needs
 from records.pools import iter_lines
 from records.review import Review, latest_reviews
-from relearn.ops.containers import open_backend
+from relearn.ops.containers import ContainerOptions, open_backend
 from relearn.ops.outputs import REVIEWS, check_jsonl_output, empty_pool, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import nested, option, same_as
 from review.reading import DEFAULT_JUDGE_CONTEXT
 
 if TYPE_CHECKING:
@@ -26,22 +27,41 @@ if TYPE_CHECKING:
     from review.judges import Judge, Ledger
     from review.run import ReviewSummary as PoolReview
 
+JudgeBackend = Literal["anthropic", "chat", "responses"]
+PIPELINE_PATHS = "the pipeline names it: the work folder's verified pool and reviews.jsonl"
+
 
 @dataclass
 class JudgeOptions:
     """Who reviews and at what price (``relearn review`` and ``relearn review bench``)."""
 
-    judge1: str | None = None  # None (and no judge2): the offline heuristic reviewer
-    judge2: str | None = None  # default: judge 1's model
-    backend: str = "anthropic"  # anthropic | chat | responses
-    base_url: str | None = None
-    judge2_base_url: str | None = None
-    api_key_env: str | None = None
-    price_in: float | None = None  # USD per million tokens, over the pricing table's
-    price_out: float | None = None
-    price_cached_in: float | None = None
-    prices: Path | None = None  # a TOML pricing table laid over the shipped one
-    context: int = DEFAULT_JUDGE_CONTEXT  # tokens of prompt a judge reads at most
+    judge1: str | None = option(
+        None, "Model of judge 1 (confirms errors). Omit both judges for the offline heuristic reviewer.", metavar="MODEL"
+    )
+    judge2: str | None = option(None, "Model of judge 2 (localizes them); defaults to judge 1's.", metavar="MODEL")
+    backend: JudgeBackend = option("anthropic", "anthropic | chat (any OpenAI-compatible server) | responses.")
+    base_url: str | None = option(None, "Judge endpoint (default: the provider's).", metavar="URL")
+    judge2_base_url: str | None = option(None, "Judge 2 endpoint, when it differs.", metavar="URL")
+    api_key_env: str | None = option(None, "Environment variable holding the API key.", metavar="NAME")
+    price_in: float | None = option(
+        None, "USD per million input tokens (default: the pricing table's price for the judge's model, else 0).", ge=0, metavar="USD"
+    )
+    price_out: float | None = option(None, "USD per million output tokens (default: from the pricing table, else 0).", ge=0, metavar="USD")
+    price_cached_in: float | None = option(
+        None, "USD per million prompt tokens read from the provider's prompt cache (default: from the pricing table, else --price-in).",
+        ge=0, metavar="USD",
+    )  # fmt: skip
+    # The pipeline resolves it against its file's folder.
+    prices: Path | None = option(
+        None, "A TOML pricing table laid over the shipped one (review/prices.toml: [models.NAME] input, output, cache_read, "
+        "cache_write, min_cache_tokens, batch_discount, cache_in_batch; [assumptions]).", metavar="FILE",
+    )  # fmt: skip
+    context: int = option(
+        DEFAULT_JUDGE_CONTEXT, "Tokens of prompt a judge reads at most (counted with tiktoken over the Qwen3.6 ranks). Judge 1 reads "
+        "the whole trajectory; past this, only the middles of the longest tool outputs are elided, and the prompt says so. A "
+        "trajectory whose task and agent text alone exceed it is rejected as too_long_for_judge and counted.",
+        flags=("--judge-context",), table_name="judge_context", ge=1000, metavar="TOKENS",
+    )  # fmt: skip
 
     @property
     def heuristic(self) -> bool:
@@ -50,16 +70,41 @@ class JudgeOptions:
 
 @dataclass
 class ReviewOptions:
-    pool: Path
-    output: Path = Path("reviews.jsonl")  # appended; reviewed trajectories are skipped
-    judges: JudgeOptions = field(default_factory=JudgeOptions)
-    workers: int = 4  # trajectories reviewed at once
-    spend_cap: float | None = None  # USD: no judge call starts once it is spent
-    estimate: bool = False  # send nothing: count and price what the review would send
-    batch: bool = False  # the vendors' batch APIs (half price, answers within 24 h)
-    poll_interval: float = 60.0  # seconds between polls of a batch
-    include_suspicious: bool = False
-    ray: str | None = None
+    pool: Path = option(
+        help="The verified pool to review (.jsonl or .jsonl.zst).", argument=True, metavar="POOL", front="cli", why=PIPELINE_PATHS
+    )
+    output: Path = option(
+        Path("reviews.jsonl"), "Reviews JSONL (appended; reviewed trajectories are skipped).", flags=("-o", "--output"),
+        metavar="FILE", front="cli", why=PIPELINE_PATHS,
+    )  # fmt: skip
+    judges: JudgeOptions = nested(JudgeOptions)
+    workers: int = option(4, "Trajectories reviewed at once.", ge=1)
+    spend_cap: float | None = option(
+        None, "Hard cap in USD: no judge call starts once it is spent.", ge=0, metavar="USD", table_name="spend_cap_usd"
+    )
+    estimate: bool = option(
+        False, "Send nothing: count what the review would send (requests, input and output tokens per judge, with tiktoken) and "
+        "print its cost from the pricing table, plain, with prompt caching, in batch mode, and both.", flag_only=True,
+    )  # fmt: skip
+    batch: bool = option(
+        False, "Send the judges' requests as Anthropic Message Batches or OpenAI Batches (half price, answers within 24 h): judge 1 "
+        "for the whole pool, then judge 2 for what it accepted. Batch ids are kept in OUTPUT.batches.json, so a run killed while "
+        "waiting polls them again instead of paying twice; requests a batch could not answer are sent one by one.", flag_only=True,
+    )  # fmt: skip
+    poll_interval: float = option(60.0, "With --batch: seconds between polls of a batch's status.", gt=0, metavar="SECONDS")
+    include_suspicious: bool = option(
+        False, "Also review successes the verifier found suspicious (by default they are rejected unreviewed, at no cost)."
+    )
+    ray: str | None = same_as(ContainerOptions, "ray")
+
+
+@dataclass
+class AgreeOptions:
+    """``relearn review agree``: two reviews of one pool compared."""
+
+    reference: Path = option(help="The reference reviews.", argument=True, metavar="REFERENCE", exists="file")
+    other: Path = option(help="The reviews compared with them.", argument=True, metavar="OTHER", exists="file")
+    pool: Path = option(help="The pool both reviews cover (for span agreement).", metavar="POOL", exists="file")
 
 
 @dataclass
@@ -92,7 +137,6 @@ class ReviewRunSummary:
     estimate: Estimate | None = None  # with judges, when the prices are known
     run: PoolReview | None = None  # None with ``estimate``: nothing was reviewed
     ledger: Ledger | None = None
-    estimate_problem: str | None = None  # why there is no estimate (an unknown model's price)
     pool: Path = Path()
     records: int = 0  # lines of the pool, readable or not
 
@@ -122,7 +166,7 @@ def make_judges(options: JudgeOptions) -> tuple[tuple[Judge, Judge] | None, Pric
     from review.estimate import PricesError, judge_specs, load_prices
     from review.judges import judge_pair
 
-    if options.backend not in ("anthropic", "chat", "responses"):
+    if options.backend not in get_args(JudgeBackend):
         raise OpError(f"--backend must be anthropic, chat or responses, not {options.backend!r}")
     try:
         table = load_prices(options.prices)
@@ -140,8 +184,6 @@ def check_options(options: ReviewOptions) -> None:
     if not options.pool.is_file():
         raise OpError(f"{options.pool}: no such pool")
     check_jsonl_output(options.output, REVIEWS)
-    if options.workers < 1:
-        raise OpError("--workers must be at least 1")
     if options.ray is not None and options.batch:
         raise OpError("--batch and --ray do not go together: the batches are one account, submit them from one machine")
     if options.judges.heuristic:
@@ -182,7 +224,6 @@ def run_review(
         except OpError as exc:
             if options.estimate:
                 raise
-            summary.estimate_problem = str(exc)
             reporter.note(f"no cost estimate: {exc}")
         if summary.estimate is not None and on_estimate is not None:
             on_estimate(summary.estimate)

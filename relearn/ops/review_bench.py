@@ -23,6 +23,7 @@ from records.pools import JsonlWriter, RecordError, iter_lines, write_atomic, wr
 from records.review import Review, iter_reviews
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.ops.review import JudgeOptions, ReviewOptions, make_judges
+from relearn.options import nested, option, same_as
 from review.bench import SHIPPED
 from review.bench.cases import read_cases
 from review.bench.score import score
@@ -94,12 +95,24 @@ def reviewer_identity(judges: tuple[Judge, Judge] | None) -> dict[str, Any]:
 
 @dataclass
 class BenchOptions:
-    output: Path  # the bench's folder: named on purpose, never defaulted
-    bench: Path | None = None  # a labelled case set; None: the shipped one (review/bench/cases/)
-    judges: JudgeOptions = field(default_factory=JudgeOptions)
-    workers: int = ReviewOptions.workers  # 1 measures each trajectory's seconds and tokens exactly
-    spend_cap: float | None = ReviewOptions.spend_cap
-    include_suspicious: bool = ReviewOptions.include_suspicious
+    # Named on purpose, never defaulted: a rerun into it resumes, and it is refused for another bench.
+    output: Path = option(help="The results folder (bench.json, bench.md, the reviews).", flags=("-o", "--output"), metavar="DIR")
+    bench: Path | None = option(
+        None, "A labelled case set (default: the shipped one in review/bench/cases/).", argument=True, metavar="BENCH"
+    )
+    judges: JudgeOptions = nested(JudgeOptions)
+    workers: int = same_as(ReviewOptions, "workers")  # 1 measures each trajectory's seconds and tokens exactly
+    spend_cap: float | None = same_as(ReviewOptions, "spend_cap")
+    include_suspicious: bool = same_as(ReviewOptions, "include_suspicious")
+
+
+@dataclass
+class LabelOptions:
+    pool: Path = option(help="The pool the reviews cover.", argument=True, metavar="POOL", exists="file")
+    reviews: Path = option(
+        help="Reviews that say what a perfect reviewer would (their gold labels).", argument=True, metavar="REVIEWS", exists="file"
+    )
+    output: Path = option(help="The cases file to write.", flags=("-o", "--output"), metavar="FILE")
 
 
 @dataclass

@@ -12,7 +12,7 @@ one streaming pass over it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -25,33 +25,15 @@ from relearn.ops.importing import import_reporting
 from relearn.ops.outputs import POOL, REVIEWS, check_jsonl_output, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.ops.review import JudgeOptions, ReviewOptions, make_judges
+from relearn.options import nested, option, same_as
 
 if TYPE_CHECKING:
     from review.judges import Ledger
     from review.run import ReviewSummary as PoolReview
 
-__all__ = [
-    "COLUMNS",
-    "FORMATS",
-    "KeepCounts",
-    "SINGLE_TURN_CONTEXT",
-    "SingleTurnFormat",
-    "SingleTurnImportOptions",
-    "SingleTurnReviewOptions",
-    "SingleTurnReviewSummary",
-    "SingleTurnVerifyOptions",
-    "SingleTurnVerifySummary",
-    "count_keep_reviews",
-    "run_single_turn_import",
-    "run_single_turn_review",
-    "run_single_turn_verify",
-]
-
 # The row presets of harness.importers.single_turn, and chat records with one assistant turn.
 SingleTurnFormat = Literal["rows", "verl", "openrlhf", "chat"]
 FORMATS: tuple[str, ...] = get_args(SingleTurnFormat)
-# The columns a row preset's layout can be overridden for (harness.importers.single_turn.SingleTurnOptions).
-COLUMNS = ("prompt", "response", "reward", "step", "task_id", "id", "checkpoint", "token_ids", "logprobs")
 # The token limit of the paper's single-turn relearning (its C.3), the single-turn pipeline's
 # default [masks] and [train] ctx (the agentic default is relearn.masks.compile.CONTEXT_TOKENS).
 SINGLE_TURN_CONTEXT = 32_768
@@ -60,16 +42,58 @@ SINGLE_TURN_CONTEXT = 32_768
 # ---- import -------------------------------------------------------------------------------
 
 
+PIPELINE_NAMES = "the pipeline names it: the work folder's pool, verified pool and reviews"
+FORMAT_HELP = (
+    "Column layout: rows (prompt, response, reward, step, task_id, checkpoint), verl ({step}.jsonl dumps: input, output, score, "
+    "step), openrlhf (prompt, output, reward, global_step), or chat (records of chat messages with one assistant turn; no column "
+    "flags)."
+)
+THINKING_HELP = (
+    "Keep the response whole as visible text, for training in the template's no-thinking form (the default, as the paper's "
+    "single-turn relearning: no-thinking responses, a 32,768-token limit in the pipeline), or --thinking: split a response's "
+    "<think> block into reasoning (the template's thinking form, as sampled; then compile with `relearn masks` without "
+    "--no-thinking)."
+)
+
+
+def _column(help: str) -> Any:
+    return option(None, help, metavar="COLUMN", front="cli", why="the pipeline file names it in [pool.single_turn] columns")
+
+
+@dataclass
+class SingleTurnColumns:
+    """The command line's column flags; the pipeline file writes the same as its ``columns`` table."""
+
+    prompt: str | None = _column("The prompt column (dotted paths reach nested or JSON-text columns).")
+    response: str | None = _column("The response column (reasoning and final answer).")
+    reward: str | None = _column("The column of the reward the RL run logged.")
+    step: str | None = _column("The column of the RL step that sampled the response.")
+    task_id: str | None = _column("The column naming the task (default: a digest of the prompt).")
+    id: str | None = _column("The column of the rollout's own id (default: a content hash).")
+    checkpoint: str | None = _column("The column naming the checkpoint that sampled the response.")
+    token_ids: str | None = _column("The column of the response's sampled token ids.")
+    logprobs: str | None = _column("The column of the sampled tokens' log-probabilities.")
+
+
+# The columns a row preset's layout can be overridden for (harness.importers.single_turn.SingleTurnOptions).
+COLUMNS = tuple(f.name for f in fields(SingleTurnColumns))
+
+
 @dataclass
 class SingleTurnImportOptions:
-    paths: list[Path]  # rollout files (.jsonl, .json, .parquet), or folders walked recursively
-    output: Path  # the pool appended to; a rerun adds nothing already in it
-    format: SingleTurnFormat = "rows"
-    columns: dict[str, str] = field(default_factory=dict)  # COLUMNS over the preset's (row formats only)
-    # False (the paper's single-turn relearning, its C.2: no-thinking responses): the whole
-    # response is visible text, trained in the template's no-thinking form. True splits a
-    # response's <think> block into reasoning (the template's thinking form, as sampled).
-    thinking: bool = False
+    paths: list[Path] = option(
+        help="Rollout files (.jsonl, .json, .parquet), or folders walked recursively; in a pipeline file, relative to it (default there with tasks = \"mini\": the suite's rollouts).",
+        argument=True, metavar="PATH", table_type=list[str] | None,  # kept as written: the stage resolves them
+    )  # fmt: skip
+    output: Path = option(
+        help="Pool to append to (.jsonl or .jsonl.zst).", flags=("-o", "--output"), metavar="FILE", front="cli", why=PIPELINE_NAMES
+    )
+    format: SingleTurnFormat = option("rows", FORMAT_HELP, flags=("--preset",))
+    columns: dict[str, str] = option(
+        factory=dict, help="Columns over the row preset's, by name: " + ", ".join(COLUMNS) + ".", front="pipeline",
+        why="the command line names each column by its own flag (SingleTurnColumns)",
+    )  # fmt: skip
+    thinking: bool = option(False, THINKING_HELP)  # False: the paper's single-turn relearning (its C.2)
 
 
 def _importer(options: SingleTurnImportOptions) -> Any:
@@ -108,9 +132,12 @@ def run_single_turn_import(options: SingleTurnImportOptions, reporter: Reporter 
 
 @dataclass
 class SingleTurnVerifyOptions:
-    pool: Path
-    output: Path  # the pool with verdicts; OUTPUT.partial first, renamed into place at the end
-    tasks: str = "mini"  # the shipped mini suite, or a tasks .jsonl (envs.single_turn.tasks)
+    pool: Path = option(help="Pool of single-turn rollouts.", argument=True, metavar="POOL", front="cli", why=PIPELINE_NAMES)
+    output: Path = option(
+        help="The pool with each response's verdict (written beside, then renamed into place).", flags=("-o", "--output"),
+        metavar="FILE", front="cli", why=PIPELINE_NAMES,
+    )  # fmt: skip
+    tasks: str = option("mini", "Tasks .jsonl (id, kind, prompt, answer | tests | constraints), or `mini` for the shipped suite.")
 
 
 @dataclass
@@ -199,16 +226,40 @@ def run_single_turn_verify(options: SingleTurnVerifyOptions, reporter: Reporter 
 # ---- review -------------------------------------------------------------------------------
 
 
+KEEP_ROLES = "[review] names them: judge1 the keep judge, judge2 the auditor, judge2_base_url the auditor's endpoint"
+
+
+@dataclass
+class KeepJudges:
+    """The command line's names for the judges' roles in the keep-interval review (``JudgeOptions``'
+    judge1, judge2 and judge2_base_url)."""
+
+    judge: str = option(help="Model of the keep judge, which selects the keep intervals.", metavar="MODEL", front="cli", why=KEEP_ROLES)
+    auditor: str | None = option(
+        None, "Model of the auditor, which checks the kept text alone (default: the judge's model).", metavar="MODEL", front="cli",
+        why=KEEP_ROLES,
+    )  # fmt: skip
+    auditor_base_url: str | None = option(None, "The auditor's endpoint, when it differs.", metavar="URL", front="cli", why=KEEP_ROLES)
+
+    def judge_options(self, judges: JudgeOptions) -> JudgeOptions:
+        return replace(judges, judge1=self.judge, judge2=self.auditor, judge2_base_url=self.auditor_base_url)
+
+
 @dataclass
 class SingleTurnReviewOptions:
-    pool: Path  # a verified pool of single-turn rollouts
-    output: Path  # reviews JSONL, appended; a rerun skips what it holds
+    """The pipeline's single-turn review reads [review], as the agentic review does."""
+
+    pool: Path = option(help="Verified pool of single-turn rollouts.", argument=True, metavar="POOL", front="cli", why=PIPELINE_NAMES)
+    output: Path = option(
+        help="Reviews JSONL (appended; resumable by rollout id).", flags=("-o", "--output"), metavar="FILE", front="cli",
+        why=PIPELINE_NAMES,
+    )  # fmt: skip
     # judge1: the keep judge, which selects the keep intervals (required); judge2: the
     # auditor, which reads the kept text alone (default: the keep judge's model). Its
     # ``context`` is not used: a single-turn judge reads the whole response.
-    judges: JudgeOptions
-    workers: int = ReviewOptions.workers  # rollouts reviewed at once
-    spend_cap: float | None = ReviewOptions.spend_cap  # USD: no judge call starts once it is spent
+    judges: JudgeOptions = nested(JudgeOptions)
+    workers: int = same_as(ReviewOptions, "workers")
+    spend_cap: float | None = same_as(ReviewOptions, "spend_cap")
 
 
 @dataclass
@@ -265,8 +316,6 @@ def run_single_turn_review(options: SingleTurnReviewOptions, reporter: Reporter 
     if not options.pool.is_file():
         raise OpError(f"{options.pool}: no such pool")
     check_jsonl_output(options.output, REVIEWS)
-    if options.workers < 1:
-        raise OpError("--workers must be at least 1")
     pair, _table = make_judges(options.judges)
     if pair is None:
         raise OpError("the single-turn review needs a keep judge: name its model (--judge, or judge1 in [review])")

@@ -11,11 +11,12 @@ from records.pools import RecordError, read_trajectories_lenient
 from records.trajectory import Trajectory, tool_call_pairs
 from relearn.ops.outputs import empty_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import option
 
 
 @dataclass
 class ValidateOptions:
-    pools: list[Path]
+    pools: list[Path] = option(help="Pool files (.jsonl or .jsonl.zst).", argument=True, metavar="POOL")
 
 
 @dataclass

@@ -13,15 +13,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from envs.executor import LocalBackend, Needs
-from records.pools import JsonlWriter, RecordError, iter_lines, iter_pool, read_trajectories_lenient
+from records.pools import JsonlWriter, RecordError, count_records, iter_lines, iter_pool, read_trajectories_lenient
 from records.trajectory import Trajectory
-from relearn.ops.containers import ContainerOptions, ContainerSession, container_session, load_task_list, node_counts
+from relearn.ops.containers import ContainerOptions, ContainerSession, container_session, load_task_list, node_counts, tasks_option
 from relearn.ops.outputs import VERDICTS, check_jsonl_output, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import nested, option
 
 if TYPE_CHECKING:
     from envs.tasks import Task
     from envs.verify import Verdict
+
+
+POOL_GRADED = "the pipeline grades its pool and writes the graded pool and the verdicts in its work folder"
 
 
 @dataclass
@@ -29,13 +33,21 @@ class VerifyOptions:
     """``relearn verify``: the predictions (SWE-bench rows: instance_id, model_patch), the
     tasks, and where the verdicts are appended (finished pairs are skipped)."""
 
-    patches: Path
-    tasks: str = "mini"
-    output: Path = Path("verdicts.jsonl")
-    workers: int = 1
-    timeout: float = 1800.0  # seconds for one test run
-    log_dir: Path | None = None  # each full test log
-    containers: ContainerOptions = field(default_factory=ContainerOptions)
+    patches: Path = option(
+        help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format).", flags=("--patches", "-p"), exists="file",
+        front="cli", why=POOL_GRADED,
+    )  # fmt: skip
+    tasks: str = tasks_option()
+    output: Path = option(
+        Path("verdicts.jsonl"), "Verdicts JSONL (appended; finished pairs are skipped).", flags=("-o", "--output"), metavar="FILE",
+        front="cli", why=POOL_GRADED,
+    )  # fmt: skip
+    workers: int = option(1, "Containers at once.", ge=1)
+    timeout: float = option(1800.0, "Seconds for one test run.", gt=0, metavar="SECONDS")
+    log_dir: Path | None = option(
+        None, "Keep each full test log here.", metavar="DIR", front="cli", why="the pipeline keeps them in its work folder's verify-logs/"
+    )
+    containers: ContainerOptions = nested(ContainerOptions)
 
 
 @dataclass
@@ -57,18 +69,10 @@ class VerifySummary:
         return bool(self.errors or self.unreadable or self.image_problems)
 
 
-def _check(workers: int, timeout: float) -> None:
-    if workers < 1:
-        raise OpError(f"--workers {workers}: at least 1")
-    if timeout <= 0:
-        raise OpError(f"--timeout {timeout}: must be above 0")
-
-
 def run_verify(options: VerifyOptions, reporter: Reporter = SILENT) -> VerifySummary:
     """Grade every prediction of ``options.patches`` not yet in ``options.output``."""
     from envs.batch import load_predictions, verify_batch  # swebench: seconds to import
 
-    _check(options.workers, options.timeout)
     check_jsonl_output(options.output, VERDICTS)
     with container_session(options.containers, reporter) as session:
         task_list, task_problems = load_task_list(options.tasks)
@@ -119,10 +123,6 @@ class PoolVerifySummary:
     image_problems: list[str]
     per_node: dict[str, int]
 
-    @property
-    def finished(self) -> bool:
-        return not self.errors
-
 
 GRADED_WHEN_COLLECTED = "graded when collected"
 GRADED_NOW = "graded now"
@@ -152,11 +152,6 @@ def _resumed(partial: Path) -> tuple[set[str], int]:
             done.add(trajectory.id)
             resolved += bool(trajectory.outcome and trajectory.outcome.resolved)
     return done, resolved
-
-
-def _line_count(path: Path) -> int:
-    with open(path, "rb") as handle:
-        return sum(1 for line in handle if line.strip())
 
 
 @dataclass
@@ -228,7 +223,6 @@ def verify_pool(options: PoolVerifyOptions, reporter: Reporter = SILENT) -> Pool
     from envs.verify import patch_hash
     from harness.collect import outcome_of
 
-    _check(options.workers, options.timeout)
     partial = options.output.with_name(options.output.name + ".partial")
     done, resolved = _resumed(partial)
     counts: Counter[str] = Counter()
@@ -257,7 +251,7 @@ def verify_pool(options: PoolVerifyOptions, reporter: Reporter = SILENT) -> Pool
             pairs.clear()
 
         try:
-            with JsonlWriter(partial, fsync=True) as writer, stage(reporter, "verifying", _line_count(options.pool) - len(done)):
+            with JsonlWriter(partial, fsync=True) as writer, stage(reporter, "verifying", count_records(options.pool) - len(done)):
                 for _line, trajectory in iter_pool(options.pool, unreadable):
                     if trajectory.id in done:
                         continue

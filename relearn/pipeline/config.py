@@ -41,25 +41,28 @@ no-op: a typo would otherwise run a different experiment than the one written do
 
 from __future__ import annotations
 
+import difflib
 import tomllib
+import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.import_run import ChatPreset, ImportFormat
 from relearn.analyze.pools import NamedPool
+from relearn.masks.compile import Mode
 from relearn.ops.analyze import NllOptions
-from relearn.ops.collect import AgentOptions, CollectOptions
+from relearn.ops.collect import CollectOptions
 from relearn.ops.containers import ContainerOptions, memory_mb
-from relearn.ops.evaluate import EvalOptions
+from relearn.ops.evaluate import SERVED_ENDPOINT, EvalOptions
 from relearn.ops.importing import ImportOptions, chat_only_fields
 from relearn.ops.masks import MasksOptions
-from relearn.ops.review import JudgeOptions, ReviewOptions
+from relearn.ops.review import ReviewOptions
 from relearn.ops.single_turn import COLUMNS as SINGLE_TURN_COLUMNS
-from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnFormat, SingleTurnImportOptions, SingleTurnVerifyOptions
+from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions, SingleTurnVerifyOptions
 from relearn.ops.train import TrainOptions
-from relearn.ops.verify import VerifyOptions
+from relearn.ops.verify import PoolVerifyOptions, VerifyOptions
+from relearn.pipeline.tables import options_of_table, table
 
 VARIANTS = ("ross", "ross-nomask", "positive")
 # The paper's names for the variants, in the order its tables put them.
@@ -74,18 +77,12 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ContainersConfig(_Strict):
+class ContainersConfig(table("ContainersTable", ContainerOptions)):
     """The fields of every table whose stage runs tasks in containers ([pool.collect], [verify],
     [eval]): which image each task runs in (``image_map``, a file relative to this one, wins
     over ``image_template``, which wins over the task's own), ``pull`` what the engine lacks,
     and each container's ``cpus`` and ``memory`` (``relearn.ops.containers.ContainerOptions``;
     the Ray address and the registry are [cluster]'s)."""
-
-    image_map: str | None = ContainerOptions.image_map
-    image_template: str | None = Field(ContainerOptions.image_template, min_length=1)
-    pull: bool = ContainerOptions.pull
-    cpus: float = Field(ContainerOptions.cpus, gt=0)
-    memory: str = ContainerOptions.memory
 
     @field_validator("memory")
     @classmethod
@@ -93,62 +90,43 @@ class ContainersConfig(_Strict):
         memory_mb(value)
         return value
 
+    @field_validator("image_template")
+    @classmethod
+    def a_template(cls, value: str | None) -> str | None:
+        if value == "":
+            raise ValueError("an empty template names no image")
+        return value
 
-class CollectConfig(ContainersConfig):
+
+class CollectConfig(table("CollectTable", CollectOptions, base=ContainersConfig)):
     """[pool.collect]: the fields of `relearn collect` (``relearn.ops.collect.CollectOptions``)."""
 
-    model: str
-    ids: list[str] | None = CollectOptions.ids  # only these tasks (default: all of `tasks`)
-    base_url: str | None = CollectOptions.base_url
-    agent: Literal["builtin", "codex-cli"] = AgentOptions.agent  # type: ignore[assignment]
-    policy: Literal["chat", "responses", "anthropic"] | None = AgentOptions.policy  # None: chat for builtin, responses for codex-cli
-    apply_patch: Literal["codex", "strict"] = AgentOptions.apply_patch  # type: ignore[assignment]
-    reasoning_effort: str | None = AgentOptions.reasoning_effort  # codex-cli
-    token_ids: bool | None = AgentOptions.token_ids  # ask for the sampled token ids (None: the builtin agent does, codex-cli not)
-    api_key_env: str | None = CollectOptions.api_key_env
-    checkpoint: str | None = CollectOptions.checkpoint
-    step: int | None = CollectOptions.step
-    attempts: int = Field(CollectOptions.attempts, ge=1)
-    workers: int = Field(CollectOptions.workers, ge=1)
-    max_turns: int | None = CollectOptions.max_turns
-    max_tokens: int | None = CollectOptions.max_tokens
-    max_seconds: float | None = CollectOptions.max_seconds
-    max_cost: float | None = Field(CollectOptions.max_cost, gt=0)
-    temperature: float | None = CollectOptions.temperature
-    max_output_tokens: int | None = Field(CollectOptions.max_output_tokens, ge=1)
-    price_in: float = Field(CollectOptions.price_in, ge=0)
-    price_out: float = Field(CollectOptions.price_out, ge=0)
+    def options(self, out: Path, tasks: str, containers: ContainerOptions, base_url: str | None = None) -> CollectOptions:
+        """The stage's options: its pool folder, the file's tasks, the containers as the stage
+        resolves them (``image_map`` against the file, [cluster]'s address and registry), and
+        ``base_url`` over the table's when given (the demo's local policy)."""
+        given = {"base_url": base_url} if base_url else {}
+        return options_of_table(self, CollectOptions, out=out, tasks=tasks, **vars(containers), **given)
 
 
-class VerifyConfig(ContainersConfig):
+class VerifyConfig(table("VerifyTable", VerifyOptions, base=ContainersConfig)):
     """[verify]: grading the pool as `relearn verify` grades predictions (``relearn.ops.verify``)."""
 
-    workers: int = Field(VerifyOptions.workers, ge=1)  # containers at once, without [cluster]
-    timeout: float = Field(VerifyOptions.timeout, gt=0)  # seconds for one test run
+    def options(
+        self, pool: Path, output: Path, verdicts: Path, tasks: str, log_dir: Path, containers: ContainerOptions
+    ) -> PoolVerifyOptions:
+        """The pool's grading: the stage names its files; workers and timeout are the table's."""
+        return PoolVerifyOptions(pool, output, verdicts, tasks, self.workers, self.timeout, log_dir, containers)
 
 
-class ImportConfig(_Strict):
-    """[pool.import]: the fields of `relearn import` (``relearn.ops.importing.ImportOptions``),
-    every format with the chat presets and columns; the pool is the work folder's, appended to
-    and resumed by stable ids when the stage reruns."""
-
-    format: ImportFormat
-    paths: list[str] = Field(min_length=1)  # files, or folders walked recursively
-    salvage: bool = ImportOptions.salvage  # keep what parses from a damaged file (each skipped line a warning)
-    preset: ChatPreset | None = ImportOptions.preset  # chat: the columns of a published set
-    messages: str | None = Field(ImportOptions.messages, min_length=1)  # chat: the column of messages (dotted paths reach nested ones)
-    tools: str | None = Field(ImportOptions.tools, min_length=1)  # chat: the column of tool schemas
-    id: str | None = Field(ImportOptions.id, min_length=1)  # chat: the column(s) of the trajectory's id, comma-separated
-    task_id: str | None = Field(ImportOptions.task_id, min_length=1)  # chat: the column of the task id
-    resolved: str | None = Field(ImportOptions.resolved, min_length=1)  # chat: the column of the resolved flag
-    patch: str | None = Field(ImportOptions.patch, min_length=1)  # chat: the column of the final patch
+class ImportConfig(table("ImportTable", ImportOptions)):
+    """[pool.import]: the fields of `relearn import` (``relearn.ops.importing.ImportOptions``,
+    which declares them), every format with the chat presets and columns; the pool is the work
+    folder's, appended to and resumed by stable ids when the stage reruns."""
 
     def options(self, paths: list[Path], output: Path) -> ImportOptions:
         """The import's options, with ``paths`` resolved against the pipeline file's folder."""
-        fields = self.model_dump(exclude={"format", "paths", "preset"})
-        return ImportOptions(
-            format=self.format.value, paths=paths, output=output, preset=self.preset.value if self.preset else None, **fields
-        )
+        return options_of_table(self, ImportOptions, paths=paths, output=output)
 
     @model_validator(mode="after")
     def chat_fields_for_chat(self) -> ImportConfig:
@@ -158,20 +136,15 @@ class ImportConfig(_Strict):
         return self
 
 
-class SingleTurnConfig(_Strict):
+class SingleTurnConfig(table("SingleTurnTable", SingleTurnVerifyOptions, SingleTurnImportOptions, paths=None)):
     """A pool of single-turn RL rollouts (Math, Code, instruction following): the fields of
-    `relearn single-turn import` and `verify` (``relearn.ops.single_turn``, which owns the
-    defaults); imported from row dumps, graded by the single-turn verifiers, reviewed with keep
+    `relearn single-turn import` and `verify` (``relearn.ops.single_turn``, which declares
+    them); imported from row dumps, graded by the single-turn verifiers, reviewed with keep
     intervals ([review]: judge1 the keep judge, judge2 the auditor)."""
 
-    tasks: str = SingleTurnVerifyOptions.tasks  # the shipped mini suite, or a tasks .jsonl (envs.single_turn.tasks)
-    paths: list[str] | None = None  # rollout files or folders (default with tasks = "mini": the suite's rollouts)
-    format: SingleTurnFormat = SingleTurnImportOptions.format  # a row preset, or chat-message records with one assistant turn
-    columns: dict[str, str] = Field(default_factory=dict)  # prompt, response, reward, step, task_id, id, checkpoint, token_ids, logprobs
-    # Train in the template's no-thinking form (reasoning and answer as visible text after the
-    # template's empty block; the paper's single-turn default) or its thinking form (reasoning
-    # inside <think>, as sampled).
-    thinking: bool = SingleTurnImportOptions.thinking  # true: the thinking form (`--thinking`)
+    def import_options(self, paths: list[Path], output: Path) -> SingleTurnImportOptions:
+        """The import's options, with ``paths`` resolved against the pipeline file's folder."""
+        return options_of_table(self, SingleTurnImportOptions, paths=paths, output=output)
 
     @model_validator(mode="after")
     def known_columns(self) -> SingleTurnConfig:
@@ -202,81 +175,35 @@ class PoolConfig(_Strict):
 SINGLE_TURN_UNREAD_REVIEW_FIELDS = {"judge_context", "estimate", "batch", "poll_interval", "include_suspicious"}
 
 
-class ReviewConfig(_Strict):
+class ReviewConfig(table("ReviewTable", ReviewOptions)):
     """[review]: the fields of `relearn review POOL` (``relearn.ops.review.ReviewOptions`` and
-    ``JudgeOptions``, which own the defaults); [cluster] sends the reviews to Ray. No judge1:
+    ``JudgeOptions``, which declare them); [cluster] sends the reviews to Ray. No judge1:
     the offline heuristic reviewer. With judges, the cost estimate is printed before anything
-    is paid; ``estimate = true`` prints it and stops the run there."""
-
-    judge1: str | None = JudgeOptions.judge1
-    judge2: str | None = JudgeOptions.judge2
-    backend: Literal["anthropic", "chat", "responses"] = JudgeOptions.backend  # type: ignore[assignment]
-    base_url: str | None = JudgeOptions.base_url
-    judge2_base_url: str | None = JudgeOptions.judge2_base_url
-    api_key_env: str | None = JudgeOptions.api_key_env
-    price_in: float | None = Field(JudgeOptions.price_in, ge=0)
-    price_out: float | None = Field(JudgeOptions.price_out, ge=0)
-    price_cached_in: float | None = Field(JudgeOptions.price_cached_in, ge=0)
-    prices: str | None = None  # a TOML pricing table laid over the shipped one (relative to this file)
-    judge_context: int = Field(JudgeOptions.context, ge=1000)  # tokens of prompt a judge reads at most
-    workers: int = Field(ReviewOptions.workers, ge=1)
-    spend_cap_usd: float | None = Field(ReviewOptions.spend_cap, ge=0)
-    estimate: bool = ReviewOptions.estimate
-    batch: bool = ReviewOptions.batch
-    poll_interval: float = Field(ReviewOptions.poll_interval, gt=0)
-    include_suspicious: bool = ReviewOptions.include_suspicious
+    is paid; ``estimate = true`` prints it and stops the run there. ``prices`` is a path
+    relative to this file."""
 
     def options(self, pool: Path, output: Path, prices: Path | None, *, ray: str | None) -> ReviewOptions:
-        judges = JudgeOptions(
-            judge1=self.judge1, judge2=self.judge2, backend=self.backend, base_url=self.base_url, judge2_base_url=self.judge2_base_url,
-            api_key_env=self.api_key_env, price_in=self.price_in, price_out=self.price_out, price_cached_in=self.price_cached_in,
-            prices=prices, context=self.judge_context,
-        )  # fmt: skip
-        return ReviewOptions(
-            pool=pool, output=output, judges=judges, workers=self.workers, spend_cap=self.spend_cap_usd, estimate=self.estimate,
-            batch=self.batch, poll_interval=self.poll_interval, include_suspicious=self.include_suspicious, ray=ray,
-        )  # fmt: skip
+        return options_of_table(self, ReviewOptions, pool=pool, output=output, prices=prices, ray=ray)
 
 
-class MasksConfig(_Strict):
-    """[masks]: the fields of `relearn masks` (``relearn.ops.masks.MasksOptions``, which owns
-    the defaults), once for every variant; the mode of each is its variant."""
+class MasksConfig(table("MasksTable", MasksOptions)):
+    """[masks]: the fields of `relearn masks` (``relearn.ops.masks.MasksOptions``, which declares
+    them), once for every variant; the mode of each is its variant. ``audit`` is a path relative
+    to this file. ``workers`` is where it runs, not what it makes (not part of the stage's
+    identity); [cluster] sends the shards to Ray instead."""
 
-    tokenizer: str = MasksOptions.tokenizer
-    ctx: int = Field(MasksOptions.ctx, ge=1)
-    variants: list[Literal["ross", "ross-nomask", "positive"]] = Field(default_factory=lambda: list(VARIANTS))
+    variants: list[Mode] = Field(default_factory=lambda: list(VARIANTS))
     # Task ids whose trajectories every variant leaves out (the same for all), so that the
     # analyze stage has verified, reviewed trajectories no model was trained on. None: none.
     heldout_tasks: list[str] | None = None
-    # action: a defect in a tool call excludes the whole call; minimal: only its quote (the ablation).
-    defect_scope: Literal["action", "minimal"] = MasksOptions.defect_scope  # type: ignore[assignment]
-    prefix_check: Literal["header", "every", "off"] = MasksOptions.prefix_check  # type: ignore[assignment]
-    per_turn: bool = MasksOptions.per_turn
-    preserve_thinking: bool = MasksOptions.preserve_thinking
-    include_suspicious: bool = MasksOptions.include_suspicious
-    # `relearn envs audit -o` records (relative to this file): every variant leaves out the
-    # trajectories of the tasks it flags, unless keep_flagged. None: no audit applied.
-    audit: Path | None = MasksOptions.audit
-    keep_flagged: bool = MasksOptions.keep_flagged
-    # as-sent: trajectories whose render departs from what the model saw compile per turn under
-    # the context as sent; render: the template's history is trusted.
-    context: Literal["as-sent", "render"] = MasksOptions.context  # type: ignore[assignment]
-    recorded_ids: bool = MasksOptions.recorded_ids  # train generated turns on their recorded ids
-    shard_size: int = Field(MasksOptions.shard_size, ge=1)
-    # Where it runs, not what it makes (not part of the stage's identity); [cluster] sends the
-    # shards to Ray instead.
-    workers: int = Field(MasksOptions.workers, ge=1)
 
     def options(
         self, pool: Path, output: Path, reviews: Path, mode: str, *, no_thinking: bool, ray: str | None, audit: Path | None = None
     ) -> MasksOptions:
         """``audit``: ``self.audit`` resolved against the pipeline file's folder."""
-        return MasksOptions(
-            pool=pool, output=output, reviews=reviews, tokenizer=self.tokenizer, mode=mode, ctx=self.ctx,
-            prefix_check=self.prefix_check, per_turn=self.per_turn, preserve_thinking=self.preserve_thinking, no_thinking=no_thinking,
-            shard_size=self.shard_size, include_suspicious=self.include_suspicious, defect_scope=self.defect_scope, workers=self.workers,
-            ray=ray, audit=audit, keep_flagged=self.keep_flagged, context=self.context, recorded_ids=self.recorded_ids,
-        )  # fmt: skip
+        return options_of_table(
+            self, MasksOptions, pool=pool, output=output, reviews=reviews, mode=mode, no_thinking=no_thinking, ray=ray, audit=audit
+        )
 
     @model_validator(mode="after")
     def distinct(self) -> MasksConfig:
@@ -287,37 +214,15 @@ class MasksConfig(_Strict):
         return self
 
 
-class TrainConfig(_Strict):
-    """[train]: the fields of `relearn train` (``relearn.train.options.TrainOptions``, which owns
-    the defaults) that one process can run; ZeRO stages, offloading and sequence parallelism need
-    a launcher (torchrun, deepspeed) and stay with the verb. The dataset, run folder and
+class TrainConfig(table("TrainTable", TrainOptions)):
+    """[train]: the fields of `relearn train` (``relearn.train.options.TrainOptions``, which
+    declares them) that one process can run; ZeRO stages, offloading and sequence parallelism
+    need a launcher (torchrun, deepspeed) and stay with the verb. The dataset, run folder and
     tokenizer are the pipeline's."""
-
-    init: str | None = TrainOptions.init
-    tiny: Literal["qwen3", "qwen3-moe", "qwen3.5-moe"] | None = TrainOptions.tiny  # type: ignore[assignment]
-    ctx: int = Field(TrainOptions.ctx, ge=1)
-    epochs: int = Field(TrainOptions.epochs, ge=1)
-    lr: float = Field(TrainOptions.lr, gt=0)
-    warmup: float = Field(TrainOptions.warmup, ge=0)
-    weight_decay: float = Field(TrainOptions.weight_decay, ge=0)
-    clip: float = Field(TrainOptions.clip, ge=0)
-    batch_trajectories: int = Field(TrainOptions.batch_trajectories, ge=1)
-    grad_accum: int = Field(TrainOptions.grad_accum, ge=1)
-    loss_norm: Literal["trajectory", "token"] = TrainOptions.loss_norm  # type: ignore[assignment]
-    chunk: int = Field(TrainOptions.chunk, ge=1)
-    bf16: bool = TrainOptions.bf16
-    pack: bool = TrainOptions.pack
-    offload_activations: bool = TrainOptions.offload_activations
-    gradient_checkpointing: bool = TrainOptions.gradient_checkpointing
-    attn: Literal["sdpa", "flash_attention_2", "flash_attention_3", "eager"] = TrainOptions.attn  # type: ignore[assignment]
-    seed: int = TrainOptions.seed
-    save_every: int = Field(TrainOptions.save_every, ge=0)
-    keep_checkpoints: int = Field(TrainOptions.keep_checkpoints, ge=1)
-    max_steps: int | None = Field(TrainOptions.max_steps, ge=1)
 
     def options(self, dataset: Path, out: Path, init: str, tokenizer: str) -> TrainOptions:
         """The run's options: trained from ``init`` (the upstream stage's weights)."""
-        return TrainOptions(dataset=dataset, out=out, tokenizer=tokenizer, **{**self.model_dump(exclude={"tiny"}), "init": init})
+        return options_of_table(self, TrainOptions, dataset=dataset, out=out, tokenizer=tokenizer, init=init, tiny=None)
 
     @model_validator(mode="after")
     def one_start(self) -> TrainConfig:
@@ -326,54 +231,48 @@ class TrainConfig(_Strict):
         return self
 
 
-class AnalyzeConfig(_Strict):
+class AnalyzeConfig(table("AnalyzeTable", NllOptions)):
     """NLL of the training pool's and the held-out trajectories' kept and excluded tokens under
-    the start model and each trained variant (``relearn analyze nll --reviews``)."""
-
-    bootstrap: int = Field(NllOptions.bootstrap, ge=100)
-    bf16: bool = NllOptions.bf16
-    attn: Literal["sdpa", "flash_attention_2", "eager"] = NllOptions.attn  # type: ignore[assignment]
-    chunk: int = Field(NllOptions.chunk, ge=1)
-    # Where it runs, not what it finds: not part of the stage's identity. [cluster] sends the
-    # batches of trajectories to Ray (with a GPU each when device is cuda).
-    device: str = NllOptions.device
-    workers: int = Field(NllOptions.workers, ge=1)
-    batch: int = Field(NllOptions.batch, ge=1)
+    the start model and each trained variant (``relearn analyze nll --reviews``; the fields are
+    ``relearn.ops.analyze.NllOptions``'). device, workers and batch say where it runs, not what
+    it finds: they are not part of the stage's identity. [cluster] sends the batches of
+    trajectories to Ray (with a GPU each when device is cuda)."""
 
     def nll_options(
         self, pools: list[NamedPool], out: Path, model: str, reviews: Path, masks: MasksConfig, *, ray: str | None
     ) -> NllOptions:
         """`relearn analyze nll --reviews` of one model, as the masks stages compiled: the same
         tokenizer, context, defect scope and thinking form; verified-positive trajectories only."""
-        return NllOptions(
-            pools=pools, out=out, model=model, tokenizer=masks.tokenizer, reviews=reviews, defect_scope=masks.defect_scope,
-            context=masks.context, ctx=masks.ctx,
-            positive_only=True, device=self.device, bf16=self.bf16, attn=self.attn, chunk=self.chunk,
-            preserve_thinking=masks.preserve_thinking, bootstrap=self.bootstrap, workers=self.workers, ray=ray, batch=self.batch,
-            chart=False,
+        return options_of_table(
+            self, NllOptions, pools=pools, out=out, model=model, reviews=reviews, tokenizer=masks.tokenizer,
+            defect_scope=masks.defect_scope, context=masks.context, ctx=masks.ctx, preserve_thinking=masks.preserve_thinking,
+            positive_only=True, ray=ray, chart=False,
         )  # fmt: skip
 
 
-class EvalConfig(ContainersConfig):
+SPEAKS_CHAT = "the model the pipeline serves speaks chat to the builtin agent"
+SERVED_AGENT = {
+    "agent": SPEAKS_CHAT, "policy": SPEAKS_CHAT, "reasoning_effort": "codex-cli's, which the pipeline does not run",
+    "token_ids": "the pipeline's own server answers the token ids the builtin agent asks for",
+}  # fmt: skip
+
+
+# Fewer turns than the verb's default: the pipeline evaluates its own (often tiny) models.
+class EvalConfig(table("EvalTable", EvalOptions, base=ContainersConfig, exclude=SERVED_AGENT | SERVED_ENDPOINT, max_turns=20, seed=0)):
     """[eval]: the fields of `relearn eval run` (``relearn.ops.evaluate.EvalOptions``) that
     apply to a model this pipeline serves itself (no endpoint, key, agent or prices)."""
 
-    dataset: str = EvalOptions.dataset
-    ids: list[str] | None = EvalOptions.ids
-    repos: list[str] | None = EvalOptions.repos
-    difficulties: list[str] | None = EvalOptions.difficulties
-    slice: str | None = EvalOptions.slice
-    # Fewer turns than the verb's default: the pipeline evaluates its own (often tiny) models.
-    max_turns: int | None = 20
-    max_tokens: int | None = EvalOptions.max_tokens
-    max_seconds: float | None = EvalOptions.max_seconds
     max_new_tokens: int = Field(256, ge=1)  # per model call, for the local server
-    max_context: int = Field(32768, ge=1)
-    temperature: float | None = EvalOptions.temperature
-    apply_patch: Literal["codex", "strict"] = AgentOptions.apply_patch  # type: ignore[assignment]
-    spend_cap: float | None = Field(EvalOptions.spend_cap, gt=0)
-    workers: int = Field(EvalOptions.workers, ge=1)
-    seed: int = 0
+    max_context: int = Field(32768, ge=1)  # tokens the local server holds: prompt and output
+
+    def options(self, out: Path, model: str, dataset: str, base_url: str, containers: ContainerOptions) -> EvalOptions:
+        """A served model's run: the builtin agent speaking chat to ``base_url``, each call's
+        output as long as the server's (``max_new_tokens``), and its episodes here, where the
+        model is served (``containers``' registry still applies, its cluster not)."""
+        return options_of_table(
+            self, EvalOptions, out=out, model=model, dataset=dataset, base_url=base_url, policy="chat",
+            max_output_tokens=self.max_new_tokens, **{**vars(containers), "ray": None},
+        )  # fmt: skip
 
 
 class ClusterConfig(_Strict):
@@ -426,6 +325,13 @@ class PipelineConfig(_Strict):
                 self.masks.ctx = SINGLE_TURN_CONTEXT
             if self.train is not None and "ctx" not in self.train.model_fields_set:
                 self.train.ctx = SINGLE_TURN_CONTEXT
+        if self.train is not None and "ctx" not in self.train.model_fields_set:
+            self.train.ctx = self.masks.ctx  # what the masks stage keeps is what the trainer takes
+        if self.train is not None and self.train.ctx < self.masks.ctx:
+            raise ValueError(
+                f"train.ctx {self.train.ctx} is shorter than masks.ctx {self.masks.ctx}: "
+                "the trainer would refuse the samples the masks stage kept between the two"
+            )
         return self
 
     @property
@@ -450,8 +356,33 @@ def load_pipeline(path: Path) -> PipelineConfig:
     try:
         config = PipelineConfig.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise PipelineError(f"{path}: {problems}") from None
     config.source = path.resolve()
     config.workdir = config.resolve(config.workdir)
     return config
+
+
+def _problem(error: Any) -> str:
+    """One validation error as ``table.field: what is wrong``; a field no table has gets the
+    nearest names it does have (a typo would otherwise read as a missing feature)."""
+    loc = [str(part) for part in error["loc"]]
+    where = ".".join(loc) or "(top)"
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    known = _known_fields(PipelineConfig, loc[:-1])
+    close = difflib.get_close_matches(loc[-1], known, n=2, cutoff=0.6)
+    hint = f"did you mean {' or '.join(f'`{name}`' for name in close)}?" if close else f"known: {', '.join(sorted(known))}"
+    return f"{where}: no such field; {hint}"
+
+
+def _known_fields(model: type[BaseModel], path: list[str]) -> list[str]:
+    """The field names (as the file writes them) of the table at ``path`` under ``model``."""
+    for part in path:
+        field = next((f for name, f in model.model_fields.items() if (f.alias or name) == part), None)
+        inner = [a for a in typing.get_args(field.annotation)] if field is not None else []
+        tables = [a for a in (field.annotation if field is not None else None, *inner) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not tables:
+            return []
+        model = tables[0]
+    return [f.alias or name for name, f in model.model_fields.items() if not f.exclude]

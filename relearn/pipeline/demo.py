@@ -2,7 +2,7 @@
 
 Everything real except the two models, which cannot be had offline on 2 CPU cores:
   * the *historical checkpoint* is a scripted policy served over the OpenAI protocol
-    (``scripts/demo_policy.py``): its successful trajectories hold a wrong hypothesis, a
+    (``harness.scripted.historical``): its successful trajectories hold a wrong hypothesis, a
     failed command, redundant listings, repeated test runs and a guessed edit it reverts;
   * the *model being relearned* is a tiny random Qwen3 with the real 248,320-token vocabulary,
     served for evaluation by ``relearn serve``'s server (the vLLM stand-in). It cannot solve a
@@ -23,11 +23,11 @@ from pathlib import Path
 from rich.console import Console
 
 from relearn.pipeline.config import PipelineConfig, load_pipeline
+from relearn.pipeline.context import Context
+from relearn.pipeline.plan import run_pipeline
 from relearn.pipeline.runner import StageResult
-from relearn.pipeline.stages import Context, run_pipeline
 
-ROOT = Path(__file__).resolve().parents[2]
-POLICY_SCRIPT = ROOT / "scripts" / "demo_policy.py"
+POLICY = "harness.scripted.historical"  # run as a module, so the demo needs no clone
 
 # Four tasks for the evaluation keep the demo within its time on 2 cores; the historical pool
 # covers all eleven, three of which no variant trains on (held out for the NLL analysis).
@@ -50,13 +50,13 @@ max_turns = 14
 tokenizer = "qwen3.6"
 variants = ["positive", "ross-nomask", "ross"]
 heldout_tasks = ["mini__retrying-1", "mini__tabular-1", "mini__vertools-1"]
+ctx = 16384                  # the mini tasks' trajectories are short; [train] takes the same length
 
 [train]                      # one pass over the 8 training trajectories: a step costs ~6 s on 2 cores (the 248,320-token LM head)
 tiny = "qwen3"
 epochs = 1
 lr = 1e-3
 warmup = 0
-ctx = 16384
 
 [analyze]                    # NLL of kept and excluded tokens, training pool and held-out, under all four models
 
@@ -87,15 +87,15 @@ class ScriptedCheckpoint:
 
     def __enter__(self) -> str:
         self.url_file.unlink(missing_ok=True)
-        self.process = subprocess.Popen([sys.executable, str(POLICY_SCRIPT), str(self.url_file)], cwd=ROOT)
+        self.process = subprocess.Popen([sys.executable, "-m", POLICY, str(self.url_file)])
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.url_file.exists() and self.url_file.read_text().strip():
                 return self.url_file.read_text().strip()
             if self.process.poll() is not None:
-                raise RuntimeError(f"{POLICY_SCRIPT} exited with {self.process.returncode}")
+                raise RuntimeError(f"the scripted checkpoint ({POLICY}) exited with {self.process.returncode}")
             time.sleep(0.1)
-        raise RuntimeError(f"{POLICY_SCRIPT} did not start within 30 s")
+        raise RuntimeError(f"the scripted checkpoint ({POLICY}) did not start within 30 s")
 
     def __exit__(self, *exc: object) -> None:
         if self.process is not None:
@@ -105,9 +105,25 @@ class ScriptedCheckpoint:
 
 
 def run_demo(out: Path, console: Console) -> tuple[list[StageResult], Context, PipelineConfig]:
-    if not POLICY_SCRIPT.exists():
-        raise FileNotFoundError(f"{POLICY_SCRIPT}: the demo runs from a clone of the repository")
     config = load_pipeline(write_demo_pipeline(out))
     with ScriptedCheckpoint(out) as url:
         results, ctx = run_pipeline(config, console, pool_url=url)
     return results, ctx, config
+
+
+def artifacts(w: Path) -> list[str]:
+    """What the demo wrote and where to look inside, one line each."""
+    return [
+        "Artifacts:",
+        f"  {w / 'pool/trajectories.jsonl'}   the historical pool (episodes/ as recorded, verify-logs/ of every grading)",
+        f"  {w / 'reviews.jsonl'}   one Review per trajectory: decision, grounded defect spans",
+        f"  {w / 'heldout'}/   train.jsonl (what every variant compiles) and heldout.jsonl (the held-out tasks' trajectories)",
+        f"  {w / 'datasets'}/<variant>/   Parquet shards (input_ids, loss_mask) and stats.json (TER, excluded by category); contrasts.json, the trajectory sets side by side",
+        f"  {w / 'train'}/<variant>/   metrics.jsonl, checkpoints/, model/ (Hugging Face weights)",
+        f"  {w / 'analyze'}/   nll.md and nll.json: NLL of kept and excluded tokens under the start model and each variant",
+        f"  {w / 'eval'}/<model>/   manifest.json, trajectories, predictions.jsonl, report.md",
+        f"  {w / 'report/report.md'}   every stage's counts and the side-by-side comparison (report.json, resolved.png, train_loss.png)",
+        "Look inside:",
+        f"  relearn view {w / 'verified.jsonl'} --reviews {w / 'reviews.jsonl'} --dataset {w / 'datasets/ross'}",
+        f"  relearn stats {w / 'verified.jsonl'} --reviews {w / 'reviews.jsonl'} --dataset {w / 'datasets/ross'}",
+    ]

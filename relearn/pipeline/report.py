@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from records.pools import write_text_atomic
+from relearn.masks.scopes import ACTION_SCOPE
 from relearn.pipeline.config import VARIANT_NAMES
 from relearn.pipeline.runner import Stage, read_stamp
 
@@ -154,7 +155,7 @@ def write_pipeline_report(
             scopes = m.get("ter_by_scope") or {}
             lines.append(
                 f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} "
-                f"| {_fmt(scopes.get('action', '-'))} | {_fmt(scopes.get('minimal', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
+                f"| {_fmt(scopes.get(ACTION_SCOPE, '-'))} | {_fmt(scopes.get('minimal', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
             )
         lines += ["", "![resolved](resolved.png)", "", "![training loss](train_loss.png)"]
     write_text_atomic(out / "report.json", json.dumps(report, indent=1, sort_keys=True, default=str))

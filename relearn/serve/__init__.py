@@ -30,5 +30,33 @@ Modules: ``parsers`` (the completion split into reasoning, content and tool call
 generation, logprobs, the response body), ``server`` (HTTP, and ``serve()`` to start one).
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from relearn.options import option
+
 # Output tokens of a request that sets no max_tokens (`relearn serve --max-new-tokens`).
 DEFAULT_MAX_NEW_TOKENS = 2048
+
+
+@dataclass
+class ServeOptions:
+    """``relearn serve``: a verb without a pipeline table (the eval stage serves its models
+    itself). Past ``model_dir`` and ``tokenizer``, the keywords of ``server.serve``."""
+
+    model_dir: Path = option(help="Hugging Face model folder, e.g. RUN/model from `relearn train`.", argument=True, metavar="MODEL_DIR")
+    tokenizer: str | None = option(None, "`qwen3.6` or a tokenizer folder (default: the one saved in MODEL_DIR).")
+    host: str = option("127.0.0.1", "Address to listen on (0.0.0.0: every interface).", metavar="ADDRESS")
+    port: int = option(8000, "Port to listen on (0: any free port).", ge=0, le=65535)
+    model_name: str | None = option(None, "Name clients send as `model` (default: MODEL_DIR as given, as vLLM names it).", metavar="NAME")
+    max_new_tokens: int = option(
+        DEFAULT_MAX_NEW_TOKENS, "Output limit of a request that sets no max_tokens (also capped by the context left).", ge=1,
+        metavar="TOKENS",
+    )  # fmt: skip
+    max_context: int | None = option(
+        None, "Context window in tokens, prompt plus output (default: the model's position limit).", ge=1, metavar="TOKENS"
+    )
+    device: str = option("cpu", "cpu | cuda (or cuda:N).", metavar="DEVICE")
+    seed: int | None = option(None, "Seed: the n-th request after start samples the same way every run (a request's own seed wins).")

@@ -21,7 +21,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from records.passk import task_table
 from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
@@ -30,7 +30,7 @@ from relearn.masks.context_check import check_context
 from relearn.masks.scopes import SCOPES
 from relearn.view.catalog import DatasetInfo, Tokens
 
-GROUP_KEYS = ("step", "checkpoint", "policy", "task", "exit", "none")
+GroupKey = Literal["step", "checkpoint", "policy", "task", "exit", "none"]  # the values of `relearn stats --by`
 
 
 @dataclass
@@ -212,7 +212,7 @@ def compute(
     dataset: DatasetInfo | None = None,
     *,
     ks: tuple[int, ...] = (1, 5, 10),
-    by: str = "step",
+    by: GroupKey = "step",
     windows: int = 2,
     window_size: int | None = None,
     step_windows_given: list[tuple[int, int]] | None = None,

@@ -8,46 +8,81 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from relearn.masks.compile import CONTEXT_TOKENS
+from relearn.options import option
 
 
 class UsageError(ValueError):
     """Bad flags or unusable input: nothing was trained (exit code 2)."""
 
 
+SP_HELP = (
+    "Ulysses sequence parallelism (DeepSpeed ALST, UlyssesSPAttentionHF): each group of N ranks shares one sequence, "
+    "1/N of the tokens each, exchanging attention heads by all-to-all. Launch N x data-parallel ranks with torchrun; "
+    "needs sdpa or flash attention and no --pack; runs on CPU (gloo) too. Refused for models with linear-attention "
+    "(Gated DeltaNet) layers, such as Qwen3.5/3.6 and Qwen3-Next: DeepSpeed's Ulysses gives them wrong gradients."
+)
+PIPELINE_NAMES = "the pipeline names it: the masks stage's dataset, the run folder under the work folder, [masks].tokenizer"
+LAUNCHER = "needs a launcher (torchrun, deepspeed) over several processes; the pipeline trains in one"
+
+
 @dataclass
 class TrainOptions:
-    dataset: Path
-    out: Path
-    init: str | None = None
-    tiny: str | None = None
-    tokenizer: str | None = None
-    ctx: int = CONTEXT_TOKENS
-    epochs: int = 3
-    lr: float = 1e-5
-    warmup: float = 0.03  # < 1: fraction of all steps; >= 1: a number of steps
-    weight_decay: float = 0.0
-    clip: float = 1.0
-    batch_trajectories: int = 1
-    grad_accum: int = 1
-    loss_norm: str = "trajectory"
-    chunk: int = 1024
-    bf16: bool = False
-    pack: bool = False
-    zero: int = 0
-    offload: bool = False
-    offload_activations: bool = False
-    gradient_checkpointing: bool = True
-    attn: str = "sdpa"
-    sp: int = 1
-    seed: int = 0
-    save_every: int = 200  # 0: a checkpoint only when the run stops (--max-steps or a signal)
-    max_steps: int | None = None
-    keep_checkpoints: int = 2
-    resume: bool = True
-    progress: bool = True
+    dataset: Path = option(
+        help="Dataset folder of shard-*.parquet (from `relearn masks`) or one Parquet file.",
+        argument=True, metavar="DATASET", front="cli", why=PIPELINE_NAMES,
+    )  # fmt: skip
+    out: Path = option(
+        help="Run folder: checkpoints/, metrics.jsonl, run.json, model/ (Hugging Face).",
+        flags=("--out", "-o"), metavar="DIR", front="cli", why=PIPELINE_NAMES,
+    )  # fmt: skip
+    init: str | None = option(None, "Model folder (Hugging Face causal LM) to start from.", metavar="DIR")
+    tiny: Literal["qwen3", "qwen3-moe", "qwen3.5-moe"] | None = option(None, "Tiny random model instead of --init (tests, benchmarks).")
+    tokenizer: str | None = option(
+        None, "Tokenizer saved with the final weights: `qwen3.6` or a folder (default: the --init folder's).",
+        front="cli", why=PIPELINE_NAMES,
+    )  # fmt: skip
+    ctx: int = option(
+        CONTEXT_TOKENS, "Longest sequence in tokens; longer samples are refused and listed, never cut.", ge=1, metavar="TOKENS"
+    )
+    epochs: int = option(3, "Passes over the data.", ge=1)
+    lr: float = option(1e-5, "Peak learning rate (AdamW).", gt=0)
+    warmup: float = option(0.03, "Warmup: a fraction of all steps (< 1) or a number of steps; then cosine decay to 0.", ge=0)
+    weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
+    clip: float = option(1.0, "Gradient-norm clipping (0: off).", ge=0)
+    batch_trajectories: int = option(1, "Rows per micro-batch per rank (a row is one trajectory, or one pack with --pack).", ge=1)
+    grad_accum: int = option(1, "Micro-batches per optimizer step per rank.", ge=1)
+    loss_norm: Literal["trajectory", "token"] = option(
+        "trajectory", "trajectory: mean over trajectories of each one's mean supervised NLL (ROSS); token: global token mean."
+    )
+    chunk: int = option(1024, "Supervised positions per LM-head chunk (loss memory is ~3 x chunk x vocab x 4 bytes).", ge=1)
+    bf16: bool = option(False, "bf16 compute (autocast, or DeepSpeed bf16 with fp32 master weights).", flag_only=True)
+    pack: bool = option(False, "Pack short trajectories up to --ctx; attention never crosses trajectories.", flag_only=True)
+    zero: Literal[0, 2, 3] = option(0, "DeepSpeed ZeRO stage (0 and one process: plain PyTorch).", front="cli", why=LAUNCHER)
+    offload: bool = option(
+        False, "ZeRO-2/3: optimizer state (and ZeRO-3 parameters) in CPU memory.", flag_only=True, front="cli", why=LAUNCHER
+    )
+    offload_activations: bool = option(False, "GPU: keep checkpointed activations in host memory.", flag_only=True)
+    gradient_checkpointing: bool = option(
+        True, "Recompute each layer's activations in the backward pass instead of keeping them (the memory of 65,536 tokens)."
+    )
+    attn: Literal["sdpa", "flash_attention_2", "flash_attention_3", "eager"] = option("sdpa", "Attention implementation.")
+    sp: int = option(1, SP_HELP, ge=1, front="cli", why=LAUNCHER)
+    seed: int = option(0, "Seed of the data order and of a tiny model's init.")
+    save_every: int = option(
+        200, "Checkpoint every N optimizer steps (0: only when stopping early). SIGTERM/Ctrl-C also checkpoint, then stop.", ge=0
+    )
+    max_steps: int | None = option(
+        None, "Stop after this many optimizer steps in all (the schedule still spans --epochs); rerun to continue.", ge=1
+    )
+    keep_checkpoints: int = option(2, "Checkpoints kept in the run folder.", ge=1)
+    resume: bool = option(
+        True, "Continue from the run folder's latest checkpoint when there is one.",
+        front="cli", why="the pipeline always resumes: a stage reruns where it stopped",
+    )  # fmt: skip
+    progress: bool = option(True, "Show the progress bar.", front="cli", why="the pipeline draws its own progress")
 
 
 # The options that define what is being trained; a resumed run must agree on every one.

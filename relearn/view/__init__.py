@@ -2,4 +2,4 @@
 (``catalog``, over the indexes in ``records.pool_index``); how a message is shown with its
 defects marked (``marks``); a trajectory on screen, step by step (``screen``); search hits
 marked in it (``hits``); and the Textual viewer (``app``). ``relearn view --print`` writes
-the same screens to stdout."""
+the same screens to stdout (``printing``)."""

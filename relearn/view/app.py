@@ -13,7 +13,6 @@ saying so in the status line.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -372,13 +371,12 @@ class ViewerApp(App[None]):
         """The next step (in ``direction``) whose text contains ``query``, looking in the
         current trajectory first, then in the others, wrapping around."""
         needle = query.lower()
-        # Records are searched in their JSON text first, which is cheap, and parsed only on a hit.
-        escaped = json.dumps(query, ensure_ascii=False)[1:-1].lower().encode()
         count = len(self.matches)
         for offset in range(count + 1):
             current = (cursor + direction * offset) % count
             try:
-                if offset and escaped not in self.catalog.pool.read(self.matches[current]).lower():
+                # Records are searched in their JSON text first, which is cheap, and parsed only on a hit.
+                if offset and not self.catalog.may_contain(self.matches[current], query):
                     continue
                 view = self.view if offset == 0 and self.view is not None else self._load(current)
             except RecordError:

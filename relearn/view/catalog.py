@@ -11,11 +11,13 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
 from records.review import CATEGORIES
-from relearn.masks.compile import MaskOptions
+from relearn.masks.compile import CompileOptions
+from relearn.masks.scopes import DefectScope
+from relearn.options import option
 
 PER_TURN_SUFFIX = re.compile(r"#m\d+$")
 
@@ -159,6 +161,50 @@ class Filter:
         return out
 
 
+@dataclass
+class ViewOptions:
+    """``relearn view``'s options (the verb has no pipeline stage): which trajectories, and, with
+    ``--print``, how they are printed."""
+
+    pool: Path = option(help="Pool of trajectories (.jsonl or .jsonl.zst).", argument=True, metavar="POOL")
+    reviews: Path | None = option(None, "Reviews JSONL: decisions and the defect spans to show.", flags=("--reviews", "-r"))
+    dataset: Path | None = option(
+        None, "Dataset folder written by `relearn masks`: exact TER in tokens, and what it excludes is struck.",
+        flags=("--dataset", "-d"), metavar="DIR",
+    )  # fmt: skip
+    defect_scope: DefectScope | None = option(
+        None, "Strike what `relearn masks --defect-scope` excludes: action (a defect in a tool call or a text agent's action excludes "
+        f"the whole call) or minimal (the quote). Default: the dataset's with -d, else {CompileOptions.defect_scope}.",
+    )  # fmt: skip
+    filter: str = option("", f"Only trajectories where all terms hold: {FILTER_HELP}.", flags=("--filter", "-f"), metavar="TERMS")
+    resolved: bool | None = option(None, "Only verified-positive (or only not) trajectories.", flags=("--resolved/--unresolved",))
+    decision: str | None = option(None, "Only this review decision: accept, reject or none.", metavar="DECISION")
+    category: str | None = option(None, "Only trajectories with a defect of this category (comma list).", metavar="CATEGORY,...")
+    ter: str | None = option(None, "Only this TER range, e.g. 0.05..0.2 or 5%..20%.", metavar="RANGE")
+    search: str | None = option(
+        None, "Open at the first step containing this text (with --print: only trajectories containing it).", flags=("--search", "-s")
+    )
+    print: bool = option(False, "Print instead of opening the viewer.", flags=("--print", "-p"))
+    format: Literal["text", "ansi", "html"] = option(
+        "text", "With --print: text (excluded spans between [- and -]), ansi, or html.", flags=("--format",)
+    )
+    trajectory_id: str | None = option(None, "With --print: the trajectory with this id.", flags=("--id",), metavar="ID")
+    number: int | None = option(None, "With --print: the N-th record of the pool (1-based).", flags=("--number", "-n"), ge=1)
+    step: int | None = option(None, "With --print: only this step (0 = task; the last is the final patch).", ge=0)
+    limit: int = option(1, "With --print: at most this many trajectories.", ge=1)
+    full: bool = option(False, "With --print: long observations whole, not collapsed.")
+    width: int | None = option(None, "With --print: columns (default: the terminal's, or 80).", ge=40)
+    no_cache: bool = option(False, "Do not read or write the saved index (.POOL.view-index.jsonl).", flag_only=True)
+
+    def chosen(self) -> Filter:
+        """The filter of ``--filter`` and the options that add a term to it; ValueError for a
+        term that is not understood."""
+        terms = [self.filter] if self.filter else []
+        terms += ["resolved" if self.resolved else "unresolved"] if self.resolved is not None else []
+        terms += [f"{key}={value}" for key, value in (("decision", self.decision), ("category", self.category), ("ter", self.ter)) if value]
+        return Filter.parse(" ".join(terms))
+
+
 def _number(term: str, text: str, percent: bool) -> float | None:
     text = text.strip()
     if not text:
@@ -199,7 +245,7 @@ class Catalog:
     pool: PoolIndex
     reviews: ReviewIndex | None = None
     dataset: DatasetInfo | None = None
-    scope: str = MaskOptions.defect_scope  # --defect-scope, when no dataset says its own
+    scope: str = CompileOptions.defect_scope  # --defect-scope, when no dataset says its own
 
     def defect_scope(self) -> str | None:
         """The scope defects are struck under: the dataset's own (None when its mode masks
@@ -244,6 +290,11 @@ class Catalog:
         if self.reviews is not None:
             self.reviews.stop()
 
+    def may_contain(self, position: int, text: str) -> bool:
+        """False when the record's JSON text lacks ``text`` (case-insensitive): the cheap test that
+        spares a search most parses."""
+        return json.dumps(text, ensure_ascii=False)[1:-1].lower().encode() in self.pool.read(position).lower()
+
     def reviews_of_another_pool(self) -> bool:
         """Whether reviews were given and, both files indexed, review none of the pool's
         trajectories (reviews of another pool would otherwise only read "not reviewed")."""
@@ -286,3 +337,19 @@ class Catalog:
         if flt.ter is not None and not _within(self.ter(position)[0], flt.ter):
             return False
         return True
+
+
+def open_catalog(options: ViewOptions) -> Catalog:
+    """The pool, reviews and dataset, indexes started in the background; UsageError when an
+    input cannot be used at all. --defect-scope given with a dataset must be the one the
+    dataset was compiled under."""
+    pool, reviews, scope, cache = options.pool, options.reviews, options.defect_scope, not options.no_cache
+    if not pool.is_file():
+        raise UsageError(f"no such pool: {pool}")
+    if reviews is not None and not reviews.is_file():
+        raise UsageError(f"no such reviews file: {reviews}")
+    info = DatasetInfo.load(options.dataset) if options.dataset is not None else None
+    if info is not None and scope is not None and info.stats.get("defect_scope", scope) != scope:
+        raise UsageError(f"{info.path}: compiled under --defect-scope {info.stats['defect_scope']}, not {scope} (leave the option out)")
+    review_index = ReviewIndex(reviews, cache=cache).start() if reviews is not None else None
+    return Catalog(PoolIndex(pool, cache=cache).start(), review_index, info, scope=scope or CompileOptions.defect_scope)

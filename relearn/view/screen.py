@@ -16,6 +16,7 @@ from rich.text import Text
 from records.pool_index import summarize_review
 from records.review import Review
 from records.trajectory import Trajectory, is_verified_positive
+from relearn.masks.scopes import ACTION_SCOPE
 from relearn.view.catalog import Catalog, Tokens
 from relearn.view.marks import (
     STYLES,
@@ -93,7 +94,7 @@ class TrajectoryView:
         ter_source: str = "chars",
         position: int = 0,
         total: int | None = None,
-        scope: str | None = "action",
+        scope: str | None = ACTION_SCOPE,
     ) -> None:
         self.trajectory = trajectory
         self.review = review

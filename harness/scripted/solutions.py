@@ -1,11 +1,12 @@
-"""Scripted policies for tests and benchmarks: what the fake model servers answer."""
+"""Scripted policies on the mini tasks, for `relearn demo`, the benches and the tests: what the
+scripted model servers (``harness.scripted.servers``) answer."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from envs.tasks import Task, patch_files
-from tests.model_servers import ScriptedTurn
+from harness.scripted.servers import ScriptedTurn
 
 
 def to_apply_patch(unified: str) -> str:

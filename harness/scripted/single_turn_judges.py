@@ -1,5 +1,6 @@
 """Scripted keep judge and auditor for the mini single-turn suite: what the fake model servers
-answer. The answers (``tests/data/single_turn_judge.json``) are keyed by a digest of the
+answer. The answers (``single_turn_judge.json`` beside this module, written by
+``scripts/generate_single_turn_suite.py``) are keyed by a digest of the
 response they review; the judge rebuilds the response from the sections of its request."""
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.model_servers import ScriptedTurn
+from harness.scripted.servers import ScriptedTurn
 
-ANSWERS: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "data" / "single_turn_judge.json").read_text())
+ANSWERS: dict[str, dict[str, Any]] = json.loads((Path(__file__).parent / "single_turn_judge.json").read_text())
 SECTIONS = re.compile(r"## reasoning_content\n(.*)\n\n## content\n(.*)\Z", re.S)
 
 

@@ -1,4 +1,4 @@
-"""Codex rollout lines written to the published format (formats.md §1), for tests and
+"""Codex rollout lines written to the published format (formats.md §1), for the tests and
 the import benchmark. Both layouts: the current envelope and the legacy bare items."""
 
 from __future__ import annotations

@@ -1,0 +1,78 @@
+"""``relearn envs load``: image tarballs into the engine (docker load)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from relearn.ops.containers import ContainerOptions, docker_client, load_task_list
+from relearn.ops.envs._engine import IDS_HELP, _here_only
+from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.options import nested, option
+
+
+@dataclass
+class LoadOptions:
+    """Load image tarballs into the engine (docker load), e.g. SWE-bench images saved on a machine with a registry."""
+
+    path: Path = option(
+        help="A folder of image tarballs (docker save: .tar, .tar.gz, .tgz, .tar.xz, .tar.zst), or one tarball.",
+        argument=True, metavar="DIR", exists="path",
+    )  # fmt: skip
+    tasks: str | None = option(
+        None,
+        "Then say which of these tasks have their image (after --image-map/--image-template).",
+        flags=("--tasks", "-t"),
+        metavar="TASKS",
+    )
+    ids: list[str] = option(factory=list, help=IDS_HELP, flags=("--id",), metavar="ID")
+    containers: ContainerOptions = nested(ContainerOptions)
+
+
+@dataclass
+class LoadedArchive:
+    archive: str
+    images: list[str]
+    seconds: float
+
+
+@dataclass
+class LoadSummary:
+    loaded: list[LoadedArchive]
+    failures: list[str]  # "tarball: the engine's answer"
+    tasks: int  # tasks checked (0 without options.tasks)
+    missing: list[str]  # "instance id: image" still not on the engine
+    unreadable: list[str]
+
+
+def run_load(options: LoadOptions, reporter: Reporter = SILENT) -> LoadSummary:
+    from envs.images import image_exists
+    from envs.registry import ARCHIVE_SUFFIXES, image_archives, load_archive
+
+    _here_only("load", options.containers)
+    choice = options.containers.choice()
+    try:
+        archives = image_archives(options.path)
+    except FileNotFoundError as exc:
+        raise OpError(str(exc)) from None
+    if not archives:
+        raise OpError(f"no image tarballs in {options.path} (looked for {', '.join(ARCHIVE_SUFFIXES)})")
+    chosen, unreadable = load_task_list(options.tasks, options.ids) if options.tasks is not None else ([], [])
+    client = docker_client()
+    loaded: list[LoadedArchive] = []
+    failures: list[str] = []
+    with stage(reporter, "docker load", len(archives)):
+        for archive in archives:
+            started = time.monotonic()
+            reporter.note(f"docker load < {archive.name}")
+            try:
+                names = load_archive(client, archive)
+            except Exception as exc:  # the engine's answer to a bad tarball, a full disk: name the file, go on
+                failures.append(f"{archive}: {exc}")
+            else:
+                loaded.append(LoadedArchive(archive.name, names, time.monotonic() - started))
+            reporter.advance()
+    routed = choice.route(chosen)
+    missing = [f"{t.instance_id}: {t.image}" for t in routed if t.image and not image_exists(client, t.image)]
+    return LoadSummary(loaded, failures, len(routed), missing, unreadable)

@@ -1,0 +1,85 @@
+"""masks:V: `relearn masks` for one variant V (``relearn.ops.masks``), here, in [masks] workers or
+on [cluster]; a single-turn pool compiles in the template's thinking or no-thinking form.
+
+Identity: the [masks] table less where it runs, with the variant as its mode, the audit's
+content (not only its path) and the held-out tasks sorted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from relearn.pipeline.config import PipelineConfig
+from relearn.pipeline.context import Context, dataset_dir, reviews_path, training_pool_path, training_pool_stage
+from relearn.pipeline.runner import Stage
+from relearn.pipeline.stages import identity
+
+# ``variants``: each stage's own variant is its ``mode``, so adding a variant redoes no other;
+# ``workers``: where it runs, not what it makes.
+NOT_IDENTITY = {"variants", "workers"}
+ADDED_MASKS_FIELDS = {"keep_flagged"}  # added after pipelines were written: out at its default
+
+
+def applies(config: PipelineConfig) -> bool:
+    return True
+
+
+def settings(ctx: Context) -> dict[str, Any]:
+    """What every variant shares of its identity."""
+    c = ctx.config
+    settings = identity(c.masks, NOT_IDENTITY, ADDED_MASKS_FIELDS)
+    if c.masks.audit:
+        # What the audit says, not only where it is: a new audit compiles the datasets again.
+        audit = c.resolve(c.masks.audit)
+        settings["audit"] = hashlib.sha256(audit.read_bytes()).hexdigest() if audit.is_file() else str(audit)
+    if c.masks.heldout_tasks:
+        settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
+    return settings
+
+
+def stages(ctx: Context) -> list[Stage]:
+    shared = settings(ctx)
+    return [
+        Stage(
+            f"masks:{v}",
+            f"compile {v} masks",
+            {**shared, "mode": v},
+            [dataset_dir(ctx, v) / "stats.json"],
+            lambda v=v: run(ctx, v),
+            (training_pool_stage(ctx), "review"),
+            [dataset_dir(ctx, v)],
+        )
+        for v in ctx.config.variants
+    ]
+
+
+def run(ctx: Context, variant: str) -> dict[str, Any]:
+    from relearn.ops.masks import run_masks
+    from relearn.ops.reporting import OpError
+
+    single_turn = ctx.config.pool.single_turn
+    options = ctx.config.masks.options(
+        training_pool_path(ctx), dataset_dir(ctx, variant), reviews_path(ctx), variant,
+        no_thinking=single_turn is not None and not single_turn.thinking, ray=ctx.ray_address,
+        audit=ctx.config.resolve(ctx.config.masks.audit) if ctx.config.masks.audit else None,
+    )  # fmt: skip
+    summary = run_masks(options, ctx.reporter(), tokenizer=ctx.tokenizer())
+    stats = summary.stats
+    if summary.warnings and (not summary.records or summary.foreign_reviews):
+        # An empty pool or reviews that match none of it: every later stage would train on nothing.
+        raise OpError(f"[masks] {variant}: {summary.warnings[0]}")
+    ctx.notes.extend(f"[masks] {variant}: {warning}" for warning in summary.warnings)
+    if summary.review_errors:
+        ctx.notes.append(f"{len(summary.review_errors)} unreadable review line(s); first: {summary.review_errors[0]}")
+    return {
+        "trajectories_in": stats["trajectories_in"],
+        "trajectories_out": stats["trajectories_out"],
+        "rejected": stats["rejected"],
+        "samples": stats["samples"],
+        "supervised_tokens": stats["tokens"]["supervised"],
+        "excluded_tokens": stats["tokens"]["excluded"],
+        "ter": round(stats["ter_token_weighted"], 4),
+        "ter_by_scope": {scope: round(ter["ter_token_weighted"], 4) for scope, ter in stats["ter_by_scope"].items()},
+        "audit": stats["audit"],
+    }
