@@ -20,7 +20,9 @@ from pathlib import Path
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from relearn.options import options_of
 from relearn.pipeline.config import PipelineConfig
+from relearn.pipeline.tables import SET_BY_PIPELINE, TABLE_OPTIONS
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,8 +100,30 @@ def tables(cls: type[BaseModel], path: str) -> list[str]:
     return out
 
 
+def one_sided(cls: type[BaseModel], path: str) -> list[str]:
+    """The options of the verbs behind each table that the file does not say, each with why."""
+    rows = []
+    if hasattr(cls, TABLE_OPTIONS):
+        set_by_pipeline = getattr(cls, SET_BY_PIPELINE)
+        for option in (o for options in getattr(cls, TABLE_OPTIONS) for o in options_of(options)):
+            why = option.declared.why if option.declared.front == "cli" else set_by_pipeline.get(option.name)
+            if why:
+                rows.append(f"| `[{path}]` | `{option.name}` | {why} |")
+    for name, field in cls.model_fields.items():
+        sub = nested_model(field.annotation)
+        if sub is not None:
+            rows += one_sided(sub, f"{path}.{field.alias or name}" if path else field.alias or name)
+    return rows
+
+
 def reference() -> str:
-    return "\n".join([BEGIN, *tables(PipelineConfig, ""), END])
+    lacking = [
+        "### What the file does not say\n",
+        "The options of the verbs behind the tables that only the command line has, each with the reason "
+        "(declared beside the option; `tests/test_options_declared.py` holds every other option to both).\n",
+        "| table | option | why the file does not say it |\n|---|---|---|\n" + "\n".join(dict.fromkeys(one_sided(PipelineConfig, ""))) + "\n",
+    ]
+    return "\n".join([BEGIN, *tables(PipelineConfig, ""), *lacking, END])
 
 
 def main(argv: list[str]) -> int:

@@ -11,26 +11,13 @@ import typer
 
 from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
 from relearn.analyze.tables import nll_tables, passk_tables
-from relearn.cli.cluster import show_nodes
 from relearn.cli.declared import command, parameter
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, run_op, show_nodes, show_problems
 from relearn.ops.analyze import NllOptions, PasskOptions, run_nll, run_passk
 from relearn.ops.reporting import SILENT, OpError, RichReporter
 from relearn.options import options_of
 
 HELP = "Compare pools of trajectories: compatibility with a model (nll) and complementarity of what they solve (passk)."
-NLL_DOC = """Compatibility: token-level NLL of each pool's eligible tokens under one model.
-
-Each trajectory is rendered over the chat template and scored on its eligible tokens A (generated assistant turns, as `relearn masks` finds them; defects are not removed), everything else staying as context. Per pool: NLL per token (token-weighted, 95% bootstrap CI), perplexity, the distribution of per-trajectory means (mean with CI, median, p10-p90) and the difference from the first pool. Lower means more compatible: historical rollouts of the same policy line, current-policy rollouts and an external teacher's can be compared side by side. Scores are cached in --out; a rerun is free.
-
-With --reviews, each trajectory's eligible tokens are also split by the ROSS mask its latest review gives: kept (A \\ E, what ROSS trains on) and excluded (E), with the NLL of each, of each defect category's excluded tokens and of the excluded - kept gap (95% bootstrap over trajectories). A trajectory the review rejects, or that the mask compiler refuses, is scored but not split, and counted by reason; one whose latest review line is unreadable is listed too (never split by an earlier review). A changed review is split again; everything else comes from the cache.
-
-With --workers N (CPU) or --ray ADDRESS, batches of trajectories are scored by worker processes or on a Ray cluster's nodes (--device cuda: each unit asks Ray for a GPU, and this machine needs none); each worker process loads the model once. Only this process writes the score cache and the results, which equal a run here.
-"""
-PASSK_DOC = """Complementarity: per-problem success rates, unbiased pass@k curves, problems solved by one pool only.
-
-Success is the verifier's (resolved, or a positive reward); trajectories without a verifier result or a task_id are rejected and listed, never counted as failures. Over the problems all pools attempted: problems solved only by each pool, and by any; for each pair of pools, problems solved by both, only one, or neither.
-"""
 
 
 def pool_flag(cls: type) -> inspect.Parameter:
@@ -75,6 +62,6 @@ def passk(options: PasskOptions, pools: list[str]) -> None:
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help=HELP, no_args_is_help=True)
-    group.command("nll")(command(NllOptions, nll, doc=NLL_DOC, skip=["pools"], extra=[pool_flag(NllOptions)]))
-    group.command("passk")(command(PasskOptions, passk, doc=PASSK_DOC, skip=["pools"], extra=[pool_flag(PasskOptions)]))
+    group.command("nll")(command(NllOptions, nll, skip=["pools"], extra=[pool_flag(NllOptions)]))
+    group.command("passk")(command(PasskOptions, passk, skip=["pools"], extra=[pool_flag(PasskOptions)]))
     app.add_typer(group, name="analyze")

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli.cluster import show_nodes
 from relearn.cli.declared import command
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_nodes, show_problems
 from relearn.ops.evaluate import CompareOptions, EvalOptions, ReportOptions, run_compare, run_evaluation, run_report
-
-RUN_DOC = """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
-
-Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance reports and report.md/json. Resumable: rerun the same command to finish a killed run.
-"""
-REPORT_DOC = "Write report.json and report.md for a run and print the summary."
-COMPARE_DOC = "Put runs side by side with paired statistics; refuses runs whose scaffold, budget or instances differ."
 
 
 def run(options: EvalOptions) -> None:
@@ -49,7 +41,7 @@ def register(app: typer.Typer) -> None:
         help="Evaluate a policy on SWE-bench Verified (or the mini suite) under a fixed budget; report and compare runs.",
         no_args_is_help=True,
     )
-    group.command("run")(command(EvalOptions, run, doc=RUN_DOC))
-    group.command("report")(command(ReportOptions, report, doc=REPORT_DOC))
-    group.command("compare")(command(CompareOptions, compare, doc=COMPARE_DOC))
+    group.command("run")(command(EvalOptions, run))
+    group.command("report")(command(ReportOptions, report))
+    group.command("compare")(command(CompareOptions, compare))
     app.add_typer(group, name="eval")

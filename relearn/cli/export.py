@@ -23,18 +23,6 @@ CHAT_DOC = """One chat-message row per trajectory: OpenAI messages (tool-call ar
 
 With --preset, the rows of SWE-Gym, SWE-smith, nebius SWE-agent-trajectories or SWE-rebench-openhands, so `relearn import chat --preset` reads them back to the same messages. A trajectory the preset cannot hold whole (tool calls in the text-only nebius rows) is refused and listed.
 """
-DATASET_DOC = """Write a compiled dataset in a trainer's own pre-tokenized format, supervising exactly the tokens its loss_mask marks.
-
-trl: Parquet input_ids + assistant_masks (SFTTrainer builds labels from them). axolotl: Parquet input_ids, attention_mask, labels (-100 where not supervised). llamafactory: the same as a save_to_disk folder for tokenized_path. verl: Parquet input_ids + loss_mask and relearn_verl_dataset.py for data.custom_cls. hf: sample and trajectory ids, input_ids, loss_mask, labels and a per-trajectory weight, as Parquet and save_to_disk.
-
-Beside the data: rows.jsonl (each row's sample and trajectory) and relearn-export.json (tokenizer, chat template hash, the loss that trainer computes and how far it is from relearn's per-trajectory loss). Rows with no supervised token are left out and counted.
-
-Set the trainer's length limit to at least the longest row (`relearn masks --ctx`): axolotl drops every row longer than its `sequence_len` (512 tokens unless set; its default `excess_length_strategy: drop`), and TRL cuts rows at `max_length` (1,024 unless set; `max_length=None` keeps them whole).
-"""
-MASKS_DOC = """Write each sample's A \\ E selection as JSONL: the rendered text, the supervised token runs [start, end) and the same runs as character ranges of the text.
-
-A trainer with another tokenization supervises the tokens lying wholly inside a character range; one with this tokenizer can use the token runs.
-"""
 
 
 def pool_export(format: ops.PoolFormat) -> Callable[[ops.PoolExportOptions], None]:
@@ -72,6 +60,6 @@ def register(app: typer.Typer) -> None:
     export_app.command("atif")(command(ops.PoolExportOptions, pool_export("atif"), doc=ATIF_DOC, skip=("preset",)))
     export_app.command("hf")(command(ops.PoolExportOptions, pool_export("hf"), doc=HF_DOC, skip=("preset",)))
     export_app.command("chat")(command(ops.PoolExportOptions, pool_export("chat"), doc=CHAT_DOC))
-    export_app.command("dataset")(command(ops.DatasetExportOptions, dataset, doc=DATASET_DOC))
-    export_app.command("masks")(command(ops.MasksExportOptions, masks, doc=MASKS_DOC))
+    export_app.command("dataset")(command(ops.DatasetExportOptions, dataset))
+    export_app.command("masks")(command(ops.MasksExportOptions, masks))
     app.add_typer(export_app, name="export")

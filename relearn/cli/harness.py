@@ -5,21 +5,9 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli.cluster import show_nodes
 from relearn.cli.declared import command
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, grid, out, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, grid, out, run_op, show_nodes, show_problems
 from relearn.ops.collect import CollectOptions, ReplayOptions, ReplayRow, run_collect, run_replay
-
-COLLECT_DOC = """Run a policy on tasks × attempts in containers, verify each episode, and write a pool.
-
-Resumable by (task, policy, attempt): rerun the same command after a crash and only the unfinished episodes run.
-
-With --ray, each episode is a Ray task on a node offering the docker resource (its image is built or loaded there, once per node, or pulled from --registry); a node lost mid-episode is retried on another, and only this process writes the pool.
-"""
-REPLAY_DOC = """Re-execute recorded tool calls in fresh containers; report the first divergence and verify the final patch.
-
-Exits 1 when any trajectory does not reproduce.
-"""
 
 
 def collect(options: CollectOptions) -> None:
@@ -60,6 +48,6 @@ def replay(options: ReplayOptions) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("collect")(command(CollectOptions, collect, doc=COLLECT_DOC))
+    app.command("collect")(command(CollectOptions, collect))
     # Replay runs here, one trajectory after another: no cluster, and its images are made here.
-    app.command("replay")(command(ReplayOptions, replay, doc=REPLAY_DOC, skip=("ray", "registry")))
+    app.command("replay")(command(ReplayOptions, replay, skip=("ray", "registry")))

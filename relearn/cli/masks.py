@@ -7,18 +7,10 @@ from typing import Any
 
 import typer
 
-from relearn.cli.cluster import show_nodes
 from relearn.cli.declared import command
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, pairs, print_error, show_problems, show_warnings
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, pairs, print_error, show_nodes, show_problems, show_warnings
 from relearn.ops.masks import MasksOptions, run_masks
 from relearn.ops.reporting import OpError, RichReporter
-
-DOC = """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
-
-Each trajectory is rendered once; each rejected trajectory is counted with its reason. Resumable (finished shards with the same options are kept) and deterministic.
-
-ross and ross-nomask validate the same defects and so hold the same trajectories: the masking contrast is the same subset with and without the mask.
-"""
 
 
 def masks(options: MasksOptions) -> None:
@@ -79,4 +71,4 @@ def audit_line(audit: dict[str, Any]) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("masks")(command(MasksOptions, masks, doc=DOC))
+    app.command("masks")(command(MasksOptions, masks))

@@ -79,3 +79,9 @@ def grid(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], **co
     for row in rows:
         table.add_row(*row)
     return table
+
+
+def show_nodes(per_node: dict[str, int], what: str) -> None:
+    """Units finished by node, when they ran on a cluster."""
+    if per_node and set(per_node) != {"local"}:
+        err.print(f"{what} by node: " + ", ".join(f"{node[:12]} {count}" for node, count in sorted(per_node.items())))

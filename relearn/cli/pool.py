@@ -15,10 +15,6 @@ IMPORT_DOC = """Import other tools' trajectories into a pool of relearn trajecto
 
 Appends to the pool and skips trajectories whose stable id it already holds, so a rerun over the same inputs adds nothing. A damaged file (or, in row formats, a damaged row) is rejected with its file, line and field and the batch goes on; unknown record types and fields are kept under each trajectory's `source` and counted. A grade the source carries (reward, resolved) becomes the outcome, marked imported, until `relearn verify` grades the patch. The pipeline's `[pool.import]` table takes the same fields.
 """
-VALIDATE_DOC = """Check pools: records parse, ids are unique, tool results answer earlier calls.
-
-Reads each pool once, one trajectory at a time. Lists each problem with its file, line and field; exits 1 when there is any, 2 when a pool file is missing.
-"""
 
 
 def import_pool(options: ImportOptions) -> None:
@@ -54,4 +50,4 @@ def validate(options: ValidateOptions) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command("import")(command(ImportOptions, import_pool, doc=IMPORT_DOC))
-    app.command("validate")(command(ValidateOptions, validate, doc=VALIDATE_DOC))
+    app.command("validate")(command(ValidateOptions, validate))

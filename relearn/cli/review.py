@@ -15,14 +15,10 @@ import click
 import typer
 from typer.core import TyperGroup
 
-from records.pools import RecordError, read_trajectories_lenient
-from records.review import Review, iter_reviews, latest_reviews
-from relearn.cli.cluster import show_nodes
 from relearn.cli.declared import command
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, out, pairs, print_error, run_op, show_problems, show_warnings
-from relearn.ops.review import AgreeOptions, ReviewOptions, run_review
-from relearn.ops.review_bench import SHOWN, BenchOptions, LabelOptions, fmt, run_review_bench
-from review.agreement import agreement
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, pairs, run_op, show_nodes, show_problems, show_warnings
+from relearn.ops.review import AgreeOptions, ReviewOptions, run_agree, run_review
+from relearn.ops.review_bench import SHOWN, BenchOptions, LabelOptions, fmt, run_label, run_review_bench
 
 
 class PoolByDefault(TyperGroup):
@@ -45,19 +41,6 @@ review_app = typer.Typer(
 )
 
 
-POOL_DOC = """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
-
-`relearn review POOL -o reviews.jsonl --judge1 M --judge2 M` prints accepted, rejected by reason, errors by category, grounded/rejected spans and cost; a rerun costs nothing. Judge 1 reads the task statement, every step and the verifier's evidence whole (see --judge-context). Judge 2 quotes each confirmed error; every quote of an error must ground in the step's text, or the trajectory is rejected as no_valid_target.
-
-`relearn review POOL --judge1 M --estimate` prints what the review would cost before anything is paid: requests and tokens per judge, and dollars with and without batch mode and prompt caching, from the shipped pricing table (check its prices; override with --prices).
-
-`--batch` sends every judge-1 request as one batch (several past the vendors' size limits), waits, then does the same for judge 2; the answers fill the same call cache, so a later run without --batch costs nothing. Requests are laid out for prompt caching either way: the judge instructions and the trajectory's shared start (agent system prompt, task) come first.
-"""
-BENCH_DOC = """Score the reviewer (the offline heuristic without judges) on a labelled review benchmark.
-
-Decision accuracy and Cohen's kappa, error detection per step and category, span F1 over excluded words, minimality, collateral damage, no_valid_target and grounding failures, cost, tokens and seconds per trajectory, into DIR/bench.json and DIR/bench.md (the case format is in docs/review.md). Rerunning into the same DIR resumes and pays for nothing twice; DIR is refused for another reviewer or case set.
-"""
-LABEL_DOC = "Turn reviews written or corrected by hand into labelled cases for `relearn review bench`: each error takes the defects of its step and category as its gold spans."
 AGREE_DOC = "Cohen's kappa on decisions and categories, span F1 and the share of correct tokens wrongly excluded."
 
 
@@ -108,48 +91,24 @@ def bench(options: BenchOptions) -> None:
 
 
 def label(options: LabelOptions) -> None:
-    from review.bench.cases import BenchCase, case_from_review, write_cases
-
-    latest: dict[str, Review] = {}
-    problems: list[str] = []
-    for item in iter_reviews(options.reviews):
-        if isinstance(item, Review):
-            latest[item.trajectory_id] = item
-        else:
-            problems.append(str(item))
-    unreadable: list[RecordError] = []
-    cases: list[BenchCase] = []
-    for trajectory in read_trajectories_lenient(options.pool, unreadable):
-        if trajectory.id in latest:
-            try:
-                cases.append(case_from_review(trajectory, latest[trajectory.id]))
-            except ValueError as exc:
-                problems.append(f"{options.reviews}: trajectory {trajectory.id}: {exc}")
-    problems += [str(e) for e in unreadable]
-    show_problems("not labelled", problems)
-    if not cases:
-        print_error("no reviewed trajectory could be labelled")
-        raise typer.Exit(EXIT_USAGE)
-    write_cases(options.output, cases)
-    out.print(f"{len(cases)} labelled cases -> {options.output} (score a reviewer on them: relearn review bench {options.output} -o DIR)")
-    raise typer.Exit(EXIT_PARTIAL if problems else EXIT_OK)
+    summary = run_op(run_label, options)
+    show_problems("not labelled", summary.problems)
+    out.print(
+        f"{summary.cases} labelled cases -> {options.output} (score a reviewer on them: relearn review bench {options.output} -o DIR)"
+    )
+    raise typer.Exit(EXIT_PARTIAL if summary.problems else EXIT_OK)
 
 
 def agree(options: AgreeOptions) -> None:
-    errors: list[RecordError] = []
-    trajectories = {t.id: t for t in read_trajectories_lenient(options.pool, errors)}
-    reference, other = (latest_reviews(path, lambda review: review)[0] for path in (options.reference, options.other))
-    result = agreement(reference, other, trajectories)
-    out.print(
-        pairs("relearn review agree", [(key, f"{value:.3f}" if isinstance(value, float) else value) for key, value in result.items()])
-    )
-    out.print(json.dumps(result))
-    raise typer.Exit(EXIT_PARTIAL if errors else EXIT_OK)
+    summary = run_op(run_agree, options)
+    out.print(pairs("relearn review agree", [(key, f"{v:.3f}" if isinstance(v, float) else v) for key, v in summary.result.items()]))
+    out.print(json.dumps(summary.result))
+    raise typer.Exit(EXIT_PARTIAL if summary.unreadable else EXIT_OK)
 
 
-review_app.command("pool")(command(ReviewOptions, review, doc=POOL_DOC))
-review_app.command("bench")(command(BenchOptions, bench, doc=BENCH_DOC))
-review_app.command("label")(command(LabelOptions, label, doc=LABEL_DOC))
+review_app.command("pool")(command(ReviewOptions, review))
+review_app.command("bench")(command(BenchOptions, bench))
+review_app.command("label")(command(LabelOptions, label))
 review_app.command("agree")(command(AgreeOptions, agree, doc=AGREE_DOC))
 
 

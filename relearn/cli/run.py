@@ -2,36 +2,39 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from relearn.cli.cluster import RayArg
 from relearn.cli.help_layout import EXIT_CODES_STAGES
-from relearn.cli.image_options import terminate_cleanly
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, grid, out, print_error
+from relearn.ops.containers import RAY_HELP
 from relearn.pipeline.config import ClusterConfig, PipelineError, load_pipeline
 from relearn.pipeline.runner import StageResult
 
 EXIT_FAILED = 3  # a stage failed: later stages did not run (rerun to resume)
+RayArg = Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help=RAY_HELP)]
+
+
+def terminate_cleanly() -> None:
+    """For the whole process: SIGTERM unwinds like Ctrl-C, so every `with Container` removes its container."""
+
+    def handler(_signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _summary(results: list[StageResult], title: str) -> int:
-    table = Table(title=title)
-    for column in ("stage", "status", "seconds", "counts"):
-        table.add_column(column, overflow="fold")
-    for r in results:
-        counts = "; ".join(f"{k} {v}" for k, v in r.counts.items()) if r.counts else (r.error or "")
-        style = {"failed": "red", "current": "dim"}.get(r.status, "")
-        table.add_row(
-            r.name, f"[{style}]{r.status}[/{style}]" if style else r.status, f"{r.seconds:.1f}" if r.status == "ran" else "-", counts
-        )
-    out.print(table)
-    if any(r.status == "failed" for r in results):
-        return EXIT_FAILED
-    return EXIT_OK
+    rows = [
+        (r.name, {"failed": "[red]failed[/red]", "current": "[dim]current[/dim]"}.get(r.status, r.status),
+         f"{r.seconds:.1f}" if r.status == "ran" else "-", "; ".join(f"{k} {v}" for k, v in r.counts.items()) or (r.error or ""))
+        for r in results
+    ]  # fmt: skip
+    out.print(grid(title, ("stage", "status", "seconds", "counts"), rows, overflow="fold"))
+    return EXIT_FAILED if any(r.status == "failed" for r in results) else EXIT_OK
 
 
 def run_command(

@@ -24,11 +24,6 @@ from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_USAGE, err, out
 from relearn.serve import ServeOptions
 
-DOC = """Serve MODEL_DIR on POST /v1/chat/completions (plus GET /v1/models, GET /health) until Ctrl-C.
-
-Requests are answered one at a time. Reasoning and tool calls are parsed as vLLM's qwen3 reasoning parser and qwen3_coder tool parser do; return_token_ids and logprobs work as in vLLM.
-"""
-
 
 def refuse(message: str) -> typer.Exit:
     err.print(f"[red]{message}[/red]", highlight=False)
@@ -86,7 +81,7 @@ def serve_model(options: ServeOptions) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(command(ServeOptions, serve_model, doc=DOC))
+    app.command("serve")(command(ServeOptions, serve_model))
 
 
 if __name__ == "__main__":

@@ -20,14 +20,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-IMPORT_DOC = """Import single-turn rollouts into a pool: one user prompt and one generated response per row.
-
-A response's <think>...</think> block (or its text up to a lone </think>) becomes the reasoning and the rest the final answer. The logged reward is kept as the imported outcome until `relearn single-turn verify` grades the response. A damaged row is rejected with its file, line and field and the rows after it are read; a rerun adds nothing already in the pool.
-"""
-VERIFY_DOC = """Grade every response with its task's verifier: Math by math-verify against the reference answer, Code by the task's unit tests (visible and hidden) on the last ```python block, in a fresh container without network, IF by IFEval's checkers for the prompt's constraints.
-
-The verdict replaces the reward the RL run logged (kept as `verdict.logged_reward`). Graded rollouts are appended to OUTPUT.partial as they are graded, so a killed run resumes without grading them again; the file is renamed into place at the end. A rollout whose task is unknown is listed and left ungraded (exit 1). Code tasks need the Docker engine; the offline base image is built on first use.
-"""
 REVIEW_DOC = """Review verifier-positive single-turn rollouts: keep intervals for Math and Code, full supervision for instruction following.
 
 The keep judge quotes the correct, self-contained reasoning and the complete final answer (leaving out wrong steps, abandoned approaches and repeated answer emission) or drops the response when no clean solution can be assembled from its own text; every quote is grounded to exact offsets, and one that does not ground drops the response. The auditor then reads the kept text alone and must find it self-contained and correct. Instruction-following positives are accepted whole without a call. Answers are cached beside the output, so a rerun costs nothing for what was reviewed; `relearn masks --mode ross` compiles A ∩ K from the reviews.
@@ -72,8 +64,8 @@ def review(options: ops.SingleTurnReviewOptions, **roles: Any) -> None:
 
 def register(root: typer.Typer) -> None:
     columns = [parameter(o) for o in options_of(ops.SingleTurnColumns)]
-    app.command("import")(command(ops.SingleTurnImportOptions, import_rollouts, doc=IMPORT_DOC, extra=columns))
-    app.command("verify")(command(ops.SingleTurnVerifyOptions, verify, doc=VERIFY_DOC))
+    app.command("import")(command(ops.SingleTurnImportOptions, import_rollouts, extra=columns))
+    app.command("verify")(command(ops.SingleTurnVerifyOptions, verify))
     # The roles' own names (--judge, --auditor) stand for judge1 and judge2; a judge reads the whole response.
     roles = [parameter(o) for o in options_of(ops.KeepJudges)]
     skip = ("judge1", "judge2", "judge2_base_url", "context")

@@ -23,17 +23,6 @@ from relearn.stats.plots import write_plots
 from relearn.stats.tables import report_tables
 from relearn.view.catalog import DatasetInfo
 
-DOC = """Statistics of pools, reviews and datasets: outcomes and exit statuses, per-task pass@k, acceptance and rejection reasons, TER per trajectory and weighted by group, excluded content by category, lengths.
-
-Tables in the terminal; --json for every figure; --plots for PNGs (TER over training steps,
-category shares). TER is in tokens with --dataset (from `relearn masks`' stats.json), else
-estimated in characters and labelled so. Records are indexed once and the index is saved
-beside each file, so a rerun over a 100k pool reads no record. --context checks the context
-each turn is trained under against the prompt ids its call recorded, or names the protocol
-rule that decides it. Exit 1 when some records are unreadable (listed with file, line and
-field).
-"""
-
 
 def indexed(options: StatsOptions) -> tuple[list[PoolIndex], ReviewIndex | None]:
     """Every file's index, built (or read back) with a spinner each."""
@@ -107,4 +96,4 @@ def nothing_matched(report: dict[str, Any], pools: list[Path], indexes: list[Poo
 
 
 def register(app: typer.Typer) -> None:
-    app.command("stats")(command(StatsOptions, run, doc=DOC))
+    app.command("stats")(command(StatsOptions, run))

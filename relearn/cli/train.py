@@ -23,11 +23,6 @@ from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, pair
 from relearn.ops.reporting import OpError
 from relearn.ops.train import TrainOptions, run_train
 
-DOC = """Masked SFT: imitation loss only on supervised tokens, whole trajectories kept as context.
-
-Never materialises full logits: the LM head and cross-entropy run only at supervised positions, in checkpointed chunks. Checkpoints hold the data position; rerunning the same command resumes where a killed run stopped and reproduces its loss curve.
-"""
-
 # The `deepspeed` launcher passes --local_rank; torchrun sets the variable.
 LOCAL_RANK = inspect.Parameter(
     "local_rank",
@@ -68,7 +63,7 @@ def train(options: TrainOptions, local_rank: int | None) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("train")(command(TrainOptions, train, doc=DOC, extra=[LOCAL_RANK]))
+    app.command("train")(command(TrainOptions, train, extra=[LOCAL_RANK]))
 
 
 if __name__ == "__main__":

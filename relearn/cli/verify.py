@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from relearn.cli.cluster import show_nodes
 from relearn.cli.declared import command
-from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, grid, out, run_op, show_problems
+from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, grid, out, run_op, show_nodes, show_problems
 from relearn.ops.verify import VerifyOptions, run_verify
 
 DOC = """Grade patches in fresh containers with the tasks' tests (SWE-bench grading, Harbor reward files).

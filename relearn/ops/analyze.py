@@ -37,6 +37,15 @@ AS_MASKS = "the pipeline scores as its [masks] compiled"
 
 @dataclass
 class NllOptions:
+    """Compatibility: token-level NLL of each pool's eligible tokens under one model.
+
+    Each trajectory is rendered over the chat template and scored on its eligible tokens A (generated assistant turns, as `relearn masks` finds them; defects are not removed), everything else staying as context. Per pool: NLL per token (token-weighted, 95% bootstrap CI), perplexity, the distribution of per-trajectory means (mean with CI, median, p10-p90) and the difference from the first pool. Lower means more compatible: historical rollouts of the same policy line, current-policy rollouts and an external teacher's can be compared side by side. Scores are cached in --out; a rerun is free.
+
+    With --reviews, each trajectory's eligible tokens are also split by the ROSS mask its latest review gives: kept (A \\ E, what ROSS trains on) and excluded (E), with the NLL of each, of each defect category's excluded tokens and of the excluded - kept gap (95% bootstrap over trajectories). A trajectory the review rejects, or that the mask compiler refuses, is scored but not split, and counted by reason; one whose latest review line is unreadable is listed too (never split by an earlier review). A changed review is split again; everything else comes from the cache.
+
+    With --workers N (CPU) or --ray ADDRESS, batches of trajectories are scored by worker processes or on a Ray cluster's nodes (--device cuda: each unit asks Ray for a GPU, and this machine needs none); each worker process loads the model once. Only this process writes the score cache and the results, which equal a run here.
+    """
+
     out: Path = option(
         help="Folder for nll.json, nll.md, nll.png and the score cache nll-scores.jsonl.", flags=("--out", "-o"), metavar="DIR",
         front="cli", why="the pipeline writes each model's scores under analyze/MODEL/",
@@ -208,6 +217,11 @@ def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
 
 @dataclass
 class PasskOptions:
+    """Complementarity: per-problem success rates, unbiased pass@k curves, problems solved by one pool only.
+
+    Success is the verifier's (resolved, or a positive reward); trajectories without a verifier result or a task_id are rejected and listed, never counted as failures. Over the problems all pools attempted: problems solved only by each pool, and by any; for each pair of pools, problems solved by both, only one, or neither.
+    """
+
     out: Path = option(help="Folder for passk.json, passk.md and passk.png.", flags=("--out", "-o"), metavar="DIR")
     pools: list[NamedPool] = option(help=POOL_HELP, factory=list, flags=("--pool", "-p"), metavar="NAME=PATH")
     max_k: int | None = option(

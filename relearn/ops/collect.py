@@ -121,6 +121,13 @@ class BudgetOptions:
 
 @dataclass
 class CollectOptions:
+    """Run a policy on tasks × attempts in containers, verify each episode, and write a pool.
+
+    Resumable by (task, policy, attempt): rerun the same command after a crash and only the unfinished episodes run.
+
+    With --ray, each episode is a Ray task on a node offering the docker resource (its image is built or loaded there, once per node, or pulled from --registry); a node lost mid-episode is retried on another, and only this process writes the pool.
+    """
+
     out: Path = option(
         help="Output folder: trajectories.jsonl, episodes/, verify-logs/.", flags=("--out",), metavar="DIR",
         front="cli", why="the pipeline names its pool folder",
@@ -220,6 +227,11 @@ def _summarize(options: CollectOptions, summary: CollectSummary, task_problems: 
 
 @dataclass
 class ReplayOptions:
+    """Re-execute recorded tool calls in fresh containers; report the first divergence and verify the final patch.
+
+    Exits 1 when any trajectory does not reproduce.
+    """
+
     pool: Path = option(help="Pool of trajectories.", argument=True, metavar="POOL", exists="file")
     tasks: str = tasks_option()
     ids: list[str] | None = option(None, "Only these trajectory ids (repeatable).", flags=("--id",), metavar="ID")

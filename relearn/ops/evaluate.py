@@ -27,6 +27,11 @@ SERVED_ENDPOINT = dict.fromkeys(("base_url", "api_key_env", "checkpoint", "max_o
 
 @dataclass
 class EvalOptions:
+    """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
+
+    Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance reports and report.md/json. Resumable: rerun the same command to finish a killed run.
+    """
+
     out: Path = option(
         help="Run folder (created, or resumed when it holds the same run).", flags=("--out",), metavar="DIR",
         front="cli", why="the pipeline names each model's run folder",
@@ -51,11 +56,15 @@ class EvalOptions:
 
 @dataclass
 class ReportOptions:
+    """Write report.json and report.md for a run and print the summary."""
+
     run_dir: Path = option(help="A run folder.", argument=True, metavar="RUN")
 
 
 @dataclass
 class CompareOptions:
+    """Put runs side by side with paired statistics; refuses runs whose scaffold, budget or instances differ."""
+
     runs: list[Path] = option(help="Run folders; the first is the baseline.", argument=True, metavar="RUN")
     output: Path = option(Path("compare"), "Folder for compare.md, compare.json and compare.png.", flags=("-o", "--output"), metavar="DIR")
     names: list[str] | None = option(

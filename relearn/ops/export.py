@@ -130,7 +130,14 @@ def _write_atif(trajectories: Iterator[Trajectory], folder: Path) -> int:
 
 @dataclass
 class DatasetExportOptions:
-    """``relearn export dataset DATASET_DIR --for TRAINER -o OUTPUT``."""
+    """Write a compiled dataset in a trainer's own pre-tokenized format, supervising exactly the tokens its loss_mask marks.
+
+    trl: Parquet input_ids + assistant_masks (SFTTrainer builds labels from them). axolotl: Parquet input_ids, attention_mask, labels (-100 where not supervised). llamafactory: the same as a save_to_disk folder for tokenized_path. verl: Parquet input_ids + loss_mask and relearn_verl_dataset.py for data.custom_cls. hf: sample and trajectory ids, input_ids, loss_mask, labels and a per-trajectory weight, as Parquet and save_to_disk.
+
+    Beside the data: rows.jsonl (each row's sample and trajectory) and relearn-export.json (tokenizer, chat template hash, the loss that trainer computes and how far it is from relearn's per-trajectory loss). Rows with no supervised token are left out and counted.
+
+    Set the trainer's length limit to at least the longest row (`relearn masks --ctx`): axolotl drops every row longer than its `sequence_len` (512 tokens unless set; its default `excess_length_strategy: drop`), and TRL cuts rows at `max_length` (1,024 unless set; `max_length=None` keeps them whole).
+    """
 
     dataset: Path = option(
         help="A folder `relearn masks` wrote (shard-*.parquet, stats.json); any of the three contrasts.", argument=True,
@@ -191,7 +198,10 @@ def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILEN
 
 @dataclass
 class MasksExportOptions:
-    """``relearn export masks DATASET_DIR -o OUTPUT``."""
+    """Write each sample's A \\ E selection as JSONL: the rendered text, the supervised token runs [start, end) and the same runs as character ranges of the text.
+
+    A trainer with another tokenization supervises the tokens lying wholly inside a character range; one with this tokenizer can use the token runs.
+    """
 
     dataset: Path = option(help="A folder `relearn masks` wrote.", argument=True, metavar="DATASET_DIR")
     output: Path = option(help="JSONL file (.jsonl or .jsonl.zst).", flags=("-o", "--output"), metavar="FILE")

@@ -29,6 +29,13 @@ PIPELINE_PATHS = "the pipeline names it: the work folder's training pool, review
 
 @dataclass
 class MasksOptions:
+    """Compile token masks A \\ E over the real chat template, VALIDATE them, write Parquet shards.
+
+    Each trajectory is rendered once; each rejected trajectory is counted with its reason. Resumable (finished shards with the same options are kept) and deterministic.
+
+    ross and ross-nomask validate the same defects and so hold the same trajectories: the masking contrast is the same subset with and without the mask.
+    """
+
     pool: Path = option(
         help="Pool of trajectories (.jsonl or .jsonl.zst).", argument=True, metavar="POOL", exists="file", front="cli", why=PIPELINE_PATHS
     )

@@ -70,6 +70,15 @@ class JudgeOptions:
 
 @dataclass
 class ReviewOptions:
+    """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
+
+    `relearn review POOL -o reviews.jsonl --judge1 M --judge2 M` prints accepted, rejected by reason, errors by category, grounded/rejected spans and cost; a rerun costs nothing. Judge 1 reads the task statement, every step and the verifier's evidence whole (see --judge-context). Judge 2 quotes each confirmed error; every quote of an error must ground in the step's text, or the trajectory is rejected as no_valid_target.
+
+    `relearn review POOL --judge1 M --estimate` prints what the review would cost before anything is paid: requests and tokens per judge, and dollars with and without batch mode and prompt caching, from the shipped pricing table (check its prices; override with --prices).
+
+    `--batch` sends every judge-1 request as one batch (several past the vendors' size limits), waits, then does the same for judge 2; the answers fill the same call cache, so a later run without --batch costs nothing. Requests are laid out for prompt caching either way: the judge instructions and the trajectory's shared start (agent system prompt, task) come first.
+    """
+
     pool: Path = option(
         help="The verified pool to review (.jsonl or .jsonl.zst).", argument=True, metavar="POOL", front="cli", why=PIPELINE_PATHS
     )
@@ -242,3 +251,19 @@ def run_review(
             include_suspicious=options.include_suspicious, batch=batching, backend=backend,
         )  # fmt: skip
     return summary
+
+
+@dataclass
+class AgreeSummary:
+    result: dict[str, Any]  # kappa on decisions and categories, span F1, correct tokens wrongly excluded
+    unreadable: int  # pool records that could not be read
+
+
+def run_agree(options: AgreeOptions, reporter: Reporter = SILENT) -> AgreeSummary:
+    from records.pools import RecordError, read_trajectories_lenient
+    from review.agreement import agreement
+
+    errors: list[RecordError] = []
+    trajectories = {t.id: t for t in read_trajectories_lenient(options.pool, errors)}
+    reference, other = (latest_reviews(path, lambda review: review)[0] for path in (options.reference, options.other))
+    return AgreeSummary(agreement(reference, other, trajectories), len(errors))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from records.pools import JsonlWriter, RecordError, iter_lines, write_atomic, write_text_atomic
+from records.pools import JsonlWriter, RecordError, iter_lines, read_trajectories_lenient, write_atomic, write_text_atomic
 from records.review import Review, iter_reviews
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.ops.review import JudgeOptions, ReviewOptions, make_judges
@@ -95,6 +95,11 @@ def reviewer_identity(judges: tuple[Judge, Judge] | None) -> dict[str, Any]:
 
 @dataclass
 class BenchOptions:
+    """Score the reviewer (the offline heuristic without judges) on a labelled review benchmark.
+
+    Decision accuracy and Cohen's kappa, error detection per step and category, span F1 over excluded words, minimality, collateral damage, no_valid_target and grounding failures, cost, tokens and seconds per trajectory, into DIR/bench.json and DIR/bench.md (the case format is in docs/review.md). Rerunning into the same DIR resumes and pays for nothing twice; DIR is refused for another reviewer or case set.
+    """
+
     # Named on purpose, never defaulted: a rerun into it resumes, and it is refused for another bench.
     output: Path = option(help="The results folder (bench.json, bench.md, the reviews).", flags=("-o", "--output"), metavar="DIR")
     bench: Path | None = option(
@@ -108,6 +113,8 @@ class BenchOptions:
 
 @dataclass
 class LabelOptions:
+    """Turn reviews written or corrected by hand into labelled cases for `relearn review bench`: each error takes the defects of its step and category as its gold spans."""
+
     pool: Path = option(help="The pool the reviews cover.", argument=True, metavar="POOL", exists="file")
     reviews: Path = option(
         help="Reviews that say what a perfect reviewer would (their gold labels).", argument=True, metavar="REVIEWS", exists="file"
@@ -256,3 +263,35 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {row['case']} | {row['gold_decision']} | {decision} | {gold} | {found} | {row['word_tp']}/{row['word_fp']}/{row['word_fn']} |"
         )
     return "\n".join(lines) + "\n"
+
+
+@dataclass
+class LabelSummary:
+    cases: int
+    problems: list[str]  # reviews that could not be labelled, unreadable lines of either file
+
+
+def run_label(options: LabelOptions, reporter: Reporter = SILENT) -> LabelSummary:
+    """The latest review of each trajectory as a labelled case; raises ``OpError`` when none can be."""
+    from review.bench.cases import BenchCase, case_from_review, write_cases
+
+    latest: dict[str, Review] = {}
+    problems: list[str] = []
+    for item in iter_reviews(options.reviews):
+        if isinstance(item, Review):
+            latest[item.trajectory_id] = item
+        else:
+            problems.append(str(item))
+    unreadable: list[RecordError] = []
+    cases: list[BenchCase] = []
+    for trajectory in read_trajectories_lenient(options.pool, unreadable):
+        if trajectory.id in latest:
+            try:
+                cases.append(case_from_review(trajectory, latest[trajectory.id]))
+            except ValueError as exc:
+                problems.append(f"{options.reviews}: trajectory {trajectory.id}: {exc}")
+    problems += [str(e) for e in unreadable]
+    if not cases:
+        raise OpError("no reviewed trajectory could be labelled" + (f" (first problem: {problems[0]})" if problems else ""))
+    write_cases(options.output, cases)
+    return LabelSummary(len(cases), problems)

@@ -81,6 +81,11 @@ COLUMNS = tuple(f.name for f in fields(SingleTurnColumns))
 
 @dataclass
 class SingleTurnImportOptions:
+    """Import single-turn rollouts into a pool: one user prompt and one generated response per row.
+
+    A response's <think>...</think> block (or its text up to a lone </think>) becomes the reasoning and the rest the final answer. The logged reward is kept as the imported outcome until `relearn single-turn verify` grades the response. A damaged row is rejected with its file, line and field and the rows after it are read; a rerun adds nothing already in the pool.
+    """
+
     paths: list[Path] = option(
         help="Rollout files (.jsonl, .json, .parquet), or folders walked recursively; in a pipeline file, relative to it (default there with tasks = \"mini\": the suite's rollouts).",
         argument=True, metavar="PATH", table_type=list[str] | None,  # kept as written: the stage resolves them
@@ -132,6 +137,11 @@ def run_single_turn_import(options: SingleTurnImportOptions, reporter: Reporter 
 
 @dataclass
 class SingleTurnVerifyOptions:
+    """Grade every response with its task's verifier: Math by math-verify against the reference answer, Code by the task's unit tests (visible and hidden) on the last ```python block, in a fresh container without network, IF by IFEval's checkers for the prompt's constraints.
+
+    The verdict replaces the reward the RL run logged (kept as `verdict.logged_reward`). Graded rollouts are appended to OUTPUT.partial as they are graded, so a killed run resumes without grading them again; the file is renamed into place at the end. A rollout whose task is unknown is listed and left ungraded (exit 1). Code tasks need the Docker engine; the offline base image is built on first use.
+    """
+
     pool: Path = option(help="Pool of single-turn rollouts.", argument=True, metavar="POOL", front="cli", why=PIPELINE_NAMES)
     output: Path = option(
         help="The pool with each response's verdict (written beside, then renamed into place).", flags=("-o", "--output"),

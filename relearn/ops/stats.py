@@ -20,6 +20,17 @@ STATS_KEYS = frozenset({"pools", "trajectories", "pass_at_k"})
 
 @dataclass
 class StatsOptions:
+    """Statistics of pools, reviews and datasets: outcomes and exit statuses, per-task pass@k, acceptance and rejection reasons, TER per trajectory and weighted by group, excluded content by category, lengths.
+
+    Tables in the terminal; --json for every figure; --plots for PNGs (TER over training steps,
+    category shares). TER is in tokens with --dataset (from `relearn masks`' stats.json), else
+    estimated in characters and labelled so. Records are indexed once and the index is saved
+    beside each file, so a rerun over a 100k pool reads no record. --context checks the context
+    each turn is trained under against the prompt ids its call recorded, or names the protocol
+    rule that decides it. Exit 1 when some records are unreadable (listed with file, line and
+    field).
+    """
+
     pools: list[Path] = option(help="Pools of trajectories (.jsonl or .jsonl.zst).", argument=True, metavar="POOL")
     reviews: Path | None = option(None, "Reviews JSONL: decisions, reasons, defect categories.", flags=("--reviews", "-r"))
     dataset: Path | None = option(

@@ -43,8 +43,13 @@ DEFAULT_MAX_NEW_TOKENS = 2048
 
 @dataclass
 class ServeOptions:
-    """``relearn serve``: a verb without a pipeline table (the eval stage serves its models
-    itself). Past ``model_dir`` and ``tokenizer``, the keywords of ``server.serve``."""
+    """Serve MODEL_DIR on POST /v1/chat/completions (plus GET /v1/models, GET /health) until Ctrl-C.
+
+    Requests are answered one at a time. Reasoning and tool calls are parsed as vLLM's qwen3 reasoning parser and qwen3_coder tool parser do; return_token_ids and logprobs work as in vLLM.
+    """
+
+    # A verb without a pipeline table (the eval stage serves its models itself). Past model_dir
+    # and tokenizer, the keywords of server.serve.
 
     model_dir: Path = option(help="Hugging Face model folder, e.g. RUN/model from `relearn train`.", argument=True, metavar="MODEL_DIR")
     tokenizer: str | None = option(None, "`qwen3.6` or a tokenizer folder (default: the one saved in MODEL_DIR).")

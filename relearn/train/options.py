@@ -30,6 +30,11 @@ LAUNCHER = "needs a launcher (torchrun, deepspeed) over several processes; the p
 
 @dataclass
 class TrainOptions:
+    """Masked SFT: imitation loss only on supervised tokens, whole trajectories kept as context.
+
+    Never materialises full logits: the LM head and cross-entropy run only at supervised positions, in checkpointed chunks. Checkpoints hold the data position; rerunning the same command resumes where a killed run stopped and reproduces its loss curve.
+    """
+
     dataset: Path = option(
         help="Dataset folder of shard-*.parquet (from `relearn masks`) or one Parquet file.",
         argument=True, metavar="DATASET", front="cli", why=PIPELINE_NAMES,
