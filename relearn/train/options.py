@@ -53,7 +53,7 @@ class TrainOptions:
         CONTEXT_TOKENS, "Longest sequence in tokens; longer samples are refused and listed, never cut.", ge=1, metavar="TOKENS"
     )
     epochs: int = option(3, "Passes over the data.", ge=1)
-    lr: float = option(1e-5, "Peak learning rate (AdamW).", gt=0)
+    lr: float = option(1e-5, "Peak learning rate (AdamW); 0 measures the loss without moving the weights.", ge=0)
     warmup: float = option(0.03, "Warmup: a fraction of all steps (< 1) or a number of steps; then cosine decay to 0.", ge=0)
     weight_decay: float = option(0.0, "AdamW weight decay.", ge=0)
     clip: float = option(1.0, "Gradient-norm clipping (0: off).", ge=0)
