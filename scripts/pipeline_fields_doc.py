@@ -121,7 +121,9 @@ def reference() -> str:
         "### What the file does not say\n",
         "The options of the verbs behind the tables that only the command line has, each with the reason "
         "(declared beside the option; `tests/test_options_declared.py` holds every other option to both).\n",
-        "| table | option | why the file does not say it |\n|---|---|---|\n" + "\n".join(dict.fromkeys(one_sided(PipelineConfig, ""))) + "\n",
+        "| table | option | why the file does not say it |\n|---|---|---|\n"
+        + "\n".join(dict.fromkeys(one_sided(PipelineConfig, "")))
+        + "\n",
     ]
     return "\n".join([BEGIN, *tables(PipelineConfig, ""), *lacking, END])
 
