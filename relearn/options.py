@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -38,7 +37,6 @@ class Declared:
     gt: float | None = None
     le: float | None = None
     min_length: int | None = None  # a text or list that must not be shorter (a column name, a list of paths)
-    parse: Callable[[str], Any] | None = None  # turns the flag's text into the value (NAME=PATH into a pair)
     argument: bool = False  # a positional argument of the verb, not a --flag
     exists: Literal["", "file", "dir", "path"] = ""  # a path that must exist, checked before the verb runs
     flag_only: bool = False  # a boolean flag without its --no- form (its default is False)

@@ -56,7 +56,7 @@ def bounds_text(option: Option) -> str:
     return ", ".join(part for part in parts if part)
 
 
-def _check_bounds(option: Option) -> Callable[[Any], Any]:
+def _checked(option: Option) -> Callable[[Any], Any]:
     d = option.declared
 
     def check(value: Any) -> Any:
@@ -86,9 +86,7 @@ def parameter(option: Option) -> inspect.Parameter:
     if d.exists:
         extra = {"exists": True, "dir_okay": d.exists != "file", "file_okay": d.exists != "dir"}
     if d.ge is not None or d.gt is not None or d.le is not None or d.min_length is not None:
-        extra["callback"] = _check_bounds(option)
-    if d.parse is not None:
-        extra["parser"] = d.parse
+        extra["callback"] = _checked(option)
     if d.argument:
         info: Any = typer.Argument(metavar=d.metavar or option.name.upper(), help=help_text, hidden=d.hidden, **extra)
     else:
@@ -104,15 +102,13 @@ def command(
     *,
     doc: str | None = None,
     skip: Sequence[str] = (),
-    given: dict[str, Any] | None = None,
     extra: Sequence[inspect.Parameter] = (),
 ) -> Callable[..., None]:
     """A typer command whose flags are ``cls``'s declared options (less those only the pipeline
-    has, those in ``skip`` and those the verb fixes in ``given``) and ``extra`` (the verb's own,
+    has and those in ``skip``, which the verb sets itself) and ``extra`` (the verb's own,
     passed to ``run`` by keyword): it calls ``run(options, **extra)``. Its help is ``doc``, or
     the dataclass's docstring."""
-    fixed = dict(given or {})
-    declared = [o for o in options_of(cls) if o.declared.front != "pipeline" and o.name not in skip and o.name not in fixed]
+    declared = [o for o in options_of(cls) if o.declared.front != "pipeline" and o.name not in skip]
     names = [o.name for o in declared] + [p.name for p in extra]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
@@ -121,7 +117,7 @@ def command(
 
     def verb(**values: Any) -> None:
         extras = {name: values.pop(name) for name in own}
-        run(build(cls, {**values, **fixed}), **extras)
+        run(build(cls, values), **extras)
 
     params = [parameter(o) for o in declared] + list(extra)
     verb.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
