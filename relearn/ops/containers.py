@@ -73,7 +73,7 @@ class ContainerOptions:
     image_template: str | None = option(
         None, "Image name for every task the map does not name, e.g. a registry's address, a slash and `sweb.eval.{arch}.{instance_key}:{tag}`. Placeholders: "
         + "; ".join("{" + name + "} " + what for name, what in TEMPLATE_FIELDS.items()),
-        metavar="TEMPLATE",
+        metavar="TEMPLATE", min_length=1,  # an empty template names no image
     )  # fmt: skip
     pull: bool = option(
         False, "Pull images that are not on the engine from their registry (progress, retries; errors name the image and the registry's answer).",

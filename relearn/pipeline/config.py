@@ -47,7 +47,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from relearn.analyze.pools import NamedPool
 from relearn.masks.compile import Mode
@@ -62,7 +62,7 @@ from relearn.ops.single_turn import COLUMNS as SINGLE_TURN_COLUMNS
 from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions, SingleTurnVerifyOptions
 from relearn.ops.train import TrainOptions
 from relearn.ops.verify import PoolVerifyOptions, VerifyOptions
-from relearn.pipeline.tables import options_of_table, table
+from relearn.pipeline.tables import Strict, options_of_table, table
 
 VARIANTS = ("ross", "ross-nomask", "positive")
 # The paper's names for the variants, in the order its tables put them.
@@ -71,10 +71,6 @@ VARIANT_NAMES = {"upstream": "Upstream", "positive": "Positive-Rollout SFT", "ro
 
 class PipelineError(ValueError):
     """The pipeline file cannot be used (names the file and the field)."""
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 class ContainersConfig(table("ContainersTable", ContainerOptions)):
@@ -88,13 +84,6 @@ class ContainersConfig(table("ContainersTable", ContainerOptions)):
     @classmethod
     def a_size(cls, value: str) -> str:
         memory_mb(value)
-        return value
-
-    @field_validator("image_template")
-    @classmethod
-    def a_template(cls, value: str | None) -> str | None:
-        if value == "":
-            raise ValueError("an empty template names no image")
         return value
 
 
@@ -158,7 +147,7 @@ class SingleTurnConfig(table("SingleTurnTable", SingleTurnVerifyOptions, SingleT
         return self
 
 
-class PoolConfig(_Strict):
+class PoolConfig(Strict):
     collect: CollectConfig | None = None
     import_: ImportConfig | None = Field(None, alias="import")
     single_turn: SingleTurnConfig | None = None
@@ -275,7 +264,7 @@ class EvalConfig(table("EvalTable", EvalOptions, base=ContainersConfig, exclude=
         )  # fmt: skip
 
 
-class ClusterConfig(_Strict):
+class ClusterConfig(Strict):
     """[cluster]: run collect, verify, review and masks as units on a Ray cluster (envs.executor;
     eval runs here, where its model is served);
     ``auto`` joins the cluster `ray start` runs on this machine, HOST:PORT a remote head.
@@ -286,7 +275,7 @@ class ClusterConfig(_Strict):
     registry: str | None = Field(None, min_length=1)
 
 
-class PipelineConfig(_Strict):
+class PipelineConfig(Strict):
     workdir: Path
     tasks: str = "mini"
     pool: PoolConfig
