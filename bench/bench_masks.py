@@ -195,7 +195,7 @@ def peak_rss(pool: list[Trajectory], reviews: list[Review], shard_size: int, roo
     (root / "mem-reviews.jsonl").write_text("".join(r.model_dump_json() + "\n" for r in reviews))
     shutil.rmtree(root / "mem-dataset", ignore_errors=True)
     run = (
-        "import resource, sys; from pathlib import Path; from relearn.ops.masks import MasksOptions, run_masks; "
+        "import resource, sys; from pathlib import Path; from relearn.ops.masks import run_masks; from relearn.verbs.masks import MasksOptions; "
         "p = Path(sys.argv[1]); run_masks(MasksOptions(pool=p / 'mem.jsonl', output=p / 'mem-dataset', reviews=p / 'mem-reviews.jsonl', "
         "shard_size=int(sys.argv[2]), ctx=10**7)); print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
     )

@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 from records.pools import write_atomic
 from records.review import Review
 from relearn.cli.main import app
-from relearn.ops.masks import MasksOptions, run_masks
+from relearn.ops.masks import run_masks
 from relearn.ops.outputs import POOL, REVIEWS, check_dataset_dir, check_jsonl_output
 from relearn.ops.reporting import OpError
+from relearn.verbs.masks import MasksOptions
 from tests.conftest import SAMPLES
 from tests.test_masks import BASE, trajectory
 

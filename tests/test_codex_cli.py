@@ -47,9 +47,10 @@ from harness.scripted.servers import ModelServer, ScriptedTurn
 from harness.scripted.solutions import solving_script, to_apply_patch
 from records.pools import JsonlWriter, read_trajectories
 from records.trajectory import ExitStatus, Source, Trajectory, tool_call_pairs
-from relearn.ops.collect import AgentOptions
+from relearn.ops.collect import resolve_agent
 from relearn.ops.reporting import OpError
 from relearn.ops.validate import check_trajectory
+from relearn.verbs.collect import AgentOptions
 
 MINI_SUITE = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
@@ -757,4 +758,4 @@ def test_collect_and_eval_with_either_agent_into_one_format(
     assert json.loads((run / "report.json").read_text())["resolved"] == 1
     # The agent options refuse what cannot work, before any container starts.
     with pytest.raises(OpError, match="codex-cli speaks the Responses API"):
-        AgentOptions("codex-cli", "chat").resolve()
+        resolve_agent(AgentOptions("codex-cli", "chat"))

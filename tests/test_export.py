@@ -21,15 +21,9 @@ from relearn.export.spans import sample_spans
 from relearn.export.trainers import FORMATS
 from relearn.masks.compile import CompileOptions
 from relearn.masks.shards import build_dataset
-from relearn.ops.export import (
-    DatasetExportOptions,
-    MasksExportOptions,
-    PoolExportOptions,
-    run_export_dataset,
-    run_export_masks,
-    run_export_pool,
-)
+from relearn.ops.export import run_export_dataset, run_export_masks, run_export_pool
 from relearn.ops.reporting import OpError
+from relearn.verbs.export import DatasetExportOptions, MasksExportOptions, PoolExportOptions
 from tests.test_masks import BASE, call, defect, trajectory
 
 MODES = ("ross", "ross-nomask", "positive")
@@ -293,7 +287,7 @@ class Recording:
 def test_the_for_flag_takes_exactly_the_trainers_formats() -> None:
     from typing import get_args
 
-    from relearn.ops.export import Trainer
+    from relearn.verbs.export import Trainer
 
     assert get_args(Trainer) == FORMATS
 

@@ -14,7 +14,8 @@ from records.review import Review
 from relearn.masks.compile import CompileOptions, Rejected, compile_trajectory
 from relearn.masks.template import render
 from relearn.masks.tokens import decode_spans
-from relearn.ops.masks import MasksOptions, run_masks
+from relearn.ops.masks import run_masks
+from relearn.verbs.masks import MasksOptions
 from tests.test_masks import call, defect, supervised_text, trajectory
 
 KWARGS = {"preserve_thinking": True}

@@ -15,9 +15,10 @@ from records.review import Review
 from relearn.cli.main import app as cli_app
 from relearn.masks.compile import FLAGGED_BY_AUDIT
 from relearn.masks.template import render
-from relearn.ops.masks import MasksOptions, run_masks
+from relearn.ops.masks import run_masks
 from relearn.ops.reporting import OpError
 from relearn.stats.compute import compute
+from relearn.verbs.masks import MasksOptions
 from relearn.view.catalog import DatasetInfo
 from review.heuristic import heuristic_review
 from tests.test_masks import BASE, compile_ross, defect, trajectory
@@ -241,7 +242,8 @@ def test_a_pipeline_file_names_the_audit_relative_to_itself(tmp_path: Path) -> N
 
 
 def test_the_audit_appends_only_to_an_audit_file(tmp_path: Path) -> None:
-    from relearn.ops.envs.audit import AuditOptions, run_audit
+    from relearn.ops.envs.audit import run_audit
+    from relearn.verbs.envs import AuditOptions
 
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [trajectory(BASE)])

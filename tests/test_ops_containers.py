@@ -17,12 +17,15 @@ from rich.console import Console
 from envs.tasks import load_tasks
 from records.pools import read_trajectories
 from records.trajectory import Message, Trajectory
-from relearn.ops.collect import AgentOptions, BudgetOptions, CollectOptions, EndpointOptions, run_collect
-from relearn.ops.containers import MINI_SUITE, ContainerOptions, load_task_list
-from relearn.ops.evaluate import EvalOptions
+from relearn.ops.collect import policy_spec, resolve_agent, run_collect
+from relearn.ops.containers import MINI_SUITE, check_containers, load_task_list
 from relearn.ops.reporting import OpError
-from relearn.ops.verify import PoolVerifyOptions, VerifyOptions, run_verify, verify_pool
+from relearn.ops.verify import run_verify, verify_pool
 from relearn.options import options_of
+from relearn.verbs.collect import AgentOptions, BudgetOptions, CollectOptions, EndpointOptions
+from relearn.verbs.containers import ContainerOptions
+from relearn.verbs.evaluate import EvalOptions
+from relearn.verbs.verify import PoolVerifyOptions, VerifyOptions
 
 TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
 
@@ -38,7 +41,7 @@ TASKS = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
 )
 def test_unusable_container_options_are_refused_naming_the_option(options: ContainerOptions, message: str, tmp_path: Path) -> None:
     with pytest.raises(OpError, match=message):
-        options.check()
+        check_containers(options)
     # The verbs refuse them before touching the engine or the tasks.
     with pytest.raises(OpError, match=message):
         run_collect(CollectOptions(out=tmp_path, model="m", tasks="no-such-tasks", containers=options))
@@ -50,12 +53,12 @@ def test_tasks_and_agent_options_are_checked() -> None:
     chosen, problems = load_task_list("mini", ["mini__calc-1"])
     assert [t.instance_id for t in chosen] == ["mini__calc-1"] and problems == []
     with pytest.raises(OpError, match="--apply-patch must be one of"):
-        AgentOptions(apply_patch="loose").resolve()
+        resolve_agent(AgentOptions(apply_patch="loose"))
     with pytest.raises(OpError, match="--agent must be one of"):
-        AgentOptions(agent="other").resolve()
-    assert AgentOptions().resolve() == ("chat", None) and AgentOptions(policy="anthropic").resolve() == ("anthropic", None)
+        resolve_agent(AgentOptions(agent="other"))
+    assert resolve_agent(AgentOptions()) == ("chat", None) and resolve_agent(AgentOptions(policy="anthropic")) == ("anthropic", None)
     with pytest.raises(OpError, match="codex-cli speaks the Responses API: use --policy responses"):
-        AgentOptions("codex-cli", "chat").resolve()  # refused before looking for an install
+        resolve_agent(AgentOptions("codex-cli", "chat"))  # refused before looking for an install
 
 
 def test_run_verify_grades_and_resumes(base_image: str, tmp_path: Path) -> None:
@@ -179,7 +182,7 @@ def test_the_builtin_agent_asks_for_token_ids_unless_told_not_to() -> None:
     from relearn.pipeline.config import CollectConfig
 
     def spec(**agent: Any) -> Any:
-        return EndpointOptions().spec("m", "responses", AgentOptions(**agent))
+        return policy_spec(EndpointOptions(), "m", "responses", AgentOptions(**agent))
 
     assert spec().request_token_ids is True and spec(token_ids=False).request_token_ids is False
     assert not AgentOptions(agent="codex-cli").request_token_ids() and AgentOptions(agent="codex-cli", token_ids=True).request_token_ids()
@@ -211,7 +214,8 @@ def test_run_collect_then_run_replay(base_image: str, tmp_path: Path) -> None:
     one pass over the pool, resumable; `relearn replay`'s reproduces them in fresh containers."""
     from harness.scripted.servers import ModelServer
     from harness.scripted.solutions import solver
-    from relearn.ops.collect import ReplayOptions, run_replay
+    from relearn.ops.collect import run_replay
+    from relearn.verbs.collect import ReplayOptions
 
     ids = ["mini__calc-1", "mini__pager-1"]
     with ModelServer("chat", solver(TASKS, {"mini__calc-1"})) as server:

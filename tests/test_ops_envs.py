@@ -17,16 +17,26 @@ from typer.testing import CliRunner
 from envs.docker_backend import LABEL_HOST, LABEL_OWNER, LABEL_PID, LABEL_RUN, OWNER
 from envs.tasks import load_tasks
 from relearn.cli.main import app
-from relearn.ops.containers import ContainerOptions
-from relearn.ops.envs.audit import AuditOptions, run_audit
-from relearn.ops.envs.audit_verdicts import VerdictAuditOptions, run_audit_verdicts
-from relearn.ops.envs.build import BuildOptions, run_build
-from relearn.ops.envs.build_swebench import BuildSwebenchOptions, run_build_swebench
-from relearn.ops.envs.check_image import CheckImageOptions, run_check_image
-from relearn.ops.envs.fetch_wheels import FetchWheelsOptions, run_fetch_wheels
-from relearn.ops.envs.gc import GcOptions, run_gc
-from relearn.ops.envs.load import LoadOptions, run_load
+from relearn.ops.envs.audit import run_audit
+from relearn.ops.envs.audit_verdicts import run_audit_verdicts
+from relearn.ops.envs.build import run_build
+from relearn.ops.envs.build_swebench import run_build_swebench
+from relearn.ops.envs.check_image import run_check_image
+from relearn.ops.envs.fetch_wheels import run_fetch_wheels
+from relearn.ops.envs.gc import run_gc
+from relearn.ops.envs.load import run_load
 from relearn.ops.reporting import OpError, Silent
+from relearn.verbs.containers import ContainerOptions
+from relearn.verbs.envs import (
+    AuditOptions,
+    BuildOptions,
+    BuildSwebenchOptions,
+    CheckImageOptions,
+    FetchWheelsOptions,
+    GcOptions,
+    LoadOptions,
+    VerdictAuditOptions,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MINI_SUITE = ROOT / "envs" / "mini_tasks"

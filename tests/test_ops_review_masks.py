@@ -59,7 +59,8 @@ def _pool(tmp_path: Path) -> tuple[Path, Path, list[str]]:
 
 
 def test_masks_op_compiles_resumes_and_refuses_unusable_options(tmp_path: Path, tok) -> None:  # noqa: ANN001
-    from relearn.ops.masks import MasksOptions, run_masks
+    from relearn.ops.masks import run_masks
+    from relearn.verbs.masks import MasksOptions
 
     pool, reviews, ids = _pool(tmp_path)
     options = MasksOptions(pool=pool, output=tmp_path / "ross", reviews=reviews, shard_size=2)
@@ -117,7 +118,8 @@ def test_a_shard_row_is_written_and_read_back_by_the_one_reader_and_writer(tmp_p
 
 
 def test_review_op_reviews_with_the_heuristic_and_counts_the_latest_review_in_one_pass(tmp_path: Path) -> None:
-    from relearn.ops.review import JudgeOptions, ReviewOptions, count_reviews, run_review
+    from relearn.ops.review import count_reviews, run_review
+    from relearn.verbs.review import JudgeOptions, ReviewOptions
 
     pool, reviews, _ids = _pool(tmp_path)
     output = tmp_path / "out.jsonl"
@@ -141,8 +143,9 @@ def test_review_op_reviews_with_the_heuristic_and_counts_the_latest_review_in_on
 
 def test_train_and_analyze_ops_refuse_unusable_options_before_loading_anything(tmp_path: Path) -> None:
     from relearn.analyze.pools import NamedPool
-    from relearn.ops.analyze import NllOptions, run_nll
+    from relearn.ops.analyze import run_nll
     from relearn.ops.train import TrainOptions, run_train
+    from relearn.verbs.analyze import NllOptions
 
     with pytest.raises(OpError, match="give exactly one of --init PATH or --tiny NAME"):
         run_train(TrainOptions(dataset=tmp_path, out=tmp_path / "run"))
@@ -186,11 +189,11 @@ def _defaults(cls: type) -> dict[str, object]:
 
 def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() -> None:
     """A field a verb has and the file cannot say is a bug; so is a default written twice."""
-    from relearn.ops.analyze import NllOptions
-    from relearn.ops.masks import MasksOptions
-    from relearn.ops.review import JudgeOptions, ReviewOptions
     from relearn.pipeline.config import AnalyzeConfig, MasksConfig, ReviewConfig, TrainConfig
     from relearn.train.options import TrainOptions
+    from relearn.verbs.analyze import NllOptions
+    from relearn.verbs.masks import MasksOptions
+    from relearn.verbs.review import JudgeOptions, ReviewOptions
 
     def check(config: object, options: type, renamed: dict[str, str], elsewhere: set[str]) -> None:
         fields = type(config).model_fields  # type: ignore[attr-defined]

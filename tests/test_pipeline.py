@@ -231,6 +231,17 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
     assert redone == {"masks:ross", "train:ross", "eval:ross", "report"}
     assert {name for name, status in again.items() if status == "current"} == {"pool", "verify", "review", "upstream", "eval:upstream"}
 
+    # The file without its endpoint, as the demo writes it: every stage is current, so `relearn
+    # run` needs none (only collecting would, and [pool.collect] is the verb's: no URL is the SDK's).
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
+
+    (tmp_path / "p.toml").write_text(E2E.replace('base_url = "{url}"\n', ""))
+    result = CliRunner().invoke(app, ["run", str(tmp_path / "p.toml")])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("│ current │") == len(again), result.output  # the summary table: no stage ran
+
 
 def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_image: str) -> None:
     """An imported trajectory carries a final patch but no verdict: the stage grades it in a

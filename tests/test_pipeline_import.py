@@ -20,11 +20,13 @@ from rich.console import Console
 from harness.exporters.atif import to_atif
 from harness.import_run import ImportFormat
 from records.pools import read_trajectories, write_atomic
-from relearn.ops.importing import ImportOptions, count_pool, run_import
+from relearn.ops.importing import count_pool, run_import
 from relearn.ops.reporting import OpError
-from relearn.ops.validate import ValidateOptions, run_validate
+from relearn.ops.validate import run_validate
 from relearn.pipeline.config import PipelineError, load_pipeline
 from relearn.pipeline.plan import run_pipeline
+from relearn.verbs.importing import ImportOptions
+from relearn.verbs.validate import ValidateOptions
 from tests.test_import_chat import swe_gym_row, write
 from tests.test_import_openhands import _evaluation_record as openhands_evaluation_record
 from tests.test_import_swe_agent import _document as swe_agent_document

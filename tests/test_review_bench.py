@@ -16,7 +16,8 @@ from harness.policies.base import PolicySpec
 from harness.scripted.servers import ModelServer
 from records.pools import RecordError, write_atomic
 from records.review import Defect, Review, field_text, numbered_steps
-from relearn.ops.review_bench import BenchOptions, run_review_bench
+from relearn.ops.review_bench import run_review_bench
+from relearn.verbs.review import BenchOptions
 from review.bench import SHIPPED
 from review.bench.cases import BenchCase, read_cases, write_cases
 from review.bench.score import canonical, review_words, score

@@ -139,7 +139,8 @@ def test_the_review_op_hands_over_the_estimate_before_anything_is_paid(tmp_path:
     from rich.console import Console
 
     from relearn.ops.reporting import OpError
-    from relearn.ops.review import JudgeOptions, ReviewOptions, run_review
+    from relearn.ops.review import run_review
+    from relearn.verbs.review import JudgeOptions, ReviewOptions
 
     pool = tmp_path / "verified.jsonl"
     write_atomic(pool, [rollout(n) for n in range(4)])

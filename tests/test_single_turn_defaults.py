@@ -13,10 +13,11 @@ from typer.testing import CliRunner
 from records.pools import read_trajectories_lenient
 from relearn.cli.main import app
 from relearn.masks.compile import CONTEXT_TOKENS
-from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions, run_single_turn_import
+from relearn.ops.single_turn import run_single_turn_import
 from relearn.pipeline.config import load_pipeline
 from relearn.pipeline.context import Context
 from relearn.pipeline.stages.pool_single_turn import import_options
+from relearn.verbs.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions
 
 ROLLOUT = {
     "prompt": "Compute 3/4 + 1/8. Put the final answer in \\boxed{}.",

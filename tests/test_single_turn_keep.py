@@ -213,7 +213,7 @@ def test_the_no_thinking_form_supervises_the_visible_response_and_not_the_empty_
     from harness.importers.single_turn import split_response
     from records.review import Review
     from records.trajectory import Message, Outcome
-    from relearn.ops.masks import MasksOptions
+    from relearn.verbs.masks import MasksOptions
 
     reasoning, content = split_response("<think>\nAdd them: 2 + 2 = 4.\n</think>\n\nThe answer is $\\boxed{4}$.", split_thinking=False)
     assert reasoning is None

@@ -17,16 +17,9 @@ from harness.scripted.single_turn_judges import judges
 from records.pools import JsonlWriter, read_trajectories_lenient
 from records.review import Review
 from relearn.ops.reporting import OpError
-from relearn.ops.review import JudgeOptions
-from relearn.ops.single_turn import (
-    SingleTurnImportOptions,
-    SingleTurnReviewOptions,
-    SingleTurnVerifyOptions,
-    count_keep_reviews,
-    run_single_turn_import,
-    run_single_turn_review,
-    run_single_turn_verify,
-)
+from relearn.ops.single_turn import count_keep_reviews, run_single_turn_import, run_single_turn_review, run_single_turn_verify
+from relearn.verbs.review import JudgeOptions
+from relearn.verbs.single_turn import SingleTurnImportOptions, SingleTurnReviewOptions, SingleTurnVerifyOptions
 
 
 class Recorder:
@@ -333,7 +326,8 @@ def test_the_formats_and_columns_are_the_importers() -> None:
     import dataclasses
 
     from harness.importers.single_turn import PRESETS, SingleTurnOptions
-    from relearn.ops.single_turn import COLUMNS, FORMATS
+    from relearn.ops.single_turn import FORMATS
+    from relearn.verbs.single_turn import COLUMNS
 
     assert set(FORMATS) == {*PRESETS, "chat"}
     assert set(COLUMNS) == {f.name for f in dataclasses.fields(SingleTurnOptions)} - {"preset", "split_thinking", "chat_prompt"}

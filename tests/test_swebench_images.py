@@ -34,7 +34,7 @@ from envs.swebench_specs import DEBIAN_PYTHON, Unsupported, install_spec
 from envs.tasks import Task, load_tasks
 from envs.verify import mini_eval_script, verify
 from records.pools import RecordError
-from relearn.ops.containers import memory_mb
+from relearn.verbs.containers import memory_mb
 from tests.registry_server import Registry
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1082,7 +1082,8 @@ def test_with_a_dataset_the_struck_text_is_the_datasets_excluded_tokens(tmp_path
     from relearn.export.source import iter_samples, open_dataset
     from relearn.export.spans import token_runs
     from relearn.masks.compile import compile_trajectory
-    from relearn.ops.masks import MasksOptions, run_masks
+    from relearn.ops.masks import run_masks
+    from relearn.verbs.masks import MasksOptions
 
     a, c, calls, text = trajectory_a(), trajectory_c(), trajectory_calls_only(), trajectory_text_protocol()
     reviews = [

@@ -1,6 +1,6 @@
 """``relearn analyze nll`` (compatibility) and ``relearn analyze passk`` (complementarity) over
 pools named ``--pool NAME=PATH``. The flags are ``NllOptions``' and ``PasskOptions``' fields
-(``relearn.ops.analyze``); the tables are ``relearn.analyze.tables``'."""
+(``relearn.verbs.analyze``); the tables are ``relearn.analyze.tables``'."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from relearn.analyze.pools import NamedPool, PoolSpecError, parse_pools
 from relearn.analyze.tables import nll_tables, passk_tables
 from relearn.cli.declared import command, parameter
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, run_op, show_nodes, show_problems
-from relearn.ops.analyze import NllOptions, PasskOptions, run_nll, run_passk
+from relearn.ops.analyze import run_nll, run_passk
 from relearn.ops.reporting import SILENT, OpError, RichReporter
 from relearn.options import options_of
+from relearn.verbs.analyze import NllOptions, PasskOptions
 
 HELP = "Compare pools of trajectories: compatibility with a model (nll) and complementarity of what they solve (passk)."
 

@@ -1,5 +1,5 @@
 """``relearn envs build-base|build|audit|gc|load|check-image|build-swebench|fetch-wheels``: task
-images and containers. A verb's help and flags are its options dataclass in ``relearn.ops.envs``;
+images and containers. A verb's help and flags are its options dataclass in ``relearn.verbs.envs``;
 here, its summary's tables and its exit code. ``relearn verify`` is ``relearn.cli.verify``."""
 
 from __future__ import annotations
@@ -13,16 +13,17 @@ import typer
 
 from relearn.cli.declared import command, parameter
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, err, grid, out, print_error, run_op, show_problems
-from relearn.ops.envs.audit import AuditOptions, run_audit
-from relearn.ops.envs.audit_verdicts import VerdictAuditOptions, run_audit_verdicts
-from relearn.ops.envs.build import BuildOptions, run_build
-from relearn.ops.envs.build_base import BuildBaseOptions, run_build_base
-from relearn.ops.envs.build_swebench import BuildSwebenchOptions, SwebenchImage, SwebenchPlan, run_build_swebench
-from relearn.ops.envs.check_image import CheckImageOptions, run_check_image
-from relearn.ops.envs.fetch_wheels import FetchWheelsOptions, run_fetch_wheels
-from relearn.ops.envs.gc import GcOptions, run_gc
-from relearn.ops.envs.load import LoadOptions, run_load
+from relearn.ops.envs.audit import run_audit
+from relearn.ops.envs.audit_verdicts import run_audit_verdicts
+from relearn.ops.envs.build import run_build
+from relearn.ops.envs.build_base import run_build_base
+from relearn.ops.envs.build_swebench import SwebenchImage, SwebenchPlan, run_build_swebench
+from relearn.ops.envs.check_image import run_check_image
+from relearn.ops.envs.fetch_wheels import run_fetch_wheels
+from relearn.ops.envs.gc import run_gc
+from relearn.ops.envs.load import run_load
 from relearn.options import options_of
+from relearn.verbs import envs as verbs
 
 envs_app = typer.Typer(
     help="Task images and containers: build the offline base and task images, audit them, sweep orphans.", no_args_is_help=True
@@ -32,7 +33,7 @@ VERDICT = {"exposed": "[red]EXPOSED[/red]", "clean": "[green]clean[/green]", "er
 HERE = ("ray", "registry")
 
 
-def build(options: BuildOptions) -> None:
+def build(options: verbs.BuildOptions) -> None:
     summary = run_op(run_build, options)
     show_problems("unreadable tasks", summary.unreadable)
     show_problems("failed", summary.failures)
@@ -40,7 +41,7 @@ def build(options: BuildOptions) -> None:
     raise typer.Exit(EXIT_PARTIAL if summary.failures else EXIT_OK)
 
 
-def audit(options: AuditOptions, verdicts: Path | None) -> None:
+def audit(options: verbs.AuditOptions, verdicts: Path | None) -> None:
     if verdicts is not None:
         audit_verdicts(verdicts)
     summary = run_op(run_audit, options)
@@ -56,7 +57,7 @@ def audit(options: AuditOptions, verdicts: Path | None) -> None:
 
 
 def audit_verdicts(path: Path) -> NoReturn:
-    summary = run_op(run_audit_verdicts, VerdictAuditOptions(path))
+    summary = run_op(run_audit_verdicts, verbs.VerdictAuditOptions(path))
     rows = [
         (n.instance_id, n.patch_hash[:8], "[green]yes[/green]" if n.resolved else "[red]no[/red]", "\n".join(n.notes))
         for n in summary.noted
@@ -73,7 +74,7 @@ def _optional(required: inspect.Parameter) -> inspect.Parameter:
     return required.replace(default=None, annotation=Annotated[plain | None, info])
 
 
-def gc(options: GcOptions) -> None:
+def gc(options: verbs.GcOptions) -> None:
     summary = run_op(run_gc, options)
     swept = summary.per_node if options.ray is not None else {"": summary.removed}  # "": this machine
     for node, names in swept.items():
@@ -84,7 +85,7 @@ def gc(options: GcOptions) -> None:
     raise typer.Exit(EXIT_PARTIAL if summary.node_failures else EXIT_OK)
 
 
-def load(options: LoadOptions) -> None:
+def load(options: verbs.LoadOptions) -> None:
     summary = run_op(run_load, options)
     rows = [(a.archive, "\n".join(a.images), f"{a.seconds:.1f}") for a in summary.loaded]
     out.print(grid(f"relearn envs load {options.path}", ("tarball", "images", "s"), rows))
@@ -96,7 +97,7 @@ def load(options: LoadOptions) -> None:
     raise typer.Exit(EXIT_PARTIAL if summary.failures or summary.missing else EXIT_OK)
 
 
-def check_image(options: CheckImageOptions) -> None:
+def check_image(options: verbs.CheckImageOptions) -> None:
     summary = run_op(run_check_image, options)
     show_problems("unreadable tasks", summary.unreadable)
     show_problems("images", summary.image_problems)
@@ -117,7 +118,7 @@ def _mark(ok: bool, required: bool) -> str:
     return "[green]ok[/green]" if ok else ("[red]MISSING[/red]" if required else "[yellow]warning[/yellow]")
 
 
-def build_swebench(options: BuildSwebenchOptions) -> None:
+def build_swebench(options: verbs.BuildSwebenchOptions) -> None:
     summary = run_op(run_build_swebench, options)
     show_problems("refused", summary.refused)
     for plan in summary.plans:
@@ -161,7 +162,7 @@ def _print_plan(plan: SwebenchPlan) -> None:
     out.print(f"    {plan.fetch}", markup=False, highlight=False, soft_wrap=True)
 
 
-def fetch_wheels(options: FetchWheelsOptions) -> None:
+def fetch_wheels(options: verbs.FetchWheelsOptions) -> None:
     summary = run_op(run_fetch_wheels, options)
     show_problems("refused", summary.refused)
     if summary.fetched:
@@ -177,14 +178,18 @@ def fetch_wheels(options: FetchWheelsOptions) -> None:
     raise typer.Exit(EXIT_PARTIAL if summary.failures or summary.refused else EXIT_OK)
 
 
-envs_app.command("build-base")(command(BuildBaseOptions, lambda options: out.print(f"base image: {run_op(run_build_base, options).image}")))
-envs_app.command("build")(command(BuildOptions, build))
-envs_app.command("audit")(command(AuditOptions, audit, skip=HERE, extra=[_optional(parameter(options_of(VerdictAuditOptions)[0]))]))
-envs_app.command("gc")(command(GcOptions, gc))
-envs_app.command("load")(command(LoadOptions, load, skip=(*HERE, "pull", "cpus", "memory")))
-envs_app.command("check-image")(command(CheckImageOptions, check_image, skip=HERE))
-envs_app.command("build-swebench")(command(BuildSwebenchOptions, build_swebench, skip=(*HERE, "pull")))
-envs_app.command("fetch-wheels")(command(FetchWheelsOptions, fetch_wheels))
+envs_app.command("build-base")(
+    command(verbs.BuildBaseOptions, lambda options: out.print(f"base image: {run_op(run_build_base, options).image}"))
+)
+envs_app.command("build")(command(verbs.BuildOptions, build))
+envs_app.command("audit")(
+    command(verbs.AuditOptions, audit, skip=HERE, extra=[_optional(parameter(options_of(verbs.VerdictAuditOptions)[0]))])
+)
+envs_app.command("gc")(command(verbs.GcOptions, gc))
+envs_app.command("load")(command(verbs.LoadOptions, load, skip=(*HERE, "pull", "cpus", "memory")))
+envs_app.command("check-image")(command(verbs.CheckImageOptions, check_image, skip=HERE))
+envs_app.command("build-swebench")(command(verbs.BuildSwebenchOptions, build_swebench, skip=(*HERE, "pull")))
+envs_app.command("fetch-wheels")(command(verbs.FetchWheelsOptions, fetch_wheels))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,5 +1,5 @@
 """``relearn eval run|report|compare``: SWE-bench-style evaluation under a fixed budget; the flags
-are ``relearn.ops.evaluate``'s options dataclasses' fields."""
+are ``relearn.verbs.evaluate``'s options dataclasses' fields."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, run_op, show_nodes, show_problems
-from relearn.ops.evaluate import CompareOptions, EvalOptions, ReportOptions, run_compare, run_evaluation, run_report
+from relearn.ops.evaluate import run_compare, run_evaluation, run_report
+from relearn.verbs.evaluate import CompareOptions, EvalOptions, ReportOptions
 
 
 def run(options: EvalOptions) -> None:

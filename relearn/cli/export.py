@@ -1,5 +1,5 @@
 """``relearn export``: pools as ATIF or chat JSON, compiled datasets for other trainers, and the
-A \\ E spans themselves (the work, and the flags: ``relearn.ops.export``)."""
+A \\ E spans themselves (the flags: ``relearn.verbs.export``; the work: ``relearn.ops.export``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, pairs, run_op, show_problems, show_warnings
-from relearn.ops import export as ops
+from relearn.ops.export import run_export_dataset, run_export_masks, run_export_pool
+from relearn.verbs.export import DatasetExportOptions, MasksExportOptions, PoolExportOptions, PoolFormat
 
 export_app = typer.Typer(
     help="Export pools (Harbor ATIF, Hugging Face chat JSON, chat-message datasets) and compiled datasets (TRL, axolotl, verl, LLaMA-Factory, datasets; the A \\ E spans as JSONL).",
@@ -25,9 +26,9 @@ With --preset, the rows of SWE-Gym, SWE-smith, nebius SWE-agent-trajectories or 
 """
 
 
-def pool_export(format: ops.PoolFormat) -> Callable[[ops.PoolExportOptions], None]:
-    def export(options: ops.PoolExportOptions) -> None:
-        summary = run_op(ops.run_export_pool, replace(options, format=format))
+def pool_export(format: PoolFormat) -> Callable[[PoolExportOptions], None]:
+    def export(options: PoolExportOptions) -> None:
+        summary = run_op(run_export_pool, replace(options, format=format))
         if format == "chat":
             show_problems("refused (the preset cannot hold them)", summary.refused)
         show_problems("rejected records", summary.rejected)
@@ -41,8 +42,8 @@ def pool_export(format: ops.PoolFormat) -> Callable[[ops.PoolExportOptions], Non
     return export
 
 
-def dataset(options: ops.DatasetExportOptions) -> None:
-    summary = run_op(ops.run_export_dataset, options)
+def dataset(options: DatasetExportOptions) -> None:
+    summary = run_op(run_export_dataset, options)
     rows = [("rows", summary.rows), ("tokens", summary.tokens), ("supervised tokens", summary.supervised),
             ("left out (nothing supervised)", summary.skipped_unsupervised), ("files", ", ".join(summary.files))]  # fmt: skip
     out.print(pairs(f"relearn export dataset --for {summary.trainer} -> {summary.output}", rows))
@@ -50,16 +51,16 @@ def dataset(options: ops.DatasetExportOptions) -> None:
     raise typer.Exit(EXIT_PARTIAL if show_warnings(summary.warnings) else EXIT_OK)
 
 
-def masks(options: ops.MasksExportOptions) -> None:
-    summary = run_op(ops.run_export_masks, options)
+def masks(options: MasksExportOptions) -> None:
+    summary = run_op(run_export_masks, options)
     out.print(f"exported the A \\ E spans of {summary.samples} samples to {summary.output}")
     raise typer.Exit(EXIT_PARTIAL if show_warnings(summary.warnings) else EXIT_OK)
 
 
 def register(app: typer.Typer) -> None:
-    export_app.command("atif")(command(ops.PoolExportOptions, pool_export("atif"), doc=ATIF_DOC, skip=("preset",)))
-    export_app.command("hf")(command(ops.PoolExportOptions, pool_export("hf"), doc=HF_DOC, skip=("preset",)))
-    export_app.command("chat")(command(ops.PoolExportOptions, pool_export("chat"), doc=CHAT_DOC))
-    export_app.command("dataset")(command(ops.DatasetExportOptions, dataset))
-    export_app.command("masks")(command(ops.MasksExportOptions, masks))
+    export_app.command("atif")(command(PoolExportOptions, pool_export("atif"), doc=ATIF_DOC, skip=("preset",)))
+    export_app.command("hf")(command(PoolExportOptions, pool_export("hf"), doc=HF_DOC, skip=("preset",)))
+    export_app.command("chat")(command(PoolExportOptions, pool_export("chat"), doc=CHAT_DOC))
+    export_app.command("dataset")(command(DatasetExportOptions, dataset))
+    export_app.command("masks")(command(MasksExportOptions, masks))
     app.add_typer(export_app, name="export")

@@ -1,5 +1,5 @@
 """Harness verbs: ``relearn collect`` and ``relearn replay``; their flags are ``CollectOptions``'
-and ``ReplayOptions``' fields (``relearn.ops.collect``)."""
+and ``ReplayOptions``' fields (``relearn.verbs.collect``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, grid, out, run_op, show_nodes, show_problems
-from relearn.ops.collect import CollectOptions, ReplayOptions, ReplayRow, run_collect, run_replay
+from relearn.ops.collect import ReplayRow, run_collect, run_replay
+from relearn.verbs.collect import CollectOptions, ReplayOptions
 
 
 def collect(options: CollectOptions) -> None:

@@ -1,5 +1,5 @@
 """``relearn masks``: compile a pool into token masks A \\ E and Parquet shards. The flags are
-``MasksOptions``' fields (``relearn.ops.masks``)."""
+``MasksOptions``' fields (``relearn.verbs.masks``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, pairs, print_error, show_nodes, show_problems, show_warnings
-from relearn.ops.masks import MasksOptions, run_masks
+from relearn.ops.masks import run_masks
 from relearn.ops.reporting import OpError, RichReporter
+from relearn.verbs.masks import MasksOptions
 
 
 def masks(options: MasksOptions) -> None:

@@ -1,5 +1,5 @@
-"""Pool verbs: ``relearn import``, ``relearn validate`` (the work, and the flags:
-``relearn.ops.importing.ImportOptions``, ``relearn.ops.validate.ValidateOptions``)."""
+"""Pool verbs: ``relearn import``, ``relearn validate`` (the flags: ``relearn.verbs.importing`` and
+``relearn.verbs.validate``; the work: ``relearn.ops.importing`` and ``relearn.ops.validate``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,10 @@ import typer
 from harness.import_run import ROW_FORMATS
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, pairs, run_op, show_problems, show_warnings
-from relearn.ops.importing import ImportOptions, run_import
-from relearn.ops.validate import ValidateOptions, run_validate
-
-IMPORT_DOC = """Import other tools' trajectories into a pool of relearn trajectories.
-
-Appends to the pool and skips trajectories whose stable id it already holds, so a rerun over the same inputs adds nothing. A damaged file (or, in row formats, a damaged row) is rejected with its file, line and field and the batch goes on; unknown record types and fields are kept under each trajectory's `source` and counted. A grade the source carries (reward, resolved) becomes the outcome, marked imported, until `relearn verify` grades the patch. The pipeline's `[pool.import]` table takes the same fields.
-"""
+from relearn.ops.importing import run_import
+from relearn.ops.validate import run_validate
+from relearn.verbs.importing import ImportOptions
+from relearn.verbs.validate import ValidateOptions
 
 
 def import_pool(options: ImportOptions) -> None:
@@ -49,5 +46,5 @@ def validate(options: ValidateOptions) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("import")(command(ImportOptions, import_pool, doc=IMPORT_DOC))
+    app.command("import")(command(ImportOptions, import_pool))
     app.command("validate")(command(ValidateOptions, validate))

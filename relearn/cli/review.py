@@ -1,5 +1,5 @@
 """``relearn review``: a typer group whose default command reviews a pool. Each verb's flags are
-its options' fields (``relearn.ops.review``, ``relearn.ops.review_bench``).
+its options' fields (``relearn.verbs.review``).
 
 relearn review POOL ...                     (the same as `relearn review pool POOL ...`)
 relearn review agree REFERENCE OTHER --pool POOL
@@ -17,8 +17,9 @@ from typer.core import TyperGroup
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, out, pairs, run_op, show_nodes, show_problems, show_warnings
-from relearn.ops.review import AgreeOptions, ReviewOptions, run_agree, run_review
-from relearn.ops.review_bench import SHOWN, BenchOptions, LabelOptions, fmt, run_label, run_review_bench
+from relearn.ops.review import run_agree, run_review
+from relearn.ops.review_bench import SHOWN, fmt, run_label, run_review_bench
+from relearn.verbs.review import AgreeOptions, BenchOptions, LabelOptions, ReviewOptions
 
 
 class PoolByDefault(TyperGroup):
@@ -39,9 +40,6 @@ review_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-
-AGREE_DOC = "Cohen's kappa on decisions and categories, span F1 and the share of correct tokens wrongly excluded."
 
 
 def review(options: ReviewOptions) -> None:
@@ -109,7 +107,7 @@ def agree(options: AgreeOptions) -> None:
 review_app.command("pool")(command(ReviewOptions, review))
 review_app.command("bench")(command(BenchOptions, bench))
 review_app.command("label")(command(LabelOptions, label))
-review_app.command("agree")(command(AgreeOptions, agree, doc=AGREE_DOC))
+review_app.command("agree")(command(AgreeOptions, agree))
 
 
 def register(app: typer.Typer) -> None:

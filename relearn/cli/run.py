@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -10,21 +9,13 @@ import typer
 
 from relearn.cli.help_layout import EXIT_CODES_STAGES
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, grid, out, print_error
-from relearn.ops.containers import RAY_HELP
+from relearn.ops.containers import sigterm_as_interrupt
 from relearn.pipeline.config import ClusterConfig, PipelineError, load_pipeline
 from relearn.pipeline.runner import StageResult
+from relearn.verbs.containers import RAY_HELP
 
 EXIT_FAILED = 3  # a stage failed: later stages did not run (rerun to resume)
 RayArg = Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help=RAY_HELP)]
-
-
-def terminate_cleanly() -> None:
-    """For the whole process: SIGTERM unwinds like Ctrl-C, so every `with Container` removes its container."""
-
-    def handler(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _summary(results: list[StageResult], title: str) -> int:
@@ -53,15 +44,12 @@ def run_command(
     except PipelineError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
-    if config.pool.collect is not None and not config.pool.collect.base_url and not dry_run:
-        print_error(f"{pipeline}: pool.collect.base_url: the policy endpoint is needed to collect")
-        raise typer.Exit(EXIT_USAGE)
     if ray is not None:
         config.cluster = ClusterConfig(address=ray, registry=config.cluster.registry if config.cluster is not None else None)
-    terminate_cleanly()
     from relearn.pipeline.plan import run_pipeline
 
-    results, ctx = run_pipeline(config, err, dry_run=dry_run)
+    with sigterm_as_interrupt():  # every `with Container` removes its container
+        results, ctx = run_pipeline(config, err, dry_run=dry_run)
     for note in ctx.notes:
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     code = _summary(results, f"relearn run {pipeline}")
@@ -84,10 +72,10 @@ def demo_command(
     """
     from relearn.pipeline.demo import artifacts, run_demo
 
-    terminate_cleanly()
     err.print("[bold]relearn demo[/bold]: the ROSS pipeline on the mini suite (scripted historical checkpoint, tiny Qwen3)")
     try:
-        results, ctx, config = run_demo(out_dir, err)
+        with sigterm_as_interrupt():
+            results, ctx, config = run_demo(out_dir, err)
     except (FileNotFoundError, RuntimeError) as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None

@@ -1,5 +1,5 @@
 """``relearn stats``: pool, review and dataset statistics as tables, JSON and PNG plots. The
-flags are ``StatsOptions``' fields (``relearn.ops.stats``); the tables are ``relearn.stats.tables``'."""
+flags are ``StatsOptions``' fields (``relearn.verbs.stats``); the tables are ``relearn.stats.tables``'."""
 
 from __future__ import annotations
 
@@ -17,10 +17,11 @@ from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
 from relearn.ops.outputs import dataset_of_another_pool, empty_pool, reviews_of_another_pool
 from relearn.ops.reporting import OpError
-from relearn.ops.stats import StatsOptions, check_options
+from relearn.ops.stats import check_options
 from relearn.stats.compute import compute, context_section
 from relearn.stats.plots import write_plots
 from relearn.stats.tables import report_tables
+from relearn.verbs.stats import StatsOptions
 from relearn.view.catalog import DatasetInfo
 
 

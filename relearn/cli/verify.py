@@ -6,7 +6,8 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, grid, out, run_op, show_nodes, show_problems
-from relearn.ops.verify import VerifyOptions, run_verify
+from relearn.ops.verify import run_verify
+from relearn.verbs.verify import VerifyOptions
 
 DOC = """Grade patches in fresh containers with the tasks' tests (SWE-bench grading, Harbor reward files).
 

@@ -5,9 +5,8 @@ back; `relearn run` turns its pipeline file into the same options object. Whatev
 must do (open and close the Ray backend, sweep orphaned containers, choose and prepare images,
 keep the call cache and ledger) happens here, once.
 
-Each module holds, for one verb:
+Each module holds, for one verb (its ``XOptions`` are declared in ``relearn.verbs``):
 
-    XOptions    a dataclass: the only place the verb's defaults are written
     XSummary    what the run did, typed, for the front-end to render
     run_x(options, reporter=SILENT) -> XSummary
 

@@ -12,7 +12,6 @@ backend opened and closed around the work.
 
 from __future__ import annotations
 
-import re
 import signal
 import threading
 from collections.abc import Iterator
@@ -21,12 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envs.docker_backend import DEFAULT_LIMITS, Limits
 from envs.executor import Backend, ClusterError, LocalBackend, Needs, RayBackend
-from envs.image_choice import TEMPLATE_FIELDS, ImageChoice
+from envs.image_choice import ImageChoice
+from envs.limits import DEFAULT_LIMITS, Limits
 from records.pools import RecordError
 from relearn.ops.reporting import SILENT, OpError, Reporter
-from relearn.options import option
+from relearn.verbs.containers import ContainerOptions, memory_mb
 
 if TYPE_CHECKING:
     import docker
@@ -35,79 +34,26 @@ if TYPE_CHECKING:
     from envs.tasks import Task
 
 MINI_SUITE = Path(__file__).resolve().parents[2] / "envs" / "mini_tasks"
-RAY_HELP = (
-    "Run the work units on a Ray cluster: auto joins the cluster `ray start` runs on this machine, HOST:PORT (or ray://HOST:PORT) a remote head, local starts a throwaway one here. "
-    "Container work asks each node for the custom resource docker (start a node with --resources '{\"docker\": N}' to run N containers at once on its engine). "
-    "Only this process writes the output files. Without --ray, everything runs here (--workers)."
-)
-REGISTRY_HELP = (
-    "Where a machine that lacks a task's image pulls it from, instead of building it: image NAME:TAG is pulled as HOST/NAMESPACE/NAME:TAG (a registry host in NAME is dropped) and tagged NAME:TAG there. "
-    "Push the images there first (docker tag NAME:TAG HOST/NS/NAME:TAG; docker push HOST/NS/NAME:TAG). With --ray, every node pulls what it lacks; this machine builds nothing."
-)
-RAY_WHY = "the pipeline's [cluster] address"
-REGISTRY_WHY = "the pipeline's [cluster].registry"
-DEFAULT_MEMORY = f"{DEFAULT_LIMITS.memory_mb // 1024}g"
 
 
-def memory_mb(value: str) -> int:
-    """``4g``, ``4096m``, ``4096`` (MiB) -> MiB; at least 64."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", value.lower())
-    if not match:
-        raise ValueError(f"--memory {value!r}: expected a size such as 4g, 4096m or 4096 (MiB)")
-    number, unit = float(match.group(1)), match.group(2) or "m"
-    mb = number * {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}[unit]
-    if mb < 64:
-        raise ValueError(f"--memory {value!r}: at least 64 MiB")
-    return int(mb)
+def image_choice(options: ContainerOptions) -> ImageChoice:
+    try:
+        return ImageChoice.from_options(options.image_map, options.image_template)
+    except (RecordError, ValueError) as exc:
+        raise OpError(str(exc)) from None
 
 
-@dataclass
-class ContainerOptions:
-    """Where a verb's tasks run: the image of each (``image_map`` wins over ``image_template``,
-    which wins over the task's own), each container's limits, and the machines that run them."""
-
-    image_map: Path | None = option(
-        None, "Instance id -> image: a JSON object, JSONL rows {instance_id, image}, or lines `INSTANCE_ID IMAGE`. Wins over --image-template and the row's image column.",
-        exists="file",
-    )  # fmt: skip
-    image_template: str | None = option(
-        None, "Image name for every task the map does not name, e.g. a registry's address, a slash and `sweb.eval.{arch}.{instance_key}:{tag}`. Placeholders: "
-        + "; ".join("{" + name + "} " + what for name, what in TEMPLATE_FIELDS.items()),
-        metavar="TEMPLATE", min_length=1,  # an empty template names no image
-    )  # fmt: skip
-    pull: bool = option(
-        False, "Pull images that are not on the engine from their registry (progress, retries; errors name the image and the registry's answer).",
-        flag_only=True,
-    )  # fmt: skip
-    cpus: float = option(DEFAULT_LIMITS.cpus, "CPUs per container (recorded in each verdict).", gt=0)
-    memory: str = option(DEFAULT_MEMORY, "Memory per container, e.g. 4g, 4096m, or MiB (recorded in each verdict).", metavar="SIZE")
-    ray: str | None = option(None, RAY_HELP, metavar="ADDRESS", front="cli", why=RAY_WHY)
-    registry: str | None = option(None, REGISTRY_HELP, metavar="HOST[/NAMESPACE]", front="cli", why=REGISTRY_WHY)
-
-    def choice(self) -> ImageChoice:
-        try:
-            return ImageChoice.from_options(self.image_map, self.image_template)
-        except (RecordError, ValueError) as exc:
-            raise OpError(str(exc)) from None
-
-    def limits(self) -> Limits:
-        try:
-            return Limits(cpus=self.cpus, memory_mb=memory_mb(self.memory), pids=DEFAULT_LIMITS.pids, network=DEFAULT_LIMITS.network)
-        except ValueError as exc:
-            raise OpError(str(exc)) from None
-
-    def check(self) -> None:
-        """Every option usable, before any engine or cluster is touched."""
-        self.choice()
-        self.limits()
+def container_limits(options: ContainerOptions) -> Limits:
+    try:
+        return Limits(cpus=options.cpus, memory_mb=memory_mb(options.memory), pids=DEFAULT_LIMITS.pids, network=DEFAULT_LIMITS.network)
+    except ValueError as exc:
+        raise OpError(str(exc)) from None
 
 
-def tasks_option() -> Any:
-    """A container verb's ``--tasks``; the pipeline runs its file's top-level ``tasks``."""
-    return option(
-        "mini", "Task file (.jsonl/.json/.parquet), task folder(s), or `mini` for the bundled suite.",
-        flags=("--tasks", "-t"), metavar="TASKS", front="cli", why="the pipeline file's top-level tasks",
-    )  # fmt: skip
+def check_containers(options: ContainerOptions) -> None:
+    """Every option usable, before any engine or cluster is touched."""
+    image_choice(options)
+    container_limits(options)
 
 
 def tasks_source(value: str) -> Path:
@@ -239,7 +185,7 @@ class ContainerSession:
 
         try:
             return prepare_images(
-                self.client, tasks, o.choice(), pull=o.pull, need_base=need_base, log=reporter.note, on_pull_progress=on_pull,
+                self.client, tasks, image_choice(o), pull=o.pull, need_base=need_base, log=reporter.note, on_pull_progress=on_pull,
                 registry=o.registry,
             )  # fmt: skip
         except (RuntimeError, ValueError) as exc:
@@ -257,7 +203,7 @@ class ContainerSession:
 def container_session(options: ContainerOptions, reporter: Reporter = SILENT, *, sweep: bool = True) -> Iterator[ContainerSession]:
     """Check the options, open the engine, sweep last run's orphans (``sweep``), and make
     SIGTERM unwind cleanly while the verb runs."""
-    options.check()
+    check_containers(options)
     client = docker_client()
     with sigterm_as_interrupt():
         session = ContainerSession(options, client, reporter)

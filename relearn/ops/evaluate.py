@@ -9,67 +9,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from envs.executor import Needs
-from relearn.ops.collect import AgentOptions, BudgetOptions, EndpointOptions
-from relearn.ops.containers import ContainerOptions, container_session, node_counts
+from relearn.ops.collect import episode_budget, policy_spec, resolve_agent
+from relearn.ops.containers import container_limits, container_session, image_choice, node_counts
 from relearn.ops.outputs import check_run_dir
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import nested, option
+from relearn.verbs.evaluate import CompareOptions, EvalOptions, ReportOptions
 
 if TYPE_CHECKING:
     from harness.collect import CollectSummary
-
-
-# The pipeline evaluates the models it serves itself, on this machine, at no cost.
-SERVED = "the pipeline serves the model it evaluates: it names it, its endpoint and its output limit ([eval].max_new_tokens), at no price"
-# The endpoint's and the budget's options that [eval] leaves out, each for that reason.
-SERVED_ENDPOINT = dict.fromkeys(("base_url", "api_key_env", "checkpoint", "max_output_tokens", "price_in", "price_out", "max_cost"), SERVED)
-
-
-@dataclass
-class EvalOptions:
-    """Run one policy on the selected instances under a fixed budget; grade each in a fresh container.
-
-    Writes manifest.json, trajectories, predictions.jsonl (SWE-bench format), per-instance reports and report.md/json. Resumable: rerun the same command to finish a killed run.
-    """
-
-    out: Path = option(
-        help="Run folder (created, or resumed when it holds the same run).", flags=("--out",), metavar="DIR",
-        front="cli", why="the pipeline names each model's run folder",
-    )  # fmt: skip
-    model: str = option(help="Model name the endpoint serves.", metavar="NAME", front="cli", why=SERVED)
-    dataset: str = option(
-        "mini", "`mini`, a local .parquet/.jsonl/.json (e.g. ../shared/samples/swebench_verified.parquet), or a Hugging Face dataset name.",
-        metavar="DATASET",
-    )  # fmt: skip
-    agent: AgentOptions = nested(AgentOptions)
-    endpoint: EndpointOptions = nested(EndpointOptions)
-    ids: list[str] | None = option(None, "Only these instances (repeatable).", flags=("--id",), metavar="ID")
-    repos: list[str] | None = option(None, "Only these repositories (repeatable).", flags=("--repo",), metavar="REPO")
-    difficulties: list[str] | None = option(None, "Only these difficulty labels (repeatable).", flags=("--difficulty",), metavar="LABEL")
-    slice: str | None = option(None, "start:stop over the selected instances.", metavar="START:STOP")
-    seed: int | None = option(None, "Sampling seed, sent to the endpoint and recorded.")
-    workers: int = option(1, "Instances at once.", ge=1)
-    budget: BudgetOptions = nested(BudgetOptions)
-    spend_cap: float | None = option(None, "Stop starting instances once the run has spent this many USD.", gt=0)
-    containers: ContainerOptions = nested(ContainerOptions)
-
-
-@dataclass
-class ReportOptions:
-    """Write report.json and report.md for a run and print the summary."""
-
-    run_dir: Path = option(help="A run folder.", argument=True, metavar="RUN")
-
-
-@dataclass
-class CompareOptions:
-    """Put runs side by side with paired statistics; refuses runs whose scaffold, budget or instances differ."""
-
-    runs: list[Path] = option(help="Run folders; the first is the baseline.", argument=True, metavar="RUN")
-    output: Path = option(Path("compare"), "Folder for compare.md, compare.json and compare.png.", flags=("-o", "--output"), metavar="DIR")
-    names: list[str] | None = option(
-        None, "Display names, one per run (e.g. Upstream, Positive SFT, ROSS).", flags=("--name",), metavar="NAME"
-    )
 
 
 @dataclass
@@ -92,14 +39,14 @@ def run_evaluation(options: EvalOptions, reporter: Reporter = SILENT) -> EvalSum
     from eval.run import ManifestMismatch, RunConfig, run_eval
 
     check_run_dir(options.out, ("manifest.json",), "relearn eval run")
-    protocol, codex = options.agent.resolve()
-    spec = options.endpoint.spec(options.model, protocol, options.agent)
+    protocol, codex = resolve_agent(options.agent)
+    spec = policy_spec(options.endpoint, options.model, protocol, options.agent)
     c = options.containers
     config = RunConfig(
-        dataset=options.dataset, spec=spec, budget=options.budget.as_budget(),
+        dataset=options.dataset, spec=spec, budget=episode_budget(options.budget),
         selection=Selection(tuple(options.ids or ()), tuple(options.repos or ()), tuple(options.difficulties or ()), options.slice),
         seed=options.seed, workers=options.workers, spend_cap_usd=options.spend_cap, codex=codex, apply_patch=options.agent.apply_patch,  # type: ignore[arg-type]
-        images=c.choice(), pull=c.pull, limits=c.limits(), registry=c.registry,
+        images=image_choice(c), pull=c.pull, limits=container_limits(c), registry=c.registry,
     )  # fmt: skip
     resolved = 0
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 from harness.exporters import chat as chat_export
 from harness.exporters.atif import to_atif
 from harness.exporters.hf_chat import to_chat_record
-from harness.import_run import ChatPreset
 from records.pools import RecordError, read_trajectories_lenient, write_atomic, write_text_atomic
 from relearn.ops.outputs import (
     CHAT_ROWS,
@@ -30,7 +29,7 @@ from relearn.ops.outputs import (
     prepare_parent,
 )
 from relearn.ops.reporting import SILENT, OpError, Reporter, check_writable, stage
-from relearn.options import option
+from relearn.verbs.export import DatasetExportOptions, MasksExportOptions, PoolExportOptions, PoolFormat
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -38,27 +37,8 @@ if TYPE_CHECKING:
     from records.trajectory import Trajectory
     from relearn.export.source import DatasetInfo
 
-PoolFormat = Literal["atif", "hf", "chat"]
 POOL_FORMATS: tuple[str, ...] = get_args(PoolFormat)
 CHAT_PRESETS = chat_export.PRESETS
-# relearn.export.trainers.FORMATS, named here without loading the exporters (numpy, pyarrow).
-Trainer = Literal["trl", "axolotl", "verl", "llamafactory", "hf"]
-
-
-@dataclass
-class PoolExportOptions:
-    """``relearn export atif|hf|chat POOL... -o OUTPUT``."""
-
-    pools: list[Path] = option(help="Pool files (.jsonl or .jsonl.zst).", argument=True, metavar="POOL")
-    output: Path = option(
-        help="atif: a directory (one <id>.trajectory.json each); hf: a .jsonl file; chat: a .jsonl, .jsonl.zst or .parquet file.",
-        flags=("-o", "--output"),
-    )  # fmt: skip
-    format: PoolFormat = "hf"  # the verb's name (`relearn export atif`), not a flag of it
-    preset: ChatPreset | None = option(
-        None, "Rows in the shape of a published set (what `relearn import chat --preset` reads); default: the generic OpenAI form.",
-        metavar=f"[{'|'.join(ChatPreset)}]",
-    )  # fmt: skip
 
 
 @dataclass
@@ -129,31 +109,6 @@ def _write_atif(trajectories: Iterator[Trajectory], folder: Path) -> int:
 
 
 @dataclass
-class DatasetExportOptions:
-    """Write a compiled dataset in a trainer's own pre-tokenized format, supervising exactly the tokens its loss_mask marks.
-
-    trl: Parquet input_ids + assistant_masks (SFTTrainer builds labels from them). axolotl: Parquet input_ids, attention_mask, labels (-100 where not supervised). llamafactory: the same as a save_to_disk folder for tokenized_path. verl: Parquet input_ids + loss_mask and relearn_verl_dataset.py for data.custom_cls. hf: sample and trajectory ids, input_ids, loss_mask, labels and a per-trajectory weight, as Parquet and save_to_disk.
-
-    Beside the data: rows.jsonl (each row's sample and trajectory) and relearn-export.json (tokenizer, chat template hash, the loss that trainer computes and how far it is from relearn's per-trajectory loss). Rows with no supervised token are left out and counted.
-
-    Set the trainer's length limit to at least the longest row (`relearn masks --ctx`): axolotl drops every row longer than its `sequence_len` (512 tokens unless set; its default `excess_length_strategy: drop`), and TRL cuts rows at `max_length` (1,024 unless set; `max_length=None` keeps them whole).
-    """
-
-    dataset: Path = option(
-        help="A folder `relearn masks` wrote (shard-*.parquet, stats.json); any of the three contrasts.", argument=True,
-        metavar="DATASET_DIR",
-    )  # fmt: skip
-    trainer: Trainer = option(help="The trainer whose format to write.", flags=("--for",))
-    output: Path = option(help="Folder to write (it appears whole or not at all).", flags=("-o", "--output"), metavar="DIR")
-    tokenizer: str | None = option(
-        None, "The tokenizer your trainer will load (`qwen3.6` or a folder): refused unless its vocabulary and chat template are the "
-        "ones the dataset was compiled with.",
-    )  # fmt: skip
-    rows_per_file: int = option(10_000, "Rows per Parquet file.", ge=1)
-    overwrite: bool = option(False, "Replace OUTPUT if it exists.")
-
-
-@dataclass
 class DatasetExportSummary:
     trainer: str
     output: Path
@@ -194,18 +149,6 @@ def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILEN
     return DatasetExportSummary(
         options.trainer, options.output, written.rows, written.tokens, written.supervised, written.skipped_unsupervised, list(written.files)
     )
-
-
-@dataclass
-class MasksExportOptions:
-    """Write each sample's A \\ E selection as JSONL: the rendered text, the supervised token runs [start, end) and the same runs as character ranges of the text.
-
-    A trainer with another tokenization supervises the tokens lying wholly inside a character range; one with this tokenizer can use the token runs.
-    """
-
-    dataset: Path = option(help="A folder `relearn masks` wrote.", argument=True, metavar="DATASET_DIR")
-    output: Path = option(help="JSONL file (.jsonl or .jsonl.zst).", flags=("-o", "--output"), metavar="FILE")
-    tokenizer: str | None = option(None, "Tokenizer to decode with (default: the one the dataset records); refused unless it is that one.")
 
 
 @dataclass

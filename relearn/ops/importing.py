@@ -15,70 +15,17 @@ from typing import Any
 import msgspec
 import zstandard
 
-from harness.import_run import CHAT_COLUMNS, ChatPreset, ImportFormat, ImportSummary, discover, import_files
+from harness.import_run import ImportFormat, ImportSummary, discover, import_files
 from harness.importers import chat
 from records.pools import is_zstd, iter_lines
 from relearn.ops.outputs import POOL, check_jsonl_output, check_not_an_input, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, OpInterrupted, Reporter, check_writable, stage
-from relearn.options import option
+from relearn.verbs.importing import ImportOptions, chat_only_fields
 
 __all__ = ["ImportOptions", "ImportSummary", "PoolCounts", "count_pool", "run_import"]
 
 # How often the bar's record count is refreshed: a Parquet file is one step of bytes but many records.
 RECORDS_PER_UPDATE = 100
-POOL_IS_THE_PIPELINES = "the pipeline's pool is the work folder's"
-
-
-@dataclass
-class ImportOptions:
-    """What to import and where to. The chat fields (``preset`` and the column names) apply to
-    the chat format only; None takes the preset's column, else the generic one."""
-
-    format: ImportFormat = option(help=" | ".join(ImportFormat), argument=True, metavar="FORMAT")
-    paths: list[Path] = option(
-        help="Files, or directories walked recursively (e.g. ~/.codex/sessions); in a pipeline file, relative to it.",
-        argument=True, metavar="PATH", min_length=1, table_type=list[str],  # kept as written: the stage resolves them
-    )  # fmt: skip
-    output: Path = option(
-        help="Pool to append to (.jsonl or .jsonl.zst).", flags=("-o", "--output"), metavar="FILE", front="cli", why=POOL_IS_THE_PIPELINES
-    )
-    salvage: bool = option(False, "Keep what parses from a damaged file (each skipped line is a warning) instead of rejecting it.")
-    overwrite: bool = option(
-        False, "Rebuild the pool instead of appending to it (atomic swap at the end).", front="cli",
-        why="the pipeline sets a stage's pool aside itself when the stage's fields change, and resumes it otherwise",
-    )  # fmt: skip
-    preset: ChatPreset | None = option(None, "chat: the columns of a published set.", metavar=f"[{'|'.join(ChatPreset)}]")
-    messages: str | None = option(
-        None,
-        "chat: the column of messages (default: the preset's, else `messages`; dotted paths reach nested columns).",
-        metavar="COLUMN",
-        min_length=1,
-    )
-    tools: str | None = option(
-        None, "chat: the column of tool schemas (default: the preset's, else `tools`).", metavar="COLUMN", min_length=1
-    )
-    id: str | None = option(
-        None, "chat: the column(s) of the trajectory's own id, comma-separated (default: the preset's, else `id`, else a content hash).",
-        metavar="COLUMNS", min_length=1,
-    )  # fmt: skip
-    task_id: str | None = option(None, "chat: the column of the task id (default `instance_id`).", metavar="COLUMN", min_length=1)
-    resolved: str | None = option(
-        None, "chat: the column of the resolved flag (default: the preset's, else `resolved`).", metavar="COLUMN", min_length=1
-    )
-    patch: str | None = option(
-        None, "chat: the column of the final patch (default: the preset's, else `patch`).", metavar="COLUMN", min_length=1
-    )
-
-    def chat_columns(self) -> dict[str, str | None]:
-        return {name: getattr(self, name) for name in CHAT_COLUMNS}
-
-
-def chat_only_fields(options: ImportOptions) -> list[str]:
-    """The chat fields set for another format (names as both the flags and the pipeline file
-    spell them, ``task_id`` as ``task-id`` on the command line)."""
-    if options.format == ImportFormat.chat:
-        return []
-    return [name for name, value in (("preset", options.preset), *options.chat_columns().items()) if value is not None]
 
 
 def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSummary:

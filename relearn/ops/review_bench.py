@@ -16,14 +16,13 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from records.pools import JsonlWriter, RecordError, iter_lines, read_trajectories_lenient, write_atomic, write_text_atomic
 from records.review import Review, iter_reviews
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.ops.review import JudgeOptions, ReviewOptions, make_judges
-from relearn.options import nested, option, same_as
+from relearn.ops.review import make_judges
+from relearn.verbs.review import BenchOptions, LabelOptions
 from review.bench import SHIPPED
 from review.bench.cases import read_cases
 from review.bench.score import score
@@ -91,35 +90,6 @@ def reviewer_identity(judges: tuple[Judge, Judge] | None) -> dict[str, Any]:
         "prompts_hash": prompts_hash(),
         **{j.role: {"kind": j.spec.kind, "model": j.spec.model, "base_url": j.spec.base_url, "context": j.context} for j in judges},
     }
-
-
-@dataclass
-class BenchOptions:
-    """Score the reviewer (the offline heuristic without judges) on a labelled review benchmark.
-
-    Decision accuracy and Cohen's kappa, error detection per step and category, span F1 over excluded words, minimality, collateral damage, no_valid_target and grounding failures, cost, tokens and seconds per trajectory, into DIR/bench.json and DIR/bench.md (the case format is in docs/review.md). Rerunning into the same DIR resumes and pays for nothing twice; DIR is refused for another reviewer or case set.
-    """
-
-    # Named on purpose, never defaulted: a rerun into it resumes, and it is refused for another bench.
-    output: Path = option(help="The results folder (bench.json, bench.md, the reviews).", flags=("-o", "--output"), metavar="DIR")
-    bench: Path | None = option(
-        None, "A labelled case set (default: the shipped one in review/bench/cases/).", argument=True, metavar="BENCH"
-    )
-    judges: JudgeOptions = nested(JudgeOptions)
-    workers: int = same_as(ReviewOptions, "workers")  # 1 measures each trajectory's seconds and tokens exactly
-    spend_cap: float | None = same_as(ReviewOptions, "spend_cap")
-    include_suspicious: bool = same_as(ReviewOptions, "include_suspicious")
-
-
-@dataclass
-class LabelOptions:
-    """Turn reviews written or corrected by hand into labelled cases for `relearn review bench`: each error takes the defects of its step and category as its gold spans."""
-
-    pool: Path = option(help="The pool the reviews cover.", argument=True, metavar="POOL", exists="file")
-    reviews: Path = option(
-        help="Reviews that say what a perfect reviewer would (their gold labels).", argument=True, metavar="REVIEWS", exists="file"
-    )
-    output: Path = option(help="The cases file to write.", flags=("-o", "--output"), metavar="FILE")
 
 
 @dataclass

@@ -11,17 +11,7 @@ from records.pools import RecordError, read_trajectories_lenient
 from records.trajectory import Trajectory, tool_call_pairs
 from relearn.ops.outputs import empty_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import option
-
-
-@dataclass
-class ValidateOptions:
-    """Check pools: records parse, ids are unique, tool results answer earlier calls.
-
-    Reads each pool once, one trajectory at a time. Lists each problem with its file, line and field; exits 1 when there is any, 2 when a pool file is missing.
-    """
-
-    pools: list[Path] = option(help="Pool files (.jsonl or .jsonl.zst).", argument=True, metavar="POOL")
+from relearn.verbs.validate import ValidateOptions
 
 
 @dataclass

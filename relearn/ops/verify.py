@@ -15,39 +15,14 @@ from typing import TYPE_CHECKING
 from envs.executor import LocalBackend, Needs
 from records.pools import JsonlWriter, RecordError, count_records, iter_lines, iter_pool, read_trajectories_lenient
 from records.trajectory import Trajectory
-from relearn.ops.containers import ContainerOptions, ContainerSession, container_session, load_task_list, node_counts, tasks_option
+from relearn.ops.containers import ContainerSession, container_limits, container_session, load_task_list, node_counts
 from relearn.ops.outputs import VERDICTS, check_jsonl_output, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import nested, option
+from relearn.verbs.verify import PoolVerifyOptions, VerifyOptions
 
 if TYPE_CHECKING:
     from envs.tasks import Task
     from envs.verify import Verdict
-
-
-POOL_GRADED = "the pipeline grades its pool and writes the graded pool and the verdicts in its work folder"
-
-
-@dataclass
-class VerifyOptions:
-    """``relearn verify``: the predictions (SWE-bench rows: instance_id, model_patch), the
-    tasks, and where the verdicts are appended (finished pairs are skipped)."""
-
-    patches: Path = option(
-        help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format).", flags=("--patches", "-p"), exists="file",
-        front="cli", why=POOL_GRADED,
-    )  # fmt: skip
-    tasks: str = tasks_option()
-    output: Path = option(
-        Path("verdicts.jsonl"), "Verdicts JSONL (appended; finished pairs are skipped).", flags=("-o", "--output"), metavar="FILE",
-        front="cli", why=POOL_GRADED,
-    )  # fmt: skip
-    workers: int = option(1, "Containers at once.", ge=1)
-    timeout: float = option(1800.0, "Seconds for one test run.", gt=0, metavar="SECONDS")
-    log_dir: Path | None = option(
-        None, "Keep each full test log here.", metavar="DIR", front="cli", why="the pipeline keeps them in its work folder's verify-logs/"
-    )
-    containers: ContainerOptions = nested(ContainerOptions)
 
 
 @dataclass
@@ -87,31 +62,13 @@ def run_verify(options: VerifyOptions, reporter: Reporter = SILENT) -> VerifySum
         with session.backend(Needs(docker=1)) as backend, stage(reporter, "verifying", len(predictions)):
             batch = verify_batch(
                 session.client, routed, predictions, options.output, workers=options.workers, timeout_s=options.timeout,
-                log_dir=options.log_dir, limits=options.containers.limits(), base_image=prepared.base,
+                log_dir=options.log_dir, limits=container_limits(options.containers), base_image=prepared.base,
                 on_done=lambda _v: reporter.advance(**node_counts(backend)), backend=backend, registry=options.containers.registry,
             )  # fmt: skip
     return VerifySummary(options.output, batch.verdicts, batch.skipped, batch.errors, unreadable, prepared.problems, batch.per_node)
 
 
 # ---------------------------------------------------------------- a pool
-
-
-@dataclass
-class PoolVerifyOptions:
-    """The pipeline's verify stage: grade what ``pool`` has not graded and write the pool, in
-    its order, to ``output`` (through ``output``.partial: resumed by trajectory id). Every
-    verdict is appended to ``verdicts``. ``chunk``: trajectories held at once while their
-    patches are graded (0: 8 per slot, at least 64), so memory does not grow with the pool."""
-
-    pool: Path
-    output: Path
-    verdicts: Path
-    tasks: str = "mini"
-    workers: int = VerifyOptions.workers
-    timeout: float = VerifyOptions.timeout
-    log_dir: Path | None = None
-    containers: ContainerOptions = field(default_factory=ContainerOptions)
-    chunk: int = 0
 
 
 @dataclass
@@ -194,7 +151,7 @@ class _PoolGrader:
             self.problems += [p for p in prepared.problems if p not in self.problems]
         batch = verify_batch(
             self.session.client, self.routed, [Prediction(iid, patch) for (iid, _), patch in pairs.items()], self.scratch,
-            timeout_s=self.options.timeout, log_dir=self.options.log_dir, limits=self.options.containers.limits(),
+            timeout_s=self.options.timeout, log_dir=self.options.log_dir, limits=container_limits(self.options.containers),
             base_image=self.base, backend=self.backend, registry=self.options.containers.registry,  # type: ignore[arg-type]
         )  # fmt: skip
         self.errors += batch.errors

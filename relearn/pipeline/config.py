@@ -51,18 +51,18 @@ from pydantic import BaseModel, Field, ValidationError, field_validator, model_v
 
 from relearn.analyze.pools import NamedPool
 from relearn.masks.compile import Mode
-from relearn.ops.analyze import NllOptions
-from relearn.ops.collect import CollectOptions
-from relearn.ops.containers import ContainerOptions, memory_mb
-from relearn.ops.evaluate import SERVED_ENDPOINT, EvalOptions
-from relearn.ops.importing import ImportOptions, chat_only_fields
-from relearn.ops.masks import MasksOptions
-from relearn.ops.review import ReviewOptions
-from relearn.ops.single_turn import COLUMNS as SINGLE_TURN_COLUMNS
-from relearn.ops.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions, SingleTurnVerifyOptions
-from relearn.ops.train import TrainOptions
-from relearn.ops.verify import PoolVerifyOptions, VerifyOptions
 from relearn.pipeline.tables import Strict, options_of_table, table
+from relearn.train.options import TrainOptions
+from relearn.verbs.analyze import NllOptions
+from relearn.verbs.collect import CollectOptions
+from relearn.verbs.containers import ContainerOptions, memory_mb
+from relearn.verbs.evaluate import SERVED, EvalOptions
+from relearn.verbs.importing import ImportOptions, chat_only_fields
+from relearn.verbs.masks import MasksOptions
+from relearn.verbs.review import ReviewOptions
+from relearn.verbs.single_turn import COLUMNS as SINGLE_TURN_COLUMNS
+from relearn.verbs.single_turn import SINGLE_TURN_CONTEXT, SingleTurnImportOptions, SingleTurnVerifyOptions
+from relearn.verbs.verify import PoolVerifyOptions, VerifyOptions
 
 VARIANTS = ("ross", "ross-nomask", "positive")
 # The paper's names for the variants, in the order its tables put them.
@@ -77,7 +77,7 @@ class ContainersConfig(table("ContainersTable", ContainerOptions)):
     """The fields of every table whose stage runs tasks in containers ([pool.collect], [verify],
     [eval]): which image each task runs in (``image_map``, a file relative to this one, wins
     over ``image_template``, which wins over the task's own), ``pull`` what the engine lacks,
-    and each container's ``cpus`` and ``memory`` (``relearn.ops.containers.ContainerOptions``;
+    and each container's ``cpus`` and ``memory`` (``relearn.verbs.containers.ContainerOptions``;
     the Ray address and the registry are [cluster]'s)."""
 
     @field_validator("memory")
@@ -88,7 +88,7 @@ class ContainersConfig(table("ContainersTable", ContainerOptions)):
 
 
 class CollectConfig(table("CollectTable", CollectOptions, base=ContainersConfig)):
-    """[pool.collect]: the fields of `relearn collect` (``relearn.ops.collect.CollectOptions``)."""
+    """[pool.collect]: the fields of `relearn collect` (``relearn.verbs.collect.CollectOptions``)."""
 
     def options(self, out: Path, tasks: str, containers: ContainerOptions, base_url: str | None = None) -> CollectOptions:
         """The stage's options: its pool folder, the file's tasks, the containers as the stage
@@ -99,7 +99,7 @@ class CollectConfig(table("CollectTable", CollectOptions, base=ContainersConfig)
 
 
 class VerifyConfig(table("VerifyTable", VerifyOptions, base=ContainersConfig)):
-    """[verify]: grading the pool as `relearn verify` grades predictions (``relearn.ops.verify``)."""
+    """[verify]: grading the pool as `relearn verify` grades predictions (``relearn.verbs.verify``)."""
 
     def options(
         self, pool: Path, output: Path, verdicts: Path, tasks: str, log_dir: Path, containers: ContainerOptions
@@ -109,7 +109,7 @@ class VerifyConfig(table("VerifyTable", VerifyOptions, base=ContainersConfig)):
 
 
 class ImportConfig(table("ImportTable", ImportOptions)):
-    """[pool.import]: the fields of `relearn import` (``relearn.ops.importing.ImportOptions``,
+    """[pool.import]: the fields of `relearn import` (``relearn.verbs.importing.ImportOptions``,
     which declares them), every format with the chat presets and columns; the pool is the work
     folder's, appended to and resumed by stable ids when the stage reruns."""
 
@@ -127,7 +127,7 @@ class ImportConfig(table("ImportTable", ImportOptions)):
 
 class SingleTurnConfig(table("SingleTurnTable", SingleTurnVerifyOptions, SingleTurnImportOptions, paths=None)):
     """A pool of single-turn RL rollouts (Math, Code, instruction following): the fields of
-    `relearn single-turn import` and `verify` (``relearn.ops.single_turn``, which declares
+    `relearn single-turn import` and `verify` (``relearn.verbs.single_turn``, which declares
     them); imported from row dumps, graded by the single-turn verifiers, reviewed with keep
     intervals ([review]: judge1 the keep judge, judge2 the auditor)."""
 
@@ -165,7 +165,7 @@ SINGLE_TURN_UNREAD_REVIEW_FIELDS = {"judge_context", "estimate", "batch", "poll_
 
 
 class ReviewConfig(table("ReviewTable", ReviewOptions)):
-    """[review]: the fields of `relearn review POOL` (``relearn.ops.review.ReviewOptions`` and
+    """[review]: the fields of `relearn review POOL` (``relearn.verbs.review.ReviewOptions`` and
     ``JudgeOptions``, which declare them); [cluster] sends the reviews to Ray. No judge1:
     the offline heuristic reviewer. With judges, the cost estimate is printed before anything
     is paid; ``estimate = true`` prints it and stops the run there. ``prices`` is a path
@@ -176,7 +176,7 @@ class ReviewConfig(table("ReviewTable", ReviewOptions)):
 
 
 class MasksConfig(table("MasksTable", MasksOptions)):
-    """[masks]: the fields of `relearn masks` (``relearn.ops.masks.MasksOptions``, which declares
+    """[masks]: the fields of `relearn masks` (``relearn.verbs.masks.MasksOptions``, which declares
     them), once for every variant; the mode of each is its variant. ``audit`` is a path relative
     to this file. ``workers`` is where it runs, not what it makes (not part of the stage's
     identity); [cluster] sends the shards to Ray instead."""
@@ -223,7 +223,7 @@ class TrainConfig(table("TrainTable", TrainOptions)):
 class AnalyzeConfig(table("AnalyzeTable", NllOptions)):
     """NLL of the training pool's and the held-out trajectories' kept and excluded tokens under
     the start model and each trained variant (``relearn analyze nll --reviews``; the fields are
-    ``relearn.ops.analyze.NllOptions``'). device, workers and batch say where it runs, not what
+    ``relearn.verbs.analyze.NllOptions``'). device, workers and batch say where it runs, not what
     it finds: they are not part of the stage's identity. [cluster] sends the batches of
     trajectories to Ray (with a GPU each when device is cuda)."""
 
@@ -240,6 +240,8 @@ class AnalyzeConfig(table("AnalyzeTable", NllOptions)):
 
 
 SPEAKS_CHAT = "the model the pipeline serves speaks chat to the builtin agent"
+# The endpoint's and the budget's options that [eval] leaves out, each for that reason.
+SERVED_ENDPOINT = dict.fromkeys(("base_url", "api_key_env", "checkpoint", "max_output_tokens", "price_in", "price_out", "max_cost"), SERVED)
 SERVED_AGENT = {
     "agent": SPEAKS_CHAT, "policy": SPEAKS_CHAT, "reasoning_effort": "codex-cli's, which the pipeline does not run",
     "token_ids": "the pipeline's own server answers the token ids the builtin agent asks for",
@@ -248,7 +250,7 @@ SERVED_AGENT = {
 
 # Fewer turns than the verb's default: the pipeline evaluates its own (often tiny) models.
 class EvalConfig(table("EvalTable", EvalOptions, base=ContainersConfig, exclude=SERVED_AGENT | SERVED_ENDPOINT, max_turns=20, seed=0)):
-    """[eval]: the fields of `relearn eval run` (``relearn.ops.evaluate.EvalOptions``) that
+    """[eval]: the fields of `relearn eval run` (``relearn.verbs.evaluate.EvalOptions``) that
     apply to a model this pipeline serves itself (no endpoint, key, agent or prices)."""
 
     max_new_tokens: int = Field(256, ge=1)  # per model call, for the local server

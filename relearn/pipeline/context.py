@@ -29,9 +29,9 @@ from rich.console import Console
 from relearn.pipeline.config import PipelineConfig
 
 if TYPE_CHECKING:
-    from relearn.ops.containers import ContainerOptions
     from relearn.ops.reporting import RichReporter
     from relearn.pipeline.config import ContainersConfig
+    from relearn.verbs.containers import ContainerOptions
 
 
 @dataclass
@@ -68,7 +68,7 @@ class Context:
 
     def containers(self, table: ContainersConfig) -> ContainerOptions:
         """A container stage's options: its table's images and limits, [cluster]'s address and registry."""
-        from relearn.ops.containers import ContainerOptions
+        from relearn.verbs.containers import ContainerOptions
 
         image_map = self.config.resolve(table.image_map) if table.image_map is not None else None
         return ContainerOptions(image_map, table.image_template, table.pull, table.cpus, table.memory, self.ray_address, self.registry)

@@ -1,13 +1,10 @@
-"""What several ``relearn envs`` verbs share: the help of their option that chooses instances, and about
-this machine's engine, ``_here_only`` (a cluster address or registry refused) and ``_base_failed``
-(a failed base-image build, worded)."""
+"""What several ``relearn envs`` verbs share about this machine's engine: ``_here_only`` (a
+cluster address or registry refused) and ``_base_failed`` (a failed base-image build, worded)."""
 
 from __future__ import annotations
 
-from relearn.ops.containers import ContainerOptions
 from relearn.ops.reporting import OpError, Reporter
-
-IDS_HELP = "Only these instance ids (repeatable)."
+from relearn.verbs.containers import ContainerOptions
 
 
 def _here_only(verb: str, containers: ContainerOptions) -> None:

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from relearn.ops.containers import ContainerOptions, load_task_list
+from relearn.ops.containers import image_choice, load_task_list
 from relearn.ops.reporting import OpError, Reporter
+from relearn.verbs.containers import ContainerOptions
 
 if TYPE_CHECKING:
     from envs.swebench_specs import InstallSpec
@@ -25,7 +26,7 @@ def _swebench_specs(
     from envs.swebench_specs import Unsupported, install_spec
 
     chosen, _unreadable = load_task_list(tasks, ids)
-    chosen = containers.choice().route(chosen)
+    chosen = image_choice(containers).route(chosen)
     repos = sorted({t.repo for t in chosen})
     if len(repos) > 1:
         raise OpError(f"--repo is one repository, and these instances come from {', '.join(repos)}: take each repository's apart")

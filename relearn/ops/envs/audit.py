@@ -9,34 +9,15 @@ from pathlib import Path
 from typing import Literal
 
 from records.pools import JsonlWriter
-from relearn.ops.containers import ContainerOptions, container_session, load_task_list, tasks_option
-from relearn.ops.envs._engine import IDS_HELP, _here_only
+from relearn.ops.containers import container_limits, container_session, load_task_list
+from relearn.ops.envs._engine import _here_only
 from relearn.ops.outputs import RELEARN_RECORD, JsonlKind, check_jsonl_output
 from relearn.ops.reporting import SILENT, Reporter, check_writable, stage
-from relearn.options import nested, option
+from relearn.verbs.envs import AuditOptions
 
 # What `relearn envs audit -o` appends to (envs.audit.AuditRecord lines; a verdicts file, whose
 # lines have instance_id too, carries schema_version and is refused).
 AUDIT_RECORDS = JsonlKind("an audit file of `relearn envs audit -o`", frozenset({"instance_id", "verdict"}), RELEARN_RECORD)
-
-
-@dataclass
-class AuditOptions:
-    """Flag task images whose .git exposes future commits or the fix itself. Exits 1 when any is flagged.
-
-    With --verdicts FILE, the verdicts instead: every one the verifier did not simply grade (a refused patch, files put back to the
-    base commit, an executable bit dropped, a report that contradicts the log, something suspicious). Exits 1 when any patch was
-    refused, contradicted or suspicious.
-    """
-
-    tasks: str = tasks_option()
-    ids: list[str] = option(factory=list, help=IDS_HELP, flags=("--id",), metavar="ID")
-    leaky: bool = option(False, "Mini suite: audit the deliberately leaky builds.")
-    containers: ContainerOptions = nested(ContainerOptions)
-    output: Path | None = option(
-        None, "Append each task's audit to this JSON Lines file as it is made (instance_id, image, verdict, why; a task's latest line counts). `relearn masks --audit FILE` leaves the flagged tasks' trajectories out of the dataset.",
-        flags=("--output", "-o"), metavar="FILE",
-    )  # fmt: skip
 
 
 @dataclass
@@ -67,7 +48,7 @@ def run_audit(options: AuditOptions, reporter: Reporter = SILENT) -> AuditSummar
     from envs.images import task_image
 
     _here_only("audit", options.containers)
-    limits = options.containers.limits()
+    limits = container_limits(options.containers)
     chosen, unreadable = load_task_list(options.tasks, options.ids)
     audits: list[ImageAudit] = []
     if options.output is not None:

@@ -3,18 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import option
-
-
-@dataclass
-class VerdictAuditOptions:
-    verdicts: Path = option(
-        help="Instead of images: list what the verifier refused, restored, neutralized, found contradictory or suspicious in these verdicts (`relearn verify -o`).",
-        exists="file",
-    )
+from relearn.verbs.envs import VerdictAuditOptions
 
 
 @dataclass

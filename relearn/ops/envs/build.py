@@ -5,24 +5,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from relearn.ops.containers import docker_client, load_task_list, tasks_option
-from relearn.ops.envs._engine import IDS_HELP, _base_failed
+from relearn.ops.containers import docker_client, load_task_list
+from relearn.ops.envs._engine import _base_failed
 from relearn.ops.reporting import SILENT, Reporter, stage
-from relearn.options import option
+from relearn.verbs.envs import BuildOptions
 
 if TYPE_CHECKING:
     import docker
 
     from envs.tasks import Task
-
-
-@dataclass
-class BuildOptions:
-    """Build the task images (the base image first, if a task needs it) and check that the others are on the engine."""
-
-    tasks: str = tasks_option()
-    ids: list[str] = option(factory=list, help=IDS_HELP, flags=("--id",), metavar="ID")
-    leaky: bool = option(False, "Mini suite: also commit the fix into .git history (to exercise `envs audit`).")
 
 
 @dataclass

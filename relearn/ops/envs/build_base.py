@@ -7,17 +7,7 @@ from dataclasses import dataclass
 from relearn.ops.containers import docker_client
 from relearn.ops.envs._engine import _base_failed
 from relearn.ops.reporting import SILENT, Reporter
-from relearn.options import option
-
-
-@dataclass
-class BuildBaseOptions:
-    """Build the offline base image: debootstrap (minbase + python3, pytest, git, patch) and docker import.
-
-    Cached by tag: the tag names the Debian suite and package list.
-    """
-
-    force: bool = option(False, "Rebuild even if the image exists.")
+from relearn.verbs.envs import BuildBaseOptions
 
 
 @dataclass

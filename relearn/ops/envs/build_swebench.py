@@ -9,11 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from relearn.ops.containers import ContainerOptions, container_session
+from relearn.ops.containers import container_limits, container_session
 from relearn.ops.envs._engine import _here_only
 from relearn.ops.envs._swebench import _source, _swebench_specs
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import nested, option
+from relearn.verbs.envs import BuildSwebenchOptions
 
 if TYPE_CHECKING:
     import docker
@@ -21,42 +21,6 @@ if TYPE_CHECKING:
     from envs.docker_backend import Limits
     from envs.swebench_specs import InstallSpec
     from envs.tasks import Task
-
-
-@dataclass
-class BuildSwebenchOptions:
-    """Build SWE-bench instance images offline: the repository at the base commit from a checkout, a Python venv filled by pip from
-    a wheelhouse in place of conda, the instance's install steps, and the `conda activate testbed` entry point the eval scripts call.
-
-    Named as the row's image column (so verify finds it) unless --image-map/--image-template say otherwise. Supported: the
-    pure-Python repositories of SWE-bench Verified (docs/swebench.md); the others are refused with the reason.
-    """
-
-    tasks: str = option(
-        help="SWE-bench rows (.parquet/.jsonl/.json), e.g. ../shared/samples/swebench_verified.parquet.", flags=("--tasks", "-t"),
-        metavar="ROWS",
-    )  # fmt: skip
-    ids: list[str] = option(help="Instances to build (repeatable).", flags=("--id", "-i"), metavar="ID")
-    repo: str | None = option(
-        None,
-        "The instances' repository: a local git checkout or mirror holding the base commits, or a clone URL (online).",
-        metavar="PATH|URL",
-    )
-    wheels: Path | None = option(
-        None, "A wheelhouse (pip download) that pip installs from, offline; without it pip uses PyPI during the build.", exists="dir"
-    )
-    python: str | None = option(
-        None, "Build with this Python version instead of the instance's (recorded in the image's labels).", metavar="VERSION"
-    )
-    python_image: str | None = option(
-        None, "Build FROM this image (it must hold python<version>, git and bash) instead of a Debian suite.", metavar="IMAGE"
-    )
-    force: bool = option(False, "Rebuild an image that is already on the engine.")
-    check: bool = option(True, "Check each built image against the contract (as `relearn envs check-image`).")
-    plan: bool = option(
-        False, "Only print each instance's recipe and the `relearn envs fetch-wheels` that fills its wheelhouse.", flag_only=True
-    )
-    containers: ContainerOptions = nested(ContainerOptions)
 
 
 @dataclass
@@ -102,7 +66,7 @@ def run_build_swebench(options: BuildSwebenchOptions, reporter: Reporter = SILEN
         if options.plan:
             summary.plans = [_plan(task, specs[task.instance_id], options, source) for task in buildable]
             return summary
-        limits = options.containers.limits()
+        limits = container_limits(options.containers)
         with container_session(options.containers, reporter) as session, stage(reporter, "building SWE-bench images", len(buildable)):
             for task in buildable:
                 image = _build_one(session.client, task, specs[task.instance_id], source, options, limits, reporter, summary.failures)

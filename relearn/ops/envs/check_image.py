@@ -5,30 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from relearn.ops.containers import ContainerOptions, container_session, load_task_list, tasks_option
-from relearn.ops.envs._engine import IDS_HELP, _here_only
+from relearn.ops.containers import container_limits, container_session, load_task_list
+from relearn.ops.envs._engine import _here_only
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import nested, option
+from relearn.verbs.envs import CheckImageOptions
 
 if TYPE_CHECKING:
     from envs.contract import ContractReport
-
-
-@dataclass
-class CheckImageOptions:
-    """Check an image against the contract a task needs, offline; list what is missing.
-
-    Started without network: the repository at the work directory with the base commit in its history, the eval script's
-    environment lines (`conda activate testbed`), the test command's interpreter and runner, the test files importing
-    (docs/swebench.md, "The image contract"). Exits 1 when a check fails.
-    """
-
-    image: str | None = option(
-        None, "The image to check (default: each selected task's own, after --image-map/--image-template).", argument=True, metavar="IMAGE"
-    )
-    tasks: str = tasks_option()
-    ids: list[str] = option(factory=list, help=IDS_HELP, flags=("--id",), metavar="ID")
-    containers: ContainerOptions = nested(ContainerOptions)
 
 
 @dataclass
@@ -60,7 +43,7 @@ def run_check_image(options: CheckImageOptions, reporter: Reporter = SILENT) -> 
     from envs.verify import mini_eval_script
 
     _here_only("check-image", options.containers)
-    limits = options.containers.limits()
+    limits = container_limits(options.containers)
     chosen, unreadable = load_task_list(options.tasks, options.ids)
     if options.image is not None:
         if len(chosen) != 1:

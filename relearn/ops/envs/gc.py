@@ -5,21 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from relearn.ops.containers import RAY_HELP, docker_client, open_backend
+from relearn.ops.containers import docker_client, open_backend
 from relearn.ops.reporting import SILENT, Reporter
-from relearn.options import option
-
-
-@dataclass
-class GcOptions:
-    """Remove relearn's orphaned containers and codex-cli networks (found by label), e.g. after a crash.
-
-    With --ray, sweep the engine of every node of the cluster (one pinned task per node), and say what each node removed or why it
-    could not.
-    """
-
-    everything: bool = option(False, "Remove every relearn container, not only orphans.", flags=("--all",))
-    ray: str | None = option(None, RAY_HELP, metavar="ADDRESS")
+from relearn.verbs.envs import GcOptions
 
 
 @dataclass

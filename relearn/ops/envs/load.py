@@ -4,30 +4,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from relearn.ops.containers import ContainerOptions, docker_client, load_task_list
-from relearn.ops.envs._engine import IDS_HELP, _here_only
+from relearn.ops.containers import docker_client, image_choice, load_task_list
+from relearn.ops.envs._engine import _here_only
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
-from relearn.options import nested, option
-
-
-@dataclass
-class LoadOptions:
-    """Load image tarballs into the engine (docker load), e.g. SWE-bench images saved on a machine with a registry."""
-
-    path: Path = option(
-        help="A folder of image tarballs (docker save: .tar, .tar.gz, .tgz, .tar.xz, .tar.zst), or one tarball.",
-        argument=True, metavar="DIR", exists="path",
-    )  # fmt: skip
-    tasks: str | None = option(
-        None,
-        "Then say which of these tasks have their image (after --image-map/--image-template).",
-        flags=("--tasks", "-t"),
-        metavar="TASKS",
-    )
-    ids: list[str] = option(factory=list, help=IDS_HELP, flags=("--id",), metavar="ID")
-    containers: ContainerOptions = nested(ContainerOptions)
+from relearn.verbs.envs import LoadOptions
 
 
 @dataclass
@@ -51,7 +32,7 @@ def run_load(options: LoadOptions, reporter: Reporter = SILENT) -> LoadSummary:
     from envs.registry import ARCHIVE_SUFFIXES, image_archives, load_archive
 
     _here_only("load", options.containers)
-    choice = options.containers.choice()
+    choice = image_choice(options.containers)
     try:
         archives = image_archives(options.path)
     except FileNotFoundError as exc:

@@ -12,10 +12,11 @@ from typing import Any
 
 from relearn.ops.importing import count_pool
 from relearn.ops.reporting import OpError
-from relearn.ops.single_turn import SingleTurnImportOptions, run_single_turn_import
+from relearn.ops.single_turn import run_single_turn_import
 from relearn.pipeline.config import PipelineConfig, SingleTurnConfig
 from relearn.pipeline.context import Context, pool_path
 from relearn.pipeline.runner import Stage
+from relearn.verbs.single_turn import SingleTurnImportOptions
 
 
 def applies(config: PipelineConfig) -> bool:

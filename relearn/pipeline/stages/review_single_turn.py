@@ -10,11 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from relearn.ops.single_turn import SingleTurnReviewOptions, run_single_turn_review
+from relearn.ops.single_turn import run_single_turn_review
 from relearn.pipeline.config import PipelineConfig
 from relearn.pipeline.context import Context, reviews_path, verified_path
 from relearn.pipeline.runner import Stage
 from relearn.pipeline.stages import review
+from relearn.verbs.single_turn import SingleTurnReviewOptions
 
 
 def applies(config: PipelineConfig) -> bool:

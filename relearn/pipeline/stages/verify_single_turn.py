@@ -11,12 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from relearn.ops.single_turn import SingleTurnVerifyOptions, run_single_turn_verify
+from relearn.ops.single_turn import run_single_turn_verify
 from relearn.pipeline.config import PipelineConfig
 from relearn.pipeline.context import Context, pool_path, verified_path
 from relearn.pipeline.runner import Stage
 from relearn.pipeline.stages import verify
 from relearn.pipeline.stages.pool_single_turn import single_turn_table
+from relearn.verbs.single_turn import SingleTurnVerifyOptions
 
 
 def applies(config: PipelineConfig) -> bool:

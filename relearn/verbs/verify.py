@@ -1,0 +1,51 @@
+"""What `relearn verify` accepts, and the pipeline's ``[verify]`` of its pool; the work is ``relearn.ops.verify``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from relearn.options import nested, option
+from relearn.verbs.containers import ContainerOptions, tasks_option
+
+POOL_GRADED = "the pipeline grades its pool and writes the graded pool and the verdicts in its work folder"
+
+
+@dataclass
+class VerifyOptions:
+    """``relearn verify``: the predictions (SWE-bench rows: instance_id, model_patch), the
+    tasks, and where the verdicts are appended (finished pairs are skipped)."""
+
+    patches: Path = option(
+        help="Predictions: JSONL/JSON rows of instance_id, model_patch (SWE-bench format).", flags=("--patches", "-p"), exists="file",
+        front="cli", why=POOL_GRADED,
+    )  # fmt: skip
+    tasks: str = tasks_option()
+    output: Path = option(
+        Path("verdicts.jsonl"), "Verdicts JSONL (appended; finished pairs are skipped).", flags=("-o", "--output"), metavar="FILE",
+        front="cli", why=POOL_GRADED,
+    )  # fmt: skip
+    workers: int = option(1, "Containers at once.", ge=1)
+    timeout: float = option(1800.0, "Seconds for one test run.", gt=0, metavar="SECONDS")
+    log_dir: Path | None = option(
+        None, "Keep each full test log here.", metavar="DIR", front="cli", why="the pipeline keeps them in its work folder's verify-logs/"
+    )
+    containers: ContainerOptions = nested(ContainerOptions)
+
+
+@dataclass
+class PoolVerifyOptions:
+    """The pipeline's verify stage: grade what ``pool`` has not graded and write the pool, in
+    its order, to ``output`` (through ``output``.partial: resumed by trajectory id). Every
+    verdict is appended to ``verdicts``. ``chunk``: trajectories held at once while their
+    patches are graded (0: 8 per slot, at least 64), so memory does not grow with the pool."""
+
+    pool: Path
+    output: Path
+    verdicts: Path
+    tasks: str = "mini"
+    workers: int = VerifyOptions.workers
+    timeout: float = VerifyOptions.timeout
+    log_dir: Path | None = None
+    containers: ContainerOptions = field(default_factory=ContainerOptions)
+    chunk: int = 0
