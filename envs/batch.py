@@ -4,6 +4,12 @@ Predictions use SWE-bench's format (``instance_id``, ``model_name_or_path``,
 ``model_patch``) as JSON Lines, a JSON list, or a ``{instance_id: prediction}`` map
 (mini-swe-agent's ``preds.json``). A verdict is keyed by (instance_id, patch hash):
 a rerun skips every pair already in the output, so no container runs twice.
+
+Every prediction row that names its instance gets a verdict row: one refused when the file is
+read (a ``model_patch`` or ``model_name_or_path`` of the wrong type, or a string UTF-8 cannot
+write, such as a lone surrogate from a JSON ``\\ud800`` escape) is written as a refused verdict
+with the file, line and field, without a container. Only a row with no usable ``instance_id``
+(or a line that is not JSON) is reported without one: there is no task to key it by.
 """
 
 from __future__ import annotations
@@ -29,6 +35,10 @@ class Prediction:
     instance_id: str
     patch: str | None
     model_name_or_path: str | None = None
+    # Why the row was refused when it was read (file:line: field: why): it gets a refused
+    # verdict and is never applied. Its ``patch`` is then only hashed (for a field that is no
+    # string, its JSON text), so that a rerun finds the verdict.
+    refused: str | None = None
 
 
 def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
@@ -64,8 +74,20 @@ def load_predictions(path: Path) -> tuple[list[Prediction], list[RecordError]]:
             errors.append(RecordError(str(path), line, "instance_id", "missing or not a string"))
             continue
         problem = _row_problem(row)
-        if problem is not None:
+        if problem is not None and problem[0] == "instance_id":  # no task to key a verdict by
             errors.append(RecordError(str(path), line, problem[0], problem[1]))
+            continue
+        if problem is not None:  # refused alone, with a verdict that says where and why
+            reason = str(RecordError(str(path), line, problem[0], problem[1]))
+            patch, model = row.get("model_patch"), row.get("model_name_or_path")
+            predictions.append(
+                Prediction(
+                    row["instance_id"],
+                    patch if isinstance(patch, str) or patch is None else json.dumps(patch),
+                    model if isinstance(model, str) else None,
+                    refused=reason,
+                )
+            )
             continue
         predictions.append(Prediction(row["instance_id"], row.get("model_patch"), row.get("model_name_or_path")))
     return predictions, errors
@@ -132,13 +154,10 @@ def verify_batch(
     summary = BatchSummary()
     finished = done_pairs(output)
     todo = []
+    refused: list[Verdict] = []  # written without a container
     for prediction in predictions:
         if prediction.instance_id not in tasks:
             summary.errors.append(f"{prediction.instance_id}: no such task")
-            continue
-        problem = _row_problem({"model_name_or_path": prediction.model_name_or_path})
-        if problem is not None:  # the verdict could not be written: refused alone, the batch goes on
-            summary.errors.append(f"{prediction.instance_id}: {problem[0]}: {problem[1]}")
             continue
         try:
             key = (prediction.instance_id, patch_hash(prediction.patch))
@@ -147,6 +166,12 @@ def verify_batch(
             continue
         if key in finished:
             summary.skipped += 1
+            continue
+        problem = _row_problem({"model_name_or_path": prediction.model_name_or_path})
+        if prediction.refused is not None or problem is not None:  # refused alone, with its verdict; the batch goes on
+            reason = prediction.refused or f"{problem[0]}: {problem[1]}"  # type: ignore[index]
+            refused.append(refused_verdict(tasks[prediction.instance_id], prediction, key[1], reason))
+            finished.add(key)
             continue
         todo.append(prediction)
 
@@ -164,11 +189,14 @@ def verify_batch(
     try:
         with JsonlWriter(output, fsync=True) as writer:
 
-            def finished(_prediction: Prediction, verdict: Verdict) -> None:
+            def finished(_prediction: Prediction | None, verdict: Verdict) -> None:
                 writer.write(verdict.model_dump(mode="json"))
                 summary.verdicts.append(verdict)
                 if on_done:
                     on_done(verdict)
+
+            for verdict in refused:
+                finished(None, verdict)
 
             def failed(prediction: Prediction, exc: BaseException, _tries: int) -> bool:
                 # One broken run must not stop the batch; a node lost mid-run is retried.
@@ -186,6 +214,29 @@ def verify_batch(
         if backend is None:
             runner.close()
     return summary
+
+
+def refused_verdict(task: Task, prediction: Prediction, key: str, reason: str) -> Verdict:
+    """The verdict of a prediction refused before grading: no container, the reason said."""
+    try:
+        image = image_name(task)
+    except (RuntimeError, ValueError):
+        image = ""
+    model = prediction.model_name_or_path
+    if model is not None and _row_problem({"model_name_or_path": model}) is not None:
+        model = model.encode("utf-8", "backslashreplace").decode("utf-8")  # a label UTF-8 can write
+    return Verdict(
+        instance_id=task.instance_id,
+        patch_hash=key,
+        resolved=False,
+        reward=0.0,
+        patch_exists=bool(prediction.patch and prediction.patch.strip()),
+        patch_applied=False,
+        image=image,
+        refused=[f"the prediction was refused: {reason}"],
+        error=f"the prediction was refused: {reason}",
+        model_name_or_path=model,
+    )
 
 
 @dataclass(frozen=True)

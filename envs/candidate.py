@@ -9,14 +9,20 @@ In order:
    points), compiled code Python would load without its source (``*.pyc``/``*.pyo``,
    anything under ``__pycache__/``, extension modules), binary content written where
    Python loads source, or a new top-level module that shadows the test machinery or the
-   standard library (``pytest``, ``pluggy``, ``inspect.py``...).
+   standard library (``pytest``, ``pluggy``, ``inspect.py``...). The diff is read against the
+   allowlist of what a patch may write (``envs.allowlist``: no symlink, no binary content
+   or archive, no non-UTF-8 encoding declaration, no odd line separator in Python source,
+   no module named ``conftest``/``sitecustomize``/``usercustomize``).
 2. ``git apply``, then ``git apply --3way``, then GNU ``patch --fuzz=5`` only when its dry
    run touches exactly the files git listed. Nothing partial: a failed attempt is reset and
    the files it created are removed before the next one.
 3. After applying: ``.git`` must be unchanged (no hook, config or lock written), no symlink
    may point out of the repository or into ``.git``, no symlink may stand where the tests
    or their configuration are read, and a file the patch made executable loses that bit.
-   The patch file itself is deleted (it must not be importable).
+   The patch file itself is deleted (it must not be importable). Every file it wrote is
+   checked against the allowlist again, on the bytes the tree holds: no symlink at all,
+   regular UTF-8 text, Python source as above; a new importable name at the top of the
+   repository or of ``src/`` that the base commit lacks is marked suspicious.
 4. Put back by bytes to the base commit (or removed when new), whenever git records that the
    patch changed them: test files, every file pytest, tox or the task's runner read their
    configuration or plugins from, wherever they are (``conftest.py``, ``pytest.ini``,
@@ -26,7 +32,8 @@ In order:
    restored ``conftest.py`` part of a package whose ``__init__`` runs first. Whether the
    pytest section changed is parsed only to say so (suspicious), never to decide.
 5. Every Python file the patch writes is read back and scanned on its syntax tree
-   (``envs.code_scan``); what it finds marks the verdict suspicious.
+   (``envs.code_scan``), and so is every other text file it writes that parses as Python
+   (``runpy`` and ``exec`` run any file); what it finds marks the verdict suspicious.
 
 Every git query is NUL-separated; a check that fails refuses the patch with its reason
 rather than grading it unchecked. Every decision is returned for the verdict. Git runs with
@@ -45,7 +52,9 @@ from dataclasses import dataclass, field
 import docker
 import requests
 
-from envs.code_scan import scan_source
+from envs.allowlist import content_problems, diff_problems, new_top_level
+from envs.allowlist import path_problem as by_name_problem
+from envs.code_scan import scan_source, scan_text
 from envs.docker_backend import Container
 
 PATCH_PATH = "/tmp/relearn/candidate.diff"
@@ -152,6 +161,9 @@ def _apply(
     ]
     root_names, src_names = set(before["root"][1].split("\0")), set(before["src"][1].split("\0"))
     out.refused += [f"{path}: {problem}" for path in paths if (problem := shadow_problem(path, root_names, src_names))]
+    text = patch if isinstance(patch, str) else patch.decode("utf-8", errors="surrogateescape")
+    # Symlinks are left to the tree's check, which says where each one points.
+    out.refused += diff_problems(text, frozenset(_decides_tests(paths, protected, runner_files)), symlinks=False)
     if out.refused:
         return
     untracked = {p for p in before["untracked"][1].split("\0") if p}
@@ -192,8 +204,9 @@ def _apply(
     status_before, status_after = _status(before["status"][1]), _status(after["status"][1])
     out.touched = sorted(set(paths) | {p for p, state in status_after.items() if status_before.get(p) != state})
     decides = _decides_tests(out.touched, protected, runner_files)
-    entries, contents = _inspect(container, out.touched, base_commit, [p for p in out.touched if p in decides or PYTHON_SOURCE.search(p)])
+    entries, contents = _inspect(container, out.touched, base_commit, out.touched)
     _check_links_and_modes(container, out, base_commit, entries, decides)
+    _check_contents(out, entries, contents, decides)
     if out.refused:
         return
     _restore(container, out, base_commit, decides, contents)
@@ -336,6 +349,10 @@ def _check_links_and_modes(
                 out.refused.append(f"{path}: a symlink to {target}, outside the repository or into .git")
             elif path in decides:
                 out.refused.append(f"{path}: a symlink where the tests or their configuration are read")
+            else:
+                out.refused.append(
+                    f"{path}: a symlink to {target} (a patch may write regular files only: a link shows the diff one file and Python another)"
+                )
         elif entry.kind == "O":
             out.refused.append(f"{path}: not a regular file (a special file)")
     executable = [e.path for e in entries.values() if e.executable and e.path in out.touched]
@@ -351,6 +368,25 @@ def _check_links_and_modes(
     if dropped:
         container.sh(f"chmod a-x -- {' '.join(shlex.quote(p) for p in dropped)}")
         out.neutralized += [f"{p}: made non-executable (the base commit has no such executable)" for p in dropped]
+
+
+def _check_contents(
+    out: Applied, entries: dict[str, Entry], contents: dict[str, tuple[bytes | None, bytes | None]], decides: dict[str, str]
+) -> None:
+    """The allowlist on the bytes the tree holds (``envs.allowlist``): every regular file the
+    patch wrote that is not put back by bytes."""
+    for path in out.touched:
+        if path in decides or entries[path].kind != "F":
+            continue
+        new, old = contents.get(path, (None, None))
+        if new is None:
+            continue
+        problems = content_problems(path, new[:SCAN_CAP], old, partial=len(new) > SCAN_CAP)
+        if (problem := by_name_problem(path)) is not None:
+            problems.append(problem)
+        out.refused += [f"{path}: {problem}" for problem in problems]
+        if (problem := new_top_level(path, base_has=old is not None)) is not None:
+            out.suspicious.append(f"{path}: {problem}")  # marked: the runner's imports cannot all be listed
 
 
 def _restore(
@@ -390,17 +426,20 @@ def _section_changed(name: str, old: bytes | None, new: bytes | None) -> bool:
 
 
 def _scan(out: Applied, entries: dict[str, Entry], contents: dict[str, tuple[bytes | None, bytes | None]]) -> None:
-    """The syntax-tree scan of every Python file the patch wrote and the restore kept."""
+    """The syntax-tree scan of every Python file the patch wrote and the restore kept, and of
+    every other text file it wrote that parses as Python (``runpy``, ``exec`` run any file)."""
     for path in out.touched:
-        if path in out.restored or not PYTHON_SOURCE.search(path) or entries[path].kind != "F":
+        if path in out.restored or entries[path].kind != "F":
             continue
         new, old = contents.get(path, (None, None))
         if new is None:
             continue
+        python = bool(PYTHON_SOURCE.search(path))
         if len(new) > SCAN_CAP:
-            out.suspicious.append(f"{path}: over {SCAN_CAP >> 20} MiB of Python, too large to scan")
+            if python:
+                out.suspicious.append(f"{path}: over {SCAN_CAP >> 20} MiB of Python, too large to scan")
             continue
-        out.suspicious += scan_source(path, new, old)
+        out.suspicious += scan_source(path, new, old) if python else scan_text(path, new, old)
         if len(out.suspicious) >= SUSPICIOUS_CAP:
             out.suspicious = out.suspicious[:SUSPICIOUS_CAP] + ["(more findings not listed)"]
             return

@@ -1,5 +1,15 @@
 """What the code a patch writes does, read on its syntax tree: reaches into the test run.
 
+The scan reads a file as Python reads it: decoded with the encoding it declares (PEP 263,
+``tokenize.detect_encoding``; the allowlist, ``envs.allowlist``, refuses any declaration
+other than UTF-8 that the base commit's file does not already make), its lines numbered as
+Python's tokenizer numbers them (a line ends at LF, CRLF or a lone CR, never at a form feed,
+vertical tab, U+2028 or the other breaks ``str.splitlines`` knows), so that the lines the
+change touched and the lines the parser reports agree. A changed file that does not parse is
+marked (its code could not be read), never skipped. Text files the patch writes that are not
+``.py`` are scanned too when they parse as Python: ``runpy`` and ``exec(open(...).read())``
+run any file.
+
 A verifier cannot see, from the outcome, code that makes the tests pass without fixing
 anything (a result whose ``__eq__`` is always true, code that reads the calling test's
 source to find the expected value) or code that rewrites the run from inside the test
@@ -15,7 +25,14 @@ checked for
   ``f_back``/``f_locals``, ``traceback.extract_stack``, ``linecache``);
 - import hooks (``sys.meta_path``, ``sys.path_hooks``), ``builtins``/``__builtins__``,
   exit hooks (``atexit``, ``os._exit``, ``sys.excepthook``), ``sys.argv``, ``gc``
-  object walks, dynamic imports whose name is not a constant, ``exec``;
+  object walks, dynamic imports whose name is not a constant, ``exec``, ``eval`` and
+  ``compile`` (a constant string they run is scanned as code too);
+- code run from elsewhere: ``runpy``, ``pickle``/``marshal`` loads, ``zipimport``, a path
+  put on ``sys.path``, ``site.addsitedir``, a module imported from a file by path;
+- the runners' test call and what reaches it without naming a module: unittest's
+  ``TestCase``/``TestResult``/runner reached by their plain names, ``_callTestMethod``,
+  pytest's ``runtest``, ``__subclasses__`` walks, a function named like a pytest hook,
+  ``pytest_plugins``;
 - strings naming the test machinery or its report (``junit``, ``conftest``, ``pytest``);
 - an ``__eq__`` (or ``__instancecheck__``) that answers a constant, or ignores what it is
   compared with.
@@ -29,7 +46,10 @@ from __future__ import annotations
 
 import ast
 import difflib
+import io
+import re
 import threading
+import tokenize
 
 # Attribute paths (after aliases are resolved) that reach into the run itself.
 DOTTED = {
@@ -68,6 +88,31 @@ DOTTED = {
     "importlib.machinery": "an import hook",
     "importlib.abc": "an import hook",
     "importlib.util.spec_from_loader": "an import hook",
+    "importlib.util.spec_from_file_location": "imports a file by its path",
+    "importlib.machinery.SourceFileLoader": "imports a file by its path",
+    "runpy": "runs a file or module as code (runpy)",
+    "pickle.load": "unpickles data (a pickle can run code)",
+    "pickle.loads": "unpickles data (a pickle can run code)",
+    "pickle.Unpickler": "unpickles data (a pickle can run code)",
+    "_pickle.loads": "unpickles data (a pickle can run code)",
+    "marshal.load": "loads code objects (marshal)",
+    "marshal.loads": "loads code objects (marshal)",
+    "zipimport": "imports from an archive",
+    "sys.path.insert": "puts a folder or archive on sys.path",
+    "sys.path.append": "puts a folder or archive on sys.path",
+    "sys.path.extend": "puts a folder or archive on sys.path",
+    "site.addsitedir": "adds a site folder (its .pth files run)",
+    "types.CodeType": "builds a code object",
+    "types.FunctionType": "builds a function from a code object",
+    "unittest.TestCase": "reaches unittest's test machinery",
+    "unittest.TestResult": "reaches unittest's test machinery",
+    "unittest.TextTestResult": "reaches unittest's test machinery",
+    "unittest.TextTestRunner": "reaches unittest's test machinery",
+    "unittest.TestSuite": "reaches unittest's test machinery",
+    "unittest.TestLoader": "reaches unittest's test machinery",
+    "unittest.defaultTestLoader": "reaches unittest's test machinery",
+    "unittest.TestProgram": "reaches unittest's test machinery",
+    "unittest.main": "reaches unittest's test machinery",
 }
 # Modules whose mere import (or any attribute of) from package code reaches the test run.
 MODULES = {
@@ -79,13 +124,42 @@ MODULES = {
     "unittest.result": "unittest's result machinery",
     "unittest.runner": "unittest's result machinery",
     "unittest.case": "unittest's test cases",
+    "unittest.loader": "unittest's test loader",
+    "unittest.suite": "unittest's test suites",
+    "unittest.main": "unittest's test program",
 }
 # Attribute names that only frames, tracebacks and code objects have.
 FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "f_lineno", "f_trace", "tb_frame", "gi_frame", "co_filename"}
 # Attribute names of unittest's result objects that decide what a run reports.
 RESULT_ATTRIBUTES = {"addFailure", "addError", "addSuccess", "addExpectedFailure", "wasSuccessful", "failures", "errors"}
-NAMES = {"__import__": "a dynamic import", "__builtins__": "builtins", "exec": "runs code built at run time"}
-STRING_WORDS = ("junit", "conftest", "pytest", "unittest", ">>>>> ")
+# Attribute names of the runners' test call, and the walk that reaches classes without a name.
+RUNNER_ATTRIBUTES = {
+    "__subclasses__": "walks the class hierarchy (reaches classes, the runner's among them, without importing them)",
+    "_callTestMethod": "reaches unittest's test call",
+    "_callSetUp": "reaches unittest's test call",
+    "_callTearDown": "reaches unittest's test call",
+    "_outcome": "reaches unittest's test outcome",
+    "runtest": "reaches pytest's test call",
+    "pytest_plugins": "names pytest plugins to load",
+}
+NAMES = {
+    "__import__": "a dynamic import",
+    "__builtins__": "builtins",
+    "exec": "runs code built at run time",
+    "eval": "evaluates code built at run time",
+    "compile": "compiles code built at run time",
+}
+RUNS_CODE = ("exec", "eval", "compile")
+STRING_WORDS = ("junit", "conftest", "pytest", "unittest", ">>>>> ", "_calltestmethod", "__subclasses__")
+# Where Python's tokenizer ends a line (and nowhere else: not at \f, \v, \x1c-\x1e, \x85,
+# U+2028, U+2029, which str.splitlines also breaks at).
+LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def python_lines(text: str) -> list[str]:
+    """``text`` split into lines as Python's tokenizer numbers them."""
+    lines = LINE_END.split(text)
+    return lines[:-1] if lines and lines[-1] == "" else lines
 
 
 def changed_lines(old: str | None, new: str) -> set[int] | None:
@@ -93,7 +167,7 @@ def changed_lines(old: str | None, new: str) -> set[int] | None:
     if old is None:
         return None
     lines: set[int] = set()
-    matcher = difflib.SequenceMatcher(None, old.splitlines(), new.splitlines(), autojunk=False)
+    matcher = difflib.SequenceMatcher(None, python_lines(old), python_lines(new), autojunk=False)
     for tag, _i1, _i2, j1, j2 in matcher.get_opcodes():
         if tag in ("replace", "insert"):
             lines.update(range(j1 + 1, j2 + 1))
@@ -110,18 +184,52 @@ _PARSE_LOCK = threading.Lock()
 def scan_source(path: str, new: bytes, old: bytes | None) -> list[str]:
     """Findings for ``path`` (``new`` as written, ``old`` at the base commit or None), one
     line each: ``path:line: what (the code)``."""
-    text = _decode(new)
+    text, codec = _decode(new)
     if text is None:
-        return [f"{path}: not UTF-8 text, written where Python would load it"]
+        return [f"{path}: not {codec} text, written where Python would load it"]
     try:
         with _PARSE_LOCK:
             tree = ast.parse(text, filename=path)
-    except (SyntaxError, ValueError):
-        return []  # Python cannot import it either: the tests that need it fail
-    old_text = _decode(old) if old is not None else None
-    scanner = _Scanner(path, changed_lines(old_text, text), framework=_is_framework(path))
+    except (SyntaxError, ValueError) as exc:
+        # Marked, never skipped: another Python (or another reading of the bytes) may run it.
+        where = f", line {exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        return [f"{path}: does not parse as Python ({getattr(exc, 'msg', str(exc))[:80]}{where}): its code could not be scanned"]
+    old_text = _decode(old)[0] if old is not None else None
+    scanner = _Scanner(path, changed_lines(old_text, text), framework=_is_framework(path), defined=_defined_names(tree))
     scanner.visit(tree)
     return scanner.findings[:20]
+
+
+def scan_text(path: str, new: bytes, old: bytes | None) -> list[str]:
+    """Findings for a file that is not ``.py`` but parses as Python (``runpy.run_path`` and
+    ``exec(open(...).read())`` run any file); nothing for text that does not parse."""
+    if b"\0" in new:
+        return []
+    try:
+        text = new.decode("utf-8")
+        with _PARSE_LOCK:
+            tree = ast.parse(text, filename=path)
+    except (UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    old_text = old.decode("utf-8", errors="replace") if old is not None else None
+    scanner = _Scanner(path, changed_lines(old_text, text), framework=_is_framework(path), defined=_defined_names(tree))
+    scanner.visit(tree)
+    return [f"{line} [a text file that parses as Python]" for line in scanner.findings[:20]]
+
+
+def _defined_names(tree: ast.AST) -> frozenset[str]:
+    """Names the module binds itself (a function of its own called ``compile``)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
 
 
 def _is_framework(path: str) -> bool:
@@ -130,13 +238,20 @@ def _is_framework(path: str) -> bool:
     return any(part in ("_pytest", "pytest", "pluggy", "unittest") for part in parts[:-1])
 
 
-def _decode(data: bytes | None) -> str | None:
+def _decode(data: bytes | None) -> tuple[str | None, str]:
+    """The text Python reads from ``data``: decoded with the encoding it declares (a UTF-8 BOM
+    or PEP 263 cookie, UTF-8 otherwise), and that encoding's name."""
     if data is None:
-        return None
+        return None, "UTF-8"
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
+        codec, _lines = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError:  # a declaration naming no codec, or a BOM beside another declaration
+        return None, "UTF-8"
+    name = "UTF-8" if codec in ("utf-8", "utf-8-sig") else codec
+    try:
+        return data.decode(codec), name
+    except (UnicodeDecodeError, LookupError):
+        return None, name
 
 
 def fold(node: ast.AST | None) -> str | None:
@@ -162,10 +277,11 @@ def fold(node: ast.AST | None) -> str | None:
 
 
 class _Scanner(ast.NodeVisitor):
-    def __init__(self, path: str, lines: set[int] | None, *, framework: bool) -> None:
+    def __init__(self, path: str, lines: set[int] | None, *, framework: bool, defined: frozenset[str] = frozenset()) -> None:
         self.path = path
         self.lines = lines
         self.framework = framework
+        self.defined = defined
         self.aliases: dict[str, str] = {}  # local name -> the module or attribute path it stands for
         self.findings: list[str] = []
         self.seen: set[tuple[int, str]] = set()
@@ -193,6 +309,15 @@ class _Scanner(ast.NodeVisitor):
         except Exception:  # noqa: BLE001 - unparse of an odd node: the finding stands without it
             code = ""
         self.findings.append(f"{self.path}:{line}: {what} ({' '.join(code.split())[:100]})")
+
+    def _flag_line(self, node: ast.AST, what: str) -> None:
+        """A finding about a definition: its first line decides whether the change made it."""
+        if self.lines is not None and getattr(node, "lineno", None) not in self.lines:
+            return
+        line = getattr(node, "lineno", 0)
+        if (line, what) not in self.seen:
+            self.seen.add((line, what))
+            self.findings.append(f"{self.path}:{line}: {what}")
 
     def _dotted(self, node: ast.AST) -> str | None:
         """``a.b.c`` with aliases resolved; ``getattr(a, "b")`` read as ``a.b``."""
@@ -261,6 +386,8 @@ class _Scanner(ast.NodeVisitor):
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in FRAME_ATTRIBUTES:
             self._flag(node, "frame inspection")
+        elif node.attr in RUNNER_ATTRIBUTES and not self.framework:
+            self._flag(node, RUNNER_ATTRIBUTES[node.attr])
         elif node.attr in RESULT_ATTRIBUTES and not self.framework:
             self._flag(node, "touches a test result")
         else:
@@ -270,7 +397,9 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in NAMES:
+        if node.id in RUNNER_ATTRIBUTES and node.id == "pytest_plugins" and not self.framework:
+            self._flag(node, RUNNER_ATTRIBUTES[node.id])
+        elif node.id in NAMES and not (node.id in RUNS_CODE and node.id in self.defined):
             self._flag(node, NAMES[node.id])
         elif node.id in self.aliases:
             self._check_path(node, self.aliases[node.id])
@@ -287,6 +416,10 @@ class _Scanner(ast.NodeVisitor):
                 self._check_path(node, f"{base}.{name}")
                 if name in FRAME_ATTRIBUTES:
                     self._flag(node, "frame inspection")
+                elif name in RUNNER_ATTRIBUTES and not self.framework:
+                    self._flag(node, RUNNER_ATTRIBUTES[name])
+        if func in RUNS_CODE and func not in self.defined and node.args:
+            self._scan_constant_code(node, func, node.args[0])
         if func in ("__import__", "importlib.import_module", "builtins.__import__"):
             module = fold(node.args[0]) if node.args else None
             if module is None:
@@ -294,6 +427,20 @@ class _Scanner(ast.NodeVisitor):
             else:
                 self._check_import(node, module)
         self.generic_visit(node)
+
+    def _scan_constant_code(self, node: ast.Call, func: str, argument: ast.AST) -> None:
+        """The code a constant string handed to ``exec``/``eval``/``compile`` holds, scanned."""
+        code = fold(argument)
+        if code is None or not self._changed(node):
+            return
+        try:
+            tree = ast.parse(code, mode="exec")
+        except (SyntaxError, ValueError):
+            return
+        inner = _Scanner(self.path, None, framework=self.framework, defined=_defined_names(tree))
+        inner.visit(tree)
+        for finding in inner.findings:
+            self.findings.append(f"{self.path}:{node.lineno}: in the code {func} runs: {finding.split(': ', 1)[-1]}")
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str) and not self.framework:
@@ -315,6 +462,8 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._check_comparison(node)
+        if node.name.startswith("pytest_") and not self.framework:
+            self._flag_line(node, f"defines a pytest hook ({node.name}): pytest calls it wherever the module is loaded as a plugin")
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]

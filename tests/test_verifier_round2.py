@@ -98,10 +98,11 @@ def test_a_malformed_prediction_costs_no_other_row_its_verdict(
     ]
     (tmp_path / "preds.jsonl").write_text("\n".join(rows) + "\n")
     predictions, errors = load_predictions(tmp_path / "preds.jsonl")
-    assert [p.model_name_or_path for p in predictions] == ["gold"]
-    assert [str(e).split(": ", 1)[1] for e in errors] == [
+    assert [p.model_name_or_path for p in predictions] == ["bad", None, "gold"] and not errors
+    assert [p.refused and p.refused.split(": ", 1)[1] for p in predictions] == [
         "model_patch: not valid Unicode (surrogates not allowed at offset 5)",
         "model_name_or_path: expected string, got int",
+        None,
     ]
     assert patch_hash("diff \ud800 x") != patch_hash("diff x")  # hashing never raises
     batch = [Prediction("mini__calc-1", "diff \ud800 x", "bad"), Prediction("mini__calc-1", task.patch, "gold")]

@@ -169,8 +169,12 @@ def test_predictions_files(tmp_path: Path) -> None:
         '{"instance_id": "a", "model_patch": null}\n{"model_patch": "x"}\n{"instance_id": "b", "model_patch": 3}\n'
     )
     predictions, errors = load_predictions(tmp_path / "preds.jsonl")
-    assert [p.instance_id for p in predictions] == ["a"]
-    assert [str(e).split(": ", 1)[1] for e in errors] == ["instance_id: missing or not a string", "model_patch: expected string, got int"]
+    # A row of the wrong type is refused with its own verdict (issue 45); one without an
+    # instance id has no task to key a verdict by.
+    assert [(p.instance_id, p.refused) for p in predictions] == [
+        ("a", None), ("b", f"{tmp_path / 'preds.jsonl'}:3: model_patch: expected string, got int")
+    ]  # fmt: skip
+    assert [str(e).split(": ", 1)[1] for e in errors] == ["instance_id: missing or not a string"]
 
 
 def test_harbor_task(docker_client: docker.DockerClient, base_image: str, tmp_path: Path) -> None:
