@@ -143,6 +143,8 @@ def write_pipeline(folder: Path, dataset: Path) -> Path:
 [pool.import]
 format = "chat"
 paths = ["{dataset}"]
+[review]
+reviewer = "heuristic"
 [masks]
 variants = ["ross", "positive"]
 """

@@ -224,7 +224,8 @@ class OpenAIBatches:
 
 
 def _body(request: JudgeRequest, policy: Any) -> dict[str, Any]:
-    """The request as JSON on the wire: the SDK keyword arguments with extra_body merged in."""
+    """The request as JSON on the wire: the SDK keyword arguments with extra_body merged in
+    (the judge's reasoning settings and extra fields included, as a live call sends them)."""
     wire = request.wire(policy)
     extra = wire.pop("extra_body", None) or {}
     return {**wire, **extra}
@@ -301,7 +302,8 @@ def _round(
 def _check_cap(stage: str, requests: list[JudgeRequest], ledger: Ledger, options: BatchOptions) -> None:
     """A batch cannot be stopped part way, so the spend cap is checked against what it will
     cost before it is sent: its input counted, its output as long as the pricing table's
-    assumption, both at the batch price."""
+    assumption (with the reasoning tokens assumed for the judge's settings), both at the
+    batch price."""
     ledger.before_call()
     if ledger.cap_usd is None:
         return
@@ -311,6 +313,7 @@ def _check_cap(stage: str, requests: list[JudgeRequest], ledger: Ledger, options
     assumptions = load_prices().assumptions
     output = assumptions.judge1_output_tokens if stage == "judge1" else assumptions.judge2_output_tokens
     spec = requests[0].spec
+    output += assumptions.reasoning(spec)[0]
     tokens = sum(count_tokens(r.system) + count_tokens(r.user) for r in requests)
     cost = (tokens * spec.price_in_per_mtok + len(requests) * output * spec.price_out_per_mtok) / 1_000_000 * options.discount
     if ledger.spent_usd + cost > ledger.cap_usd:

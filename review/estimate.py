@@ -30,6 +30,7 @@ from records.review import numbered_steps
 from records.trajectory import Trajectory
 from review.judges import CallCache, Judge, JudgeRequest, Ledger, prompt, review_trajectory
 from review.reading import count_tokens, render_step
+from review.reasoning import assumed_reasoning
 from review.resume import reviewed_ids
 
 PRICES = Path(__file__).parent / "prices.toml"
@@ -47,11 +48,23 @@ class ModelPrice(BaseModel):
     cache_in_batch: bool = True
 
 
+# Reasoning tokens a request is assumed to spend at each effort level (billed as output).
+EFFORT_TOKENS = {"none": 0, "minimal": 250, "low": 1_000, "medium": 3_000, "high": 8_000, "xhigh": 16_000, "max": 24_000}
+
+
 class Assumptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
     judge1_output_tokens: int = Field(800, ge=0)
     judge2_output_tokens: int = Field(300, ge=0)
     judge2_requests_per_judged: float = Field(1.0, ge=0)
+    # Reasoning: a judge with an Anthropic thinking budget is assumed to think this share of
+    # it a request; one with a reasoning effort, the level's tokens.
+    thinking_budget_share: float = Field(0.5, ge=0, le=1)
+    effort_reasoning_tokens: dict[str, int] = Field(default_factory=lambda: dict(EFFORT_TOKENS))
+
+    def reasoning(self, spec: PolicySpec) -> tuple[int, str]:
+        """The reasoning tokens a request of ``spec`` is assumed to spend, and why."""
+        return assumed_reasoning(spec.sampling, {**EFFORT_TOKENS, **self.effort_reasoning_tokens}, self.thinking_budget_share)
 
 
 class UnknownModel(LookupError):
@@ -92,10 +105,12 @@ def judge_specs(
     price_in: float | None = None,
     price_out: float | None = None,
     price_cached_in: float | None = None,
+    sampling: dict[str, dict[str, Any]] | None = None,
 ) -> Callable[[str, str], PolicySpec]:
     """How each judge (model, role) is called and priced: the table's prices for a model it
-    knows, unless given (an unknown model costs 0 unless given). What ``relearn review``, its
-    bench and the pipeline's review stage all build their judges from."""
+    knows, unless given (an unknown model costs 0 unless given); ``sampling`` by role, its
+    reasoning and sampling fields (``review.reasoning``). What ``relearn review``, its bench
+    and the pipeline's review stage all build their judges from."""
 
     def spec(model: str, role: str) -> PolicySpec:
         url = (judge2_base_url or base_url) if role == "judge2" else base_url
@@ -110,7 +125,7 @@ def judge_specs(
             kind=backend, model=model, base_url=url, api_key_env=api_key_env, request_token_ids=False,  # type: ignore[arg-type]
             price_in_per_mtok=known[0] if price_in is None else price_in,
             price_out_per_mtok=known[1] if price_out is None else price_out,
-            price_cached_in_per_mtok=cached_in,
+            price_cached_in_per_mtok=cached_in, sampling=dict((sampling or {}).get(role) or {}),
         )  # fmt: skip
 
     return spec
@@ -150,18 +165,21 @@ def _read_toml(path: Path) -> dict[str, Any]:
 @dataclass(frozen=True)
 class Shape:
     """One request as the bill sees it: its input tokens, the shared prefixes it ends in a
-    cache breakpoint (an id and the tokens up to it, shortest first), its output tokens."""
+    cache breakpoint (an id and the tokens up to it, shortest first), its output tokens (of
+    which ``reasoning_tokens`` are assumed reasoning)."""
 
     tokens: int
     prefixes: tuple[tuple[str, int], ...]
     output_tokens: int
+    reasoning_tokens: int = 0
 
 
 @dataclass
 class Totals:
     requests: float = 0
     input_tokens: float = 0
-    output_tokens: float = 0
+    output_tokens: float = 0  # reasoning tokens included
+    reasoning_tokens: float = 0  # assumed from the judge's settings
     cache_read_tokens: float = 0  # best case, see the module docstring
     cache_write_tokens: float = 0
     exact: bool = True  # False where judge-2 counts are assumed
@@ -173,6 +191,7 @@ class Totals:
             self.requests += scale
             self.input_tokens += shape.tokens * scale
             self.output_tokens += shape.output_tokens * scale
+            self.reasoning_tokens += shape.reasoning_tokens * scale
             cacheable = [(key, tokens) for key, tokens in shape.prefixes if tokens >= price.min_cache_tokens]
             read = max((tokens for key, tokens in cacheable if key in written), default=0)
             longest = max((tokens for _key, tokens in cacheable), default=0)
@@ -195,6 +214,7 @@ class JudgeEstimate:
     model: str
     price: ModelPrice
     totals: Totals = field(default_factory=Totals)
+    reasoning: str = ""  # how its reasoning tokens were assumed ("" for none)
 
     def row(self) -> dict[str, Any]:
         t, p = self.totals, self.price
@@ -206,6 +226,8 @@ class JudgeEstimate:
             "cache_read_tokens": round(t.cache_read_tokens),
             "cache_write_tokens": round(t.cache_write_tokens),
             "output_tokens": round(t.output_tokens),
+            "reasoning_tokens": round(t.reasoning_tokens),
+            "reasoning_assumed": self.reasoning,
             "exact": t.exact,
             "usd": round(t.dollars(p, batch=False, cached=False), 2),
             "usd_cached": round(t.dollars(p, batch=False, cached=True), 2),
@@ -214,13 +236,14 @@ class JudgeEstimate:
         }
 
 
-def shape_of(request: JudgeRequest, output_tokens: int) -> Shape:
+def shape_of(request: JudgeRequest, output_tokens: int, reasoning_tokens: int = 0) -> Shape:
+    """``output_tokens`` of answer and ``reasoning_tokens`` of reasoning, both billed as output."""
     system = count_tokens(request.system)
     prefixes = [(_digest(request.role, request.spec.model, request.system), system)]
     for end in request.prefix_ends:
         shared = request.user[:end]
         prefixes.append((_digest(request.role, request.spec.model, request.system, shared), system + count_tokens(shared)))
-    return Shape(system + count_tokens(request.user), tuple(prefixes), output_tokens)
+    return Shape(system + count_tokens(request.user), tuple(prefixes), output_tokens + reasoning_tokens, reasoning_tokens)
 
 
 def _digest(*parts: str) -> str:
@@ -233,6 +256,8 @@ def estimate(trajectories: Iterable[Trajectory], judges: tuple[Judge, Judge], ca
     a = table.assumptions
     first = JudgeEstimate("judge1", judges[0].spec.model, table.price(judges[0].spec.model))
     second = JudgeEstimate("judge2", judges[1].spec.model, table.price(judges[1].spec.model))
+    thinks1, first.reasoning = a.reasoning(judges[0].spec)
+    thinks2, second.reasoning = a.reasoning(judges[1].spec)
     judge1_shapes: list[Shape] = []
     judge2_shapes: list[Shape] = []
     assumed: list[Shape] = []
@@ -245,9 +270,9 @@ def estimate(trajectories: Iterable[Trajectory], judges: tuple[Judge, Judge], ca
         review_trajectory(trajectory, judges[0], judges[1], cache, ledger, defer=deferred)
         for request in deferred:
             if request.role == "judge1":
-                judge1_shapes.append(shape_of(request, a.judge1_output_tokens))
+                judge1_shapes.append(shape_of(request, a.judge1_output_tokens, thinks1))
             else:
-                judge2_shapes.append(shape_of(request, a.judge2_output_tokens))
+                judge2_shapes.append(shape_of(request, a.judge2_output_tokens, thinks2))
         if any(r.role == "judge1" for r in deferred):
             # Judge 2 will read one step of this trajectory per confirmed error: priced as
             # its average step, with one error listed.
@@ -257,7 +282,7 @@ def estimate(trajectories: Iterable[Trajectory], judges: tuple[Judge, Judge], ca
             ]
             if steps:
                 mean = sum(count_tokens(s) for s in steps) / len(steps)
-                assumed.append(Shape(round(judge2_system + mean), judge2_prefix, a.judge2_output_tokens))
+                assumed.append(Shape(round(judge2_system + mean), judge2_prefix, a.judge2_output_tokens + thinks2, thinks2))
     first.totals.add(judge1_shapes, first.price)
     second.totals.add(judge2_shapes, second.price)
     if assumed:
@@ -344,4 +369,11 @@ def render(estimates: list[JudgeEstimate], trajectories: int, table: PriceTable)
         "total", "", "", "", "", "", *(f"{sum(r[k] for r in rows):,.2f}" for k in ("usd", "usd_cached", "usd_batch", "usd_batch_cached"))
     )
     out.caption = "~: assumed (judge-2 requests and all output lengths depend on answers not yet given); tokens counted with tiktoken over the Qwen3.6 ranks"
+    thinking = [
+        f"{e.role} {round(e.totals.reasoning_tokens / e.totals.requests):,} a request ({e.reasoning})"
+        for e in estimates
+        if e.reasoning and e.totals.requests
+    ]
+    if thinking:
+        out.caption += "\noutput tok include reasoning tokens, assumed from the judges' settings and [assumptions]: " + "; ".join(thinking)
     return out

@@ -245,8 +245,10 @@ class JudgeRequest:
 
 
 def request_key(role: str, spec: PolicySpec, system: str, user: str) -> str:
-    """The call cache's key: the exact request as the judge reads it. Unchanged by the
-    prompt-cache layout, so answers cached before it are still honoured."""
+    """The call cache's key: the exact request as the judge reads it, and how it is sampled
+    (the reasoning settings are in ``spec.sampling``: a judge without them has the keys it had
+    before they existed). Unchanged by the prompt-cache layout, so answers cached before it
+    are still honoured."""
     identity = json.dumps([role, spec.kind, spec.model, spec.base_url, spec.sampling, system, user], sort_keys=True, default=str)
     return hashlib.sha256(identity.encode()).hexdigest()
 
@@ -267,9 +269,11 @@ class Judge:
         return self._policy[1]
 
     def request(self, system: str, user: str, schema: type[BaseModel], prefix_ends: tuple[int, ...] = ()) -> JudgeRequest:
-        spec = replace(
-            self.spec, sampling={**self.spec.sampling, **structured_output(self.spec.kind, self.role, schema.model_json_schema())}
-        )
+        sampling = dict(self.spec.sampling)
+        for key, value in structured_output(self.spec.kind, self.role, schema.model_json_schema()).items():
+            # Anthropic's effort and answer format are both in output_config.
+            sampling[key] = {**sampling[key], **value} if isinstance(sampling.get(key), dict) else value
+        spec = replace(self.spec, sampling=sampling)
         return JudgeRequest(request_key(self.role, spec, system, user), self.role, spec, system, user, schema, prefix_ends)
 
     def ask(
@@ -391,6 +395,9 @@ def review_trajectory(
     base: dict[str, Any] = {
         "trajectory_id": trajectory.id,
         "judges": {"judge1": judge1.spec.model, "judge2": judge2.spec.model},
+        # How each judge reasoned and sampled: the fields its requests carried beyond the prompt
+        # and the answer format (review.reasoning; empty: the server's defaults).
+        "sampling": {"judge1": judge1.spec.sampling, "judge2": judge2.spec.sampling},
         "prompts_hash": prompts_hash(),
     }
     cost = 0.0

@@ -212,7 +212,11 @@ def review_single_turn(trajectory: Trajectory, judge: Judge, auditor: Judge, cac
         return Review(
             **base, decision="accept", reason="instruction following: full supervision", protocol="full_supervision", cost_usd=0.0
         )
-    base |= {"protocol": "keep_intervals", "judges": {"keep": judge.spec.model, "audit": auditor.spec.model}}
+    base |= {
+        "protocol": "keep_intervals",
+        "judges": {"keep": judge.spec.model, "audit": auditor.spec.model},
+        "sampling": {"keep": judge.spec.sampling, "audit": auditor.spec.sampling},  # each judge's reasoning settings (review.reasoning)
+    }
     repeated = repeated_answer_emission(message.content or "")
     if repeated is not None:
         base["signals"] = [{"kind": "repeated_answer_emission", "answer": repeated.answer[:200], "count": repeated.count}]

@@ -42,6 +42,8 @@ def type_text(annotation: object) -> str:
         return " or ".join(type_text(a) for a in args)
     if annotation is type(None):
         return "none"
+    if typing.get_origin(annotation) is dict:
+        return "table"
     text = re.sub(r"<class '([^']+)'>", r"\1", str(annotation)).replace("typing.", "")
     return re.sub(r"\b[a-z_]+(\.[a-z_]+)*\.(?=[A-Za-z])", "", text)
 

@@ -154,7 +154,7 @@ def test_every_reader_locates_a_line_cut_at_column_5001_the_same_way(tmp_path: P
     expected = f"{cut}:2: invalid JSON: cut short at column 5,001 (the record is truncated)"
     runs = {
         "validate": relearn("validate", cut),
-        "review": relearn("review", cut, "-o", tmp_path / "reviews.jsonl"),
+        "review": relearn("review", cut, "-o", tmp_path / "reviews.jsonl", "--reviewer", "heuristic"),
         "stats": relearn("stats", cut, "--no-cache"),
     }
     for verb, (code, _out, err) in runs.items():
@@ -188,11 +188,13 @@ def test_the_net_under_the_verbs_and_debug(tmp_path: Path, pool: Path) -> None:
     shelf.mkdir()
     with read_only(shelf):
         before = snapshot(tmp_path)
-        code, _out, err = relearn("review", pool, "-o", shelf / "reviews.jsonl")
+        code, _out, err = relearn("review", pool, "-o", shelf / "reviews.jsonl", "--reviewer", "heuristic")
         assert code == 2 and "choose a place you may use" in one_error_line(err, str(shelf / "reviews.jsonl"))
-        result = CliRunner().invoke(app, ["--debug", "review", str(pool), "-o", str(shelf / "reviews.jsonl")])
+        result = CliRunner().invoke(app, ["--debug", "review", str(pool), "-o", str(shelf / "reviews.jsonl"), "--reviewer", "heuristic"])
         assert isinstance(result.exception, PermissionError) and "error:" not in result.stderr
-        result = CliRunner().invoke(app, ["review", str(pool), "-o", str(shelf / "reviews.jsonl")], env={"RELEARN_DEBUG": "1"})
+        result = CliRunner().invoke(
+            app, ["review", str(pool), "-o", str(shelf / "reviews.jsonl"), "--reviewer", "heuristic"], env={"RELEARN_DEBUG": "1"}
+        )
         assert isinstance(result.exception, PermissionError)
         assert snapshot(tmp_path) == before
 

@@ -766,8 +766,11 @@ tasks = "mini"
 [pool.import]
 format = "chat"
 paths = ["rows.jsonl"]
+[review]
+reviewer = "heuristic"
 [masks]
 variants = ["ross"]
+audit = false  # the local run would audit (the cluster run cannot): the same masks on both sides
 """
 
 

@@ -196,14 +196,14 @@ def test_a_pipeline_file_without_the_new_fields_keeps_its_stamps(tmp_path: Path)
     from relearn.pipeline.plan import plan
 
     (tmp_path / "p.toml").write_text(
-        'workdir = "w"\n[pool.collect]\nmodel = "m"\nbase_url = "http://x/v1"\n[verify]\nworkers = 8\npull = true\n'
+        'workdir = "w"\n[pool.collect]\nmodel = "m"\nbase_url = "http://x/v1"\n[verify]\nworkers = 8\npull = true\n[review]\nreviewer = "heuristic"\n'
     )
     stages = {s.name: s for s in plan(Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO())), dict)}
     assert stages["verify"].settings == {"tasks": "mini"}  # workers and pull are transport
     collect = stages["pool"].settings["collect"]
     assert collect["policy"] == "chat" and not {"agent", "apply_patch", "token_ids", "cpus", "memory", "pull", "base_url"} & set(collect)
     (tmp_path / "p.toml").write_text(
-        'workdir = "w"\n[pool.collect]\nmodel = "m"\nmemory = "8g"\n[verify]\nimage_template = "r/{instance_key}:v"\n'
+        'workdir = "w"\n[pool.collect]\nmodel = "m"\nmemory = "8g"\n[verify]\nimage_template = "r/{instance_key}:v"\n[review]\nreviewer = "heuristic"\n'
     )
     stages = {s.name: s for s in plan(Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO())), dict)}
     assert stages["verify"].settings["image_template"] == "r/{instance_key}:v" and stages["pool"].settings["collect"]["memory"] == "8g"

@@ -124,19 +124,24 @@ def test_review_op_reviews_with_the_heuristic_and_counts_the_latest_review_in_on
     pool, reviews, _ids = _pool(tmp_path)
     output = tmp_path / "out.jsonl"
     seen = Recorder()
-    summary = run_review(ReviewOptions(pool, output, workers=2), seen)
+    heuristic = JudgeOptions(reviewer="heuristic")  # asked for by name; never the default
+    summary = run_review(ReviewOptions(pool, output, heuristic, workers=2), seen)
     assert summary.reviewer == "heuristic" and summary.run is not None and summary.run.reviewed == 3 and not summary.partial
     assert seen.labels == ["reviewing"] and seen.advanced == 3
     counts = count_reviews(output)
     assert counts.reviewed == 3 and counts.decisions == Counter(d.split(":")[0] for d in summary.run.decisions.elements())
     assert counts.defects == summary.run.defects
-    again = run_review(ReviewOptions(pool, output))
+    again = run_review(ReviewOptions(pool, output, heuristic))
     assert again.run is not None and again.run.skipped == 3 and not again.run.reviewed  # resumed: nothing twice
 
     latest = count_reviews(reviews)  # four lines, three trajectories, the last line of one rejects it
     assert latest.reviewed == 3 and latest.decisions == {"accept": 2, "reject": 1} and latest.defects == 1
     with pytest.raises(OpError, match="--estimate prices the judges"):
-        run_review(ReviewOptions(pool, output, estimate=True))
+        run_review(ReviewOptions(pool, output, heuristic, estimate=True))
+    with pytest.raises(OpError, match=r"no reviewer: name the judges \(--judge1 MODEL.*--reviewer heuristic"):
+        run_review(ReviewOptions(pool, output))  # neither judges nor the heuristic by name
+    with pytest.raises(OpError, match="--reviewer heuristic calls no judge"):
+        run_review(ReviewOptions(pool, output, JudgeOptions(judge1="m", reviewer="heuristic")))
     with pytest.raises(OpError, match="--batch and --ray do not go together"):
         run_review(ReviewOptions(pool, output, JudgeOptions(judge1="m"), batch=True, ray="auto"))
 
@@ -206,8 +211,10 @@ def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() 
         for name in elsewhere:  # said by another part of the file (or where it runs, not what it makes)
             assert name in {f.name for f in dataclasses.fields(options)}
 
-    # pool/output/reviews: the work folder's; ray: [cluster]; no_thinking: [pool.single_turn].thinking
-    check(MasksConfig(), MasksOptions, {}, {"pool", "output", "reviews", "ray", "no_thinking", "mode"})
+    # pool/output/reviews: the work folder's; ray: [cluster]; no_thinking: [pool.single_turn].thinking;
+    # audit: the file's is on by default (its own audit stage), the verb's a file or none
+    check(MasksConfig(), MasksOptions, {}, {"pool", "output", "reviews", "ray", "no_thinking", "mode", "audit"})
+    assert MasksConfig().audit is True and MasksOptions.audit is None
     check(ReviewConfig(), ReviewOptions, {"spend_cap": "spend_cap_usd"}, {"pool", "output", "judges", "ray"})
     check(ReviewConfig(), JudgeOptions, {"context": "judge_context"}, {"prices"})
     # dataset/out/tokenizer: the pipeline's; zero/offload/sp need a launcher; resume/progress: how it runs

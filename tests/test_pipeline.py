@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,8 @@ workdir = "work"
 [pool.import]
 format = "codex"
 paths = ["rollouts"]
+[review]
+reviewer = "heuristic"
 [masks]
 variants = ["ross"]
 [train]
@@ -158,6 +161,51 @@ def test_cli_refuses_a_bad_pipeline_file_with_exit_2(tmp_path: Path) -> None:
     assert CliRunner().invoke(app, ["run", str(path)]).exit_code == 2
 
 
+def test_a_pipeline_without_a_reviewer_stops_before_its_first_stage(tmp_path: Path) -> None:
+    """The heuristic stand-in is asked for by name: a file that names no judge stops at once,
+    with one line (exit 2), before anything is imported or collected; dry runs too."""
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
+
+    path = tmp_path / "p.toml"
+    path.write_text(PIPELINE.replace('[review]\nreviewer = "heuristic"\n', ""))
+    for extra in ([], ["--dry-run"]):
+        result = CliRunner().invoke(app, ["run", str(path), *extra])
+        assert result.exit_code == 2, result.output
+        (line,) = [line for line in result.output.splitlines() if line.strip()]
+        assert line.startswith("error: ") and "[review] names no reviewer: name judge1" in line and 'reviewer = "heuristic"' in line
+    assert not (tmp_path / "work" / "pool").exists()
+    path.write_text(PIPELINE.replace('reviewer = "heuristic"', 'reviewer = "heuristic"\njudge1 = "m"'))
+    result = CliRunner().invoke(app, ["run", str(path)])
+    assert result.exit_code == 2 and 'reviewer = "heuristic" calls no judge' in result.output
+
+
+def test_a_second_run_on_a_work_folder_in_use_is_refused_at_once(tmp_path: Path) -> None:
+    """Two runs would append one pool twice and move each other's outputs aside: the second
+    is refused with one line naming the holder, and writes nothing; the lock goes with its
+    holder (here released; a killed run's lock is the kernel's, so it goes with the process)."""
+    from typer.testing import CliRunner
+
+    from relearn.cli.main import app
+    from relearn.pipeline.runner import workdir_lock
+
+    path = tmp_path / "p.toml"
+    path.write_text(PIPELINE)
+    work = tmp_path / "work"
+    with workdir_lock(work):
+        before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+        result = CliRunner().invoke(app, ["run", str(path)])
+        assert result.exit_code == 2, result.output
+        (line,) = [line for line in result.output.splitlines() if line.strip()]
+        assert line.startswith(f"error: {work}: another relearn run is working in this folder (pid {os.getpid()} on ")
+        assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+        dry = CliRunner().invoke(app, ["run", str(path), "--dry-run"])  # reads stamps only: no lock needed
+        assert dry.exit_code == 0, dry.output
+    with workdir_lock(work):  # released by the first holder
+        pass
+
+
 E2E = """
 workdir = "work"
 tasks = "mini"
@@ -167,6 +215,10 @@ model = "historical-ckpt"
 base_url = "{url}"
 ids = ["mini__calc-1", "mini__textkit-1"]
 workers = 2
+image_map = "images.json"  # mini__textkit-1 in its leaky build: .git holds the fix
+
+[review]
+reviewer = "heuristic"
 
 [masks]
 variants = ["ross"]
@@ -184,15 +236,23 @@ max_new_tokens = 4
 """
 
 
-def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_output(tmp_path: Path, base_image: str) -> None:
-    """Real containers, grader, tokenizer, trainer and served model; the historical policy is scripted."""
+def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_output(
+    tmp_path: Path, docker_client: Any, base_image: str
+) -> None:
+    """Real containers, grader, tokenizer, trainer and served model; the historical policy is scripted.
+    One task runs in an image whose .git holds its fix: the audit stage, not asked for, flags it,
+    and the masks leave its trajectory out and count it."""
+    from envs.images import task_image
     from envs.tasks import load_tasks
     from eval.dataset import MINI_SUITE
     from harness.scripted.servers import ModelServer
     from harness.scripted.solutions import historical
+    from relearn.masks.compile import FLAGGED_BY_AUDIT
     from relearn.pipeline.plan import run_pipeline
 
     tasks = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}
+    leaky = task_image(docker_client, tasks["mini__textkit-1"], base_image, leaky=True)
+    (tmp_path / "images.json").write_text(json.dumps({"mini__textkit-1": leaky}))
     console = Console(file=io.StringIO(), width=200)
 
     def run(url: str) -> dict[str, str]:
@@ -203,14 +263,20 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
     with ModelServer("chat", historical(tasks)) as server:
         first = run(server.base_url)
     assert first == dict.fromkeys(
-        ["pool", "verify", "review", "masks:ross", "upstream", "train:ross", "eval:upstream", "eval:ross", "report"], "ran"
+        ["pool", "verify", "review", "audit", "masks:ross", "upstream", "train:ross", "eval:upstream", "eval:ross", "report"], "ran"
     )
     work = tmp_path / "work"
     report = json.loads((work / "report" / "report.json").read_text())
     stages = report["stages"]
     assert stages["pool"]["trajectories"] == 2 and stages["pool"]["resolved"] == 2
     assert stages["review"]["decisions"] == {"accept": 2} and stages["review"]["defects"] > 0
-    assert 0 < stages["masks:ross"]["excluded_tokens"] and stages["masks:ross"]["trajectories_out"] == 2
+    assert stages["audit"] == {"tasks_audited": 2, "exposed": 1, "not_audited": 0, "pool_tasks_not_in_tasks": 0}
+    audit = stages["masks:ross"]["audit"]
+    assert audit["applied"] and audit["file"] == str(work / "audit" / "audit.jsonl")
+    assert (audit["tasks_flagged"], audit["trajectories_of_flagged_tasks"], audit["trajectories_left_out"]) == (1, 1, 1)
+    assert 0 < stages["masks:ross"]["excluded_tokens"] and stages["masks:ross"]["trajectories_out"] == 1
+    assert stages["masks:ross"]["rejected"] == {FLAGGED_BY_AUDIT: 1}
+    assert f"rejected: {FLAGGED_BY_AUDIT} 1" in (work / "report" / "report.md").read_text()
     assert stages["train:ross"]["steps"] == 1 and (work / "train" / "ross" / "model" / "config.json").exists()
     assert [r["name"] for r in report["comparison"]["runs"]] == ["Upstream", "ROSS"]
     assert report["comparison"]["paired_instances"] == 1
@@ -229,7 +295,9 @@ def test_pipeline_end_to_end_then_nothing_then_only_what_follows_a_deleted_outpu
         again = run(server.base_url)
     redone = {name for name, status in again.items() if status == "ran"}
     assert redone == {"masks:ross", "train:ross", "eval:ross", "report"}
-    assert {name for name, status in again.items() if status == "current"} == {"pool", "verify", "review", "upstream", "eval:upstream"}
+    assert {name for name, status in again.items() if status == "current"} == {
+        "pool", "verify", "review", "audit", "upstream", "eval:upstream"
+    }  # fmt: skip
 
     # The file without its endpoint, as the demo writes it: every stage is current, so `relearn
     # run` needs none (only collecting would, and [pool.collect] is the verb's: no URL is the SDK's).
@@ -292,6 +360,8 @@ workdir = "work"
 [pool.import]
 format = "codex"
 paths = ["rollouts"]
+[review]
+reviewer = "heuristic"
 [masks]
 variants = ["positive", "ross-nomask", "ross"]
 heldout_tasks = ["sub"]
@@ -334,6 +404,68 @@ def test_plan_sets_the_heldout_tasks_apart_checks_contrasts_before_training_and_
     assert "holdout" not in bare and "analyze" not in bare and bare["masks:ross"].needs == ("verify", "review")
     with pytest.raises(PipelineError, match=r"\[analyze\] .* needs \[train\]"):
         full_context(tmp_path, PIPELINE.replace('[train]\ntiny = "qwen3"\n', "[analyze]\n"))
+
+
+def test_the_audit_stage_is_planned_where_the_pipeline_has_the_tasks_images_and_says_why_not_elsewhere(tmp_path: Path) -> None:
+    """Collected on the mini suite, or imported and graded against the tasks the file names: an
+    audit stage before the masks, which then need it; `--dry-run` lists it. Off (`audit =
+    false`), the user's own file, an imported pool whose file names no tasks, [cluster]: none,
+    and the masks say why. A file that gains no audit stage keeps its masks stamps."""
+    from envs.audit import AUDIT_VERSION
+    from relearn.pipeline.plan import plan
+    from relearn.pipeline.stages import audit, masks
+
+    def planned(text: str) -> tuple[Any, dict[str, Stage]]:
+        ctx = full_context(tmp_path, text)
+        return ctx, {s.name: s for s in plan(ctx, dict)}
+
+    collected = E2E.format(url="http://127.0.0.1:9/v1").replace('image_map = "images.json"', 'image_template = "mine:{instance_key}"')
+    ctx, stages = planned(collected)
+    names = list(stages)
+    assert names[names.index("review") + 1 : names.index("masks:ross") + 1] == ["audit", "masks:ross"]
+    assert stages["audit"].needs == ("pool",) and stages["masks:ross"].needs == ("verify", "review", "audit")
+    assert stages["audit"].settings == {
+        "tasks": "mini", "ids": ["mini__calc-1", "mini__textkit-1"], "images": {"image_map": None, "image_template": "mine:{instance_key}"},
+        "version": AUDIT_VERSION,
+    }  # fmt: skip
+    assert stages["audit"].outputs == [tmp_path / "work" / "audit" / "audit.jsonl"]
+    dry = run_stages(list(stages.values()), ctx.workdir, Console(file=io.StringIO()), dry_run=True)
+    assert ("audit", "would run", "never finished") in [(r.name, r.status, r.error) for r in dry]
+    _, imported = planned(FULL.replace('workdir = "work"\n', 'workdir = "work"\ntasks = "mini"\n'))
+    assert imported["masks:ross"].needs == ("holdout", "review", "audit") and imported["audit"].settings["ids"] is None
+
+    # No audit stage: the masks need none, say why, and keep the settings they had before it existed.
+    bare_ctx, bare = planned(FULL)
+    assert "audit" not in bare and "audit" not in bare["masks:ross"].settings and masks.unaudited(bare_ctx) == audit.NO_TASKS
+    off_ctx, off = planned(collected.replace("[masks]\n", "[masks]\naudit = false\n"))
+    assert "audit" not in off and off["masks:ross"].needs == ("verify", "review") and masks.unaudited(off_ctx) == audit.TURNED_OFF
+    assert off["masks:ross"].fingerprint() != stages["masks:ross"].fingerprint()  # turning it off compiles again
+    assert masks.audit_file(off_ctx) is None
+    cluster_ctx, on_cluster = planned(collected + '[cluster]\naddress = "auto"\n')
+    assert "audit" not in on_cluster and masks.unaudited(cluster_ctx) == audit.ON_CLUSTER
+    (tmp_path / "mine.jsonl").write_text(json.dumps({"instance_id": "mini__calc-1", "verdict": "exposed"}) + "\n")
+    own_ctx, own = planned(collected.replace("[masks]\n", '[masks]\naudit = "mine.jsonl"\n'))
+    assert "audit" not in own and own["masks:ross"].needs == ("verify", "review") and masks.audit_file(own_ctx) == tmp_path / "mine.jsonl"
+    assert len(own["masks:ross"].settings["audit"]) == 64  # what the file says, not where it is
+
+
+def test_masks_without_an_audit_say_why_in_the_summary_and_the_report(tmp_path: Path, tok: Any) -> None:
+    from records.review import Review
+    from relearn.pipeline.context import reviews_path
+    from relearn.pipeline.plan import plan
+    from relearn.pipeline.stages import audit, report
+
+    ctx = full_context(tmp_path, PIPELINE.replace('[train]\ntiny = "qwen3"\n', "").replace('["ross"]', '["positive"]'))
+    ctx._tokenizer = tok  # the session's: loaded once
+    pool = verified_pool(ctx)
+    reviews_path(ctx).write_text("".join(Review(trajectory_id=t.id, decision="accept").model_dump_json() + "\n" for t in pool))
+    planned: list[Stage] = []
+    planned.extend(plan(ctx, lambda: report.run(ctx, planned)))
+    stages = [s for s in planned if s.name in ("masks:positive", "report")]
+    assert [(r.name, r.status) for r in run_stages(stages, ctx.workdir, ctx.console)] == [("masks:positive", "ran"), ("report", "ran")]
+    note = f"no audit applied: {audit.NO_TASKS}"
+    assert read_stamp(ctx.workdir, "masks:positive")["counts"]["audit"] == {"applied": False, "note": note}
+    assert f"audit: applied False, note {note}" in (ctx.workdir / "report" / "report.md").read_text()
 
 
 def verified_pool(ctx: Any) -> list[Trajectory]:

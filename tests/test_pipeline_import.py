@@ -157,6 +157,8 @@ def _pipeline(tmp_path: Path, case: Case, paths: list[str]) -> Path:
 format = "{case.format}"
 paths = {json.dumps(paths)}
 {case.fields}
+[review]
+reviewer = "heuristic"
 [masks]
 variants = ["ross", "positive"]
 """

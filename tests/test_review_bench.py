@@ -158,7 +158,12 @@ def test_the_scorer_counts_what_a_review_gets_wrong(shipped: list[BenchCase]) ->
 
 def test_cli_bench_runs_the_heuristic_on_the_shipped_set_and_resumes(relearn_bin: str, tmp_path: Path, shipped: list[BenchCase]) -> None:
     out = tmp_path / "heuristic"
-    first = subprocess.run([relearn_bin, "review", "bench", "-o", str(out), "--workers", "1"], capture_output=True, text=True, timeout=600)
+    first = subprocess.run(
+        [relearn_bin, "review", "bench", "-o", str(out), "--workers", "1", "--reviewer", "heuristic"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert first.returncode == 0, first.stderr
     assert "span F1" in first.stdout and "minimality" in first.stdout
     result = json.loads((out / "bench.json").read_text())
@@ -168,7 +173,9 @@ def test_cli_bench_runs_the_heuristic_on_the_shipped_set_and_resumes(relearn_bin
     assert 0 <= result["overall"]["span_f1"] <= 1 and result["run"]["reviewed_now"] == len(shipped)
     markdown = (out / "bench.md").read_text()
     assert "## By kind of case" in markdown and all(c.id in markdown for c in shipped)
-    again = subprocess.run([relearn_bin, "review", "bench", "-o", str(out)], capture_output=True, text=True, timeout=600)
+    again = subprocess.run(
+        [relearn_bin, "review", "bench", "-o", str(out), "--reviewer", "heuristic"], capture_output=True, text=True, timeout=600
+    )
     assert again.returncode == 0 and json.loads((out / "bench.json").read_text())["run"]["already_reviewed"] == len(shipped)
     assert json.loads((out / "bench.json").read_text())["overall"] == result["overall"]  # the same reviews and timings, read back
     other = subprocess.run([relearn_bin, "review", "bench", "-o", str(out), "--judge1", "m"], capture_output=True, text=True, timeout=600)

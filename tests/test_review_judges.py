@@ -197,7 +197,9 @@ def test_cli_review_heuristic_and_agree(relearn_bin: str, tmp_path: Path) -> Non
     pool = tmp_path / "pool.jsonl"
     write_atomic(pool, [case("exact"), case("clean")])
     heuristic = tmp_path / "heuristic.jsonl"
-    result = subprocess.run([relearn_bin, "review", str(pool), "-o", str(heuristic)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [relearn_bin, "review", str(pool), "-o", str(heuristic), "--reviewer", "heuristic"], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr
     assert "reviewed now" in result.stdout
     with ModelServer("chat", judge_answers) as server:

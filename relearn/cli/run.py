@@ -37,7 +37,7 @@ def run_command(
 
     With --ray ADDRESS (or a cluster table in the file, address = "auto" or HOST:PORT; --ray wins), collect, verify, review, masks and analyze run their units on that Ray cluster (eval runs its containers on this machine, where the model is served).
 
-    Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/): rerunning a finished pipeline does nothing, deleting one stage's output redoes that stage and those after it, changing a stage's settings redoes it and what follows (its old outputs are moved to WORKDIR/.pipeline/stale/, never deleted). A stage that was interrupted resumes.
+    Each stage runs only when its outputs are not current (stamps in WORKDIR/.pipeline/): rerunning a finished pipeline does nothing, deleting one stage's output redoes that stage and those after it, changing a stage's settings redoes it and what follows (its old outputs are moved to WORKDIR/.pipeline/stale/, never deleted). A stage that was interrupted resumes. One run at a time works in a work folder: a second one is refused at once with the holder's pid and host.
     """
     try:
         config = load_pipeline(pipeline)

@@ -70,6 +70,6 @@ def register(root: typer.Typer) -> None:
     app.command("verify")(command(SingleTurnVerifyOptions, verify))
     # The roles' own names (--judge, --auditor) stand for judge1 and judge2; a judge reads the whole response.
     roles = [parameter(o) for o in options_of(KeepJudges)]
-    skip = ("judge1", "judge2", "judge2_base_url", "context")
+    skip = ("judge1", "judge2", "judge2_base_url", "context", "reviewer")
     app.command("review")(command(SingleTurnReviewOptions, review, skip=skip, extra=roles))
     root.add_typer(app, name="single-turn")

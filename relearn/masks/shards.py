@@ -10,6 +10,12 @@ shards of other inputs); the same inputs give the same bytes (deterministic). Ea
 is written beside its final name and renamed into place, then its statistics; a shard
 without statistics is redone.
 
+Duplicates: the first line of a trajectory id is compiled; each later line of that id (same
+content or not) is rejected, naming the first line. They are found before the compile, in one
+pass over the pool's ids (``relearn.ops.masks``), and handed to ``build_dataset`` as pool line
+numbers, so every shard, in any worker, decides alike; a shard's digest includes its repeated
+lines and why, so a resumed build never keeps a shard that compiled one.
+
 Reviews: the latest review line of a trajectory is the one used. When that line cannot be
 read, the trajectory is rejected with the line's located error; it never falls back to an
 earlier review.
@@ -40,6 +46,9 @@ from relearn.masks.template import RenderError, TemplateShape, probe
 from relearn.masks.tokens import TARGETS
 
 SHOWN_REJECTIONS = 200
+# A later line of a trajectory id that an earlier line of the pool holds (``Repeats``).
+DUPLICATE_SAME = "duplicate trajectory id, same content"
+DUPLICATE_DIFFERS = "duplicate trajectory id, content differs"
 SHARD_SIZE = 256  # trajectories of the pool per shard
 
 
@@ -164,6 +173,40 @@ def chat_template_sha256(tokenizer: Any) -> str:
 
 
 ReviewMap = Mapping[str, Review | RecordError]
+# Pool lines (1-based) to reject as later lines of a trajectory id: line -> (reason, detail).
+Repeats = Mapping[int, tuple[str, str]]
+
+
+class FirstLines:
+    """The repeated trajectory ids of a pool, fed its lines in order (``add``): each id's first
+    line and a digest of its content, packed in one int (line << 64 | 64-bit digest), so memory
+    holds one dict entry per trajectory id (160 bytes with a 36-character id, measured: 85 the
+    id's str, 75 the int and the entry) and one per repeated line, whatever the pool's size."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, int] = {}
+        self.repeats: dict[int, tuple[str, str]] = {}
+
+    @staticmethod
+    def digest(text: str) -> int:
+        """The line's content (the whitespace around a JSON line is not)."""
+        return int.from_bytes(hashlib.blake2b(text.strip().encode(), digest_size=8).digest(), "big")
+
+    def add(self, line: int, trajectory_id: str, text: str) -> bool:
+        """Whether ``line`` is the first of its id (else it is recorded as a repeat)."""
+        digest = self.digest(text)
+        first = self._first.setdefault(trajectory_id, line << 64 | digest)
+        if first == line << 64 | digest:
+            return True
+        first_line, first_digest = first >> 64, first & (1 << 64) - 1
+        if first_digest == digest:
+            self.repeats[line] = (DUPLICATE_SAME, f"line {line} repeats line {first_line}")
+        else:
+            self.repeats[line] = (
+                DUPLICATE_DIFFERS,
+                f"line {line} differs from line {first_line}, which is compiled (content {digest:016x}, first {first_digest:016x})",
+            )
+        return False
 
 
 class ReviewIndex(Mapping[str, Review | RecordError]):
@@ -272,10 +315,12 @@ def _pool_items(pool: Path) -> Iterator[Item]:
         yield Item(line, text, hashlib.sha256(data).digest(), len(data), item.id if readable else None, None if readable else item)
 
 
-def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: ReviewMap) -> str:
+def _inputs_hash(digest: str, tokenizer_id: str, chunk: list[Item], reviews: ReviewMap, repeats: Repeats) -> str:
     h = hashlib.sha256(f"{digest}\0{tokenizer_id}\0".encode())
     for entry in chunk:
         h.update(entry.digest)
+        if entry.line in repeats:  # (nothing for other lines: a pool without repeats keeps its digests)
+            h.update("repeat: {}: {}\0".format(*repeats[entry.line]).encode())
         review = reviews.get(entry.trajectory_id) if entry.trajectory_id is not None else None
         if isinstance(review, Review):
             h.update(json.dumps(review.model_dump(mode="json"), sort_keys=True).encode())
@@ -304,20 +349,22 @@ def _batches(chunk: list[Item]) -> Iterator[list[Item]]:
         yield batch
 
 
-def _unreadable(entry: Item, reviews: ReviewMap) -> tuple[str, str, str] | None:
+def _unreadable(entry: Item, reviews: ReviewMap, repeats: Repeats) -> tuple[str, str, str] | None:
     """Why a record cannot go to the compiler, as (trajectory id, reason, detail); None when it can."""
     if entry.trajectory_id is None:
         return "", "unreadable record", str(entry.error)
+    if entry.line in repeats:
+        return entry.trajectory_id, *repeats[entry.line]
     review = reviews.get(entry.trajectory_id)
     if isinstance(review, RecordError):
         return entry.trajectory_id, "unreadable review", str(review)
     return None
 
 
-def _compilable(batch: list[Item], reviews: ReviewMap, pool: Path) -> Iterator[tuple[Trajectory, Review | None]]:
+def _compilable(batch: list[Item], reviews: ReviewMap, pool: Path, repeats: Repeats) -> Iterator[tuple[Trajectory, Review | None]]:
     """The records of ``batch`` that go to the compiler, parsed, with their reviews."""
     for entry in batch:
-        if _unreadable(entry, reviews) is None:
+        if _unreadable(entry, reviews, repeats) is None:
             review = reviews.get(entry.trajectory_id or "")
             yield entry.trajectory(pool), review if isinstance(review, Review) else None
 
@@ -337,17 +384,18 @@ def _compile_batches(
     options: CompileOptions,
     shape: TemplateShape | None,
     stats: ShardStats,
+    repeats: Repeats,
 ) -> Iterator[tuple[list[ShardRow], list[tuple[int, int]]]]:
     """A shard's rows a batch (one row group) at a time, with each record's (size, tokens)
     for progress; ``stats`` counts as it goes."""
     for batch in _batches(chunk):
-        compiled = iter(compile_batch(list(_compilable(batch, reviews, pool)), tokenizer, options, shape=shape))
+        compiled = iter(compile_batch(list(_compilable(batch, reviews, pool, repeats)), tokenizer, options, shape=shape))
         rows: list[ShardRow] = []
         progress: list[tuple[int, int]] = []
         for entry in batch:
             tokens = 0
             stats.inputs += 1
-            problem = _unreadable(entry, reviews)
+            problem = _unreadable(entry, reviews, repeats)
             if problem is not None:
                 stats.reject(*problem)
             else:
@@ -378,13 +426,14 @@ class CompiledShard:
 
 @dataclass(frozen=True)
 class ShardUnit:
-    """One shard to compile: its records and, of the reviews, only theirs (a unit travels to a
-    worker process or a Ray node by value)."""
+    """One shard to compile: its records and, of the reviews and repeated lines, only theirs (a
+    unit travels to a worker process or a Ray node by value)."""
 
     number: int
     inputs_hash: str
     chunk: list[Item]
     reviews: dict[str, Review | RecordError]
+    repeats: dict[int, tuple[str, str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -407,7 +456,7 @@ class ShardJob:
             shape = None
         stats = ShardStats(options_hash=self.digest, inputs_hash=unit.inputs_hash)
         batches, progress = [], []
-        for rows, seen in _compile_batches(unit.chunk, unit.reviews, self.pool, tokenizer, self.options, shape, stats):
+        for rows, seen in _compile_batches(unit.chunk, unit.reviews, self.pool, tokenizer, self.options, shape, stats, unit.repeats):
             batches.append(rows)
             progress.extend(seen)
         return CompiledShard(unit.number, stats, batches, progress)
@@ -439,6 +488,7 @@ def build_dataset(
     on_record: Callable[[int, int], None] | None = None,
     backend: Backend | None = None,
     audit: dict[str, Any] | None = None,
+    repeats: Repeats | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Compile ``pool`` into ``output``; returns the statistics and how many shards
     were already there and reused. ``on_record(size, tokens)`` follows progress: each record's
@@ -449,7 +499,9 @@ def build_dataset(
     processes, a Ray cluster: envs.executor), each shard is a work unit compiled there, and
     this process writes the files from the rows that come back, in the same bytes; memory
     then holds the shards in flight. ``audit``: what the image audit did (``relearn.ops.masks``),
-    written to the statistics as it is."""
+    written to the statistics as it is. ``repeats``: the pool's later lines of a trajectory id
+    (``FirstLines``, filled by the caller's pass over the pool), each rejected with its reason."""
+    repeats = repeats or {}
     output.mkdir(parents=True, exist_ok=True)
     digest = options_hash(options, tokenizer_name, tokenizer.chat_template or "")
     tokenizer_id = tokenizer_fingerprint(tokenizer)
@@ -460,16 +512,17 @@ def build_dataset(
     shard_stats: dict[int, ShardStats] = {}
     reused = shards = 0
 
-    def due() -> Iterator[tuple[int, str, list[Item]]]:
+    def due() -> Iterator[tuple[int, str, list[Item], dict[int, tuple[str, str]]]]:
         """The shards to compile, read from the pool as they are asked for (a backend asks as
         its slots free up); a shard already compiled from the same inputs is taken as it is."""
         nonlocal reused, shards
         for number, chunk in enumerate(_chunks(_pool_items(pool), shard_size)):
             shards = number + 1
-            inputs_hash = _inputs_hash(digest, tokenizer_id, chunk, reviews)
+            mine = {e.line: repeats[e.line] for e in chunk if e.line is not None and e.line in repeats}
+            inputs_hash = _inputs_hash(digest, tokenizer_id, chunk, reviews, mine)
             saved = _saved_stats(output, number, inputs_hash)
             if saved is None:
-                yield number, inputs_hash, chunk
+                yield number, inputs_hash, chunk, mine
                 continue
             shard_stats[number] = saved
             reused += 1
@@ -487,10 +540,10 @@ def build_dataset(
         shard_stats[number] = stats
 
     if backend is None:
-        for number, inputs_hash, chunk in due():
+        for number, inputs_hash, chunk, mine in due():
             stats = ShardStats(options_hash=digest, inputs_hash=inputs_hash)
             with ShardWriter(output / f"shard-{number:05d}.parquet", options.mode) as writer:
-                for rows, progress in _compile_batches(chunk, reviews, pool, tokenizer, options, shape, stats):
+                for rows, progress in _compile_batches(chunk, reviews, pool, tokenizer, options, shape, stats, mine):
                     report(progress)
                     writer.write(rows)
             finish(number, stats)
@@ -508,7 +561,7 @@ def build_dataset(
                 return True  # a lost worker: the shard is compiled again elsewhere
             raise RuntimeError(f"shard {unit.number}: {type(exc).__name__}: {exc}") from exc
 
-        units = (ShardUnit(number, inputs_hash, chunk, _reviews_of(chunk, reviews)) for number, inputs_hash, chunk in due())
+        units = (ShardUnit(number, inputs_hash, chunk, _reviews_of(chunk, reviews), mine) for number, inputs_hash, chunk, mine in due())
         run_units(backend, units, ShardJob(tokenizer_name, tokenizer_id, pool, options, digest), on_result=written, on_error=failed)
     _remove_stale_shards(output, shards)
     summary = summarise([shard_stats[k] for k in sorted(shard_stats)], options, tokenizer_name, pool)

@@ -13,7 +13,7 @@ from envs.audit import read_flagged
 from envs.executor import Needs
 from records.pools import RecordError, is_zstd, iter_lines
 from relearn.masks.compile import CONTEXTS, DEFECT_SCOPES, FLAGGED_BY_AUDIT, MODES
-from relearn.masks.shards import build_dataset, load_reviews
+from relearn.masks.shards import FirstLines, build_dataset, load_reviews
 from relearn.masks.template import PREFIX_CHECKS
 from relearn.ops.containers import process_backend
 from relearn.ops.outputs import check_dataset_dir, empty_pool, reviews_of_another_pool
@@ -97,22 +97,27 @@ class _Head(msgspec.Struct):
 _HEAD_DECODER = msgspec.json.Decoder(_Head)
 
 
-def _pool_heads(pool: Path, reviewed: Any, flagged: dict[str, str]) -> tuple[int, int, int]:
-    """The pool's records, how many of them ``reviewed`` holds a review of, and how many are
-    of a task ``flagged`` names (whatever their outcome): one pass that decodes each line's ids only."""
+def _pool_heads(pool: Path, reviewed: Any, flagged: dict[str, str]) -> tuple[int, int, int, FirstLines]:
+    """The pool's records, how many of them ``reviewed`` holds a review of, how many are of a
+    task ``flagged`` names (whatever their outcome), and its later lines of a trajectory id (the
+    compile rejects them; the first line of an id is the one counted here): one pass that
+    decodes each line's ids only."""
     records = matched = of_flagged = 0
+    first_lines = FirstLines()
     try:
-        for _number, text in iter_lines(pool):
+        for number, text in iter_lines(pool):
             records += 1
             try:
                 head = _HEAD_DECODER.decode(text)
             except (msgspec.DecodeError, UnicodeEncodeError):
                 continue  # the compile rejects it, located
+            if isinstance(head.id, str) and not first_lines.add(number, head.id, text):
+                continue
             matched += isinstance(head.id, str) and head.id in reviewed
             of_flagged += isinstance(head.task_id, str) and head.task_id in flagged
     except RecordError:
         records += 1  # the rest cannot be read (not UTF-8, broken zstd): the compile says where
-    return records, matched, of_flagged
+    return records, matched, of_flagged, first_lines
 
 
 def read_audit(options: MasksOptions) -> tuple[dict[str, str], dict[str, Any]]:
@@ -146,7 +151,7 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
     flagged, audit = read_audit(options)
     review_errors: list[str] = []
     reviews = load_reviews(options.reviews, review_errors)  # an index of offsets: flat in the pool's size
-    records, matched, of_flagged = _pool_heads(options.pool, reviews, flagged)
+    records, matched, of_flagged, first_lines = _pool_heads(options.pool, reviews, flagged)
     if flagged:
         audit["trajectories_of_flagged_tasks"] = of_flagged
     # Progress counts the pool's bytes (a compressed pool's are only known as they are read).
@@ -161,7 +166,7 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
     with process_backend(options.ray, Needs(cpus=1), options.workers) as backend, stage(reporter, f"compiling {options.mode} masks", total):
         stats, reused = build_dataset(
             options.pool, reviews, tokenizer, options.tokenizer, options.compile_options(flagged), options.output,
-            shard_size=options.shard_size, on_record=advance, backend=backend, audit=audit,
+            shard_size=options.shard_size, on_record=advance, backend=backend, audit=audit, repeats=first_lines.repeats,
         )  # fmt: skip
         per_node = dict(getattr(backend, "per_node", {}) or {})
     return MasksSummary(stats, reused, review_errors, per_node, options.pool, records, options.reviews, len(reviews), matched)

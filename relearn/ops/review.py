@@ -86,6 +86,7 @@ def make_judges(options: JudgeOptions) -> tuple[tuple[Judge, Judge] | None, Pric
     from review.estimate import PricesError, judge_specs, load_prices
     from review.judges import judge_pair
 
+    check_reviewer(options)
     if options.backend not in get_args(JudgeBackend):
         raise OpError(f"--backend must be anthropic, chat or responses, not {options.backend!r}")
     try:
@@ -95,9 +96,42 @@ def make_judges(options: JudgeOptions) -> tuple[tuple[Judge, Judge] | None, Pric
     spec = judge_specs(
         table, backend=options.backend, base_url=options.base_url, judge2_base_url=options.judge2_base_url,
         api_key_env=options.api_key_env, price_in=options.price_in, price_out=options.price_out,
-        price_cached_in=options.price_cached_in,
+        price_cached_in=options.price_cached_in, sampling=judge_sampling(options),
     )  # fmt: skip
     return judge_pair(options.judge1, options.judge2, spec, context=options.context), table
+
+
+def check_reviewer(options: JudgeOptions) -> None:
+    """Judges named, or the heuristic reviewer asked for by name: never the stand-in by default."""
+    named = options.judge1 is not None or options.judge2 is not None
+    if options.reviewer == "heuristic" and named:
+        raise OpError("--reviewer heuristic calls no judge: drop --judge1/--judge2, or leave --reviewer at judges")
+    if options.reviewer == "judges" and not named:
+        raise OpError(
+            "no reviewer: name the judges (--judge1 MODEL, and --judge2 MODEL when it differs), or ask for the offline heuristic "
+            "reviewer by name (--reviewer heuristic; it is for demos and tests)"
+        )
+
+
+def judge_sampling(options: JudgeOptions) -> dict[str, dict[str, Any]]:
+    """Each judge's reasoning and sampling fields on the wire (``review.reasoning``), judge 2's
+    settings defaulting one by one to judge 1's; ``OpError`` names what the backend would refuse."""
+    from review.reasoning import JudgeSettings, SettingsError, parse_extra_body, sampling
+
+    def given(value: Any, fallback: Any) -> Any:
+        return fallback if value is None else value
+
+    try:
+        extra1 = parse_extra_body(options.extra_body, "--extra-body")
+        extra2 = parse_extra_body(options.judge2_extra_body, "--judge2-extra-body") if options.judge2_extra_body is not None else extra1
+        first = JudgeSettings(options.reasoning_effort, options.thinking_budget, options.temperature, extra1)
+        second = JudgeSettings(
+            given(options.judge2_reasoning_effort, first.reasoning_effort), given(options.judge2_thinking_budget, first.thinking_budget),
+            given(options.judge2_temperature, first.temperature), extra2, flag="--judge2-",
+        )  # fmt: skip
+        return {"judge1": sampling(options.backend, first), "judge2": sampling(options.backend, second)}
+    except SettingsError as exc:
+        raise OpError(str(exc)) from None
 
 
 def check_options(options: ReviewOptions) -> None:

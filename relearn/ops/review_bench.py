@@ -88,7 +88,12 @@ def reviewer_identity(judges: tuple[Judge, Judge] | None) -> dict[str, Any]:
     return {
         "reviewer": "judges",
         "prompts_hash": prompts_hash(),
-        **{j.role: {"kind": j.spec.kind, "model": j.spec.model, "base_url": j.spec.base_url, "context": j.context} for j in judges},
+        # A judge's reasoning settings only where it has some: a folder benched without them stays resumable.
+        **{
+            j.role: {"kind": j.spec.kind, "model": j.spec.model, "base_url": j.spec.base_url, "context": j.context}
+            | ({"sampling": j.spec.sampling} if j.spec.sampling else {})
+            for j in judges
+        },
     }
 
 

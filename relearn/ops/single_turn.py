@@ -211,9 +211,10 @@ def run_single_turn_review(options: SingleTurnReviewOptions, reporter: Reporter 
     if not options.pool.is_file():
         raise OpError(f"{options.pool}: no such pool")
     check_jsonl_output(options.output, REVIEWS)
-    pair, _table = make_judges(options.judges)
-    if pair is None:
+    if options.judges.judge1 is None and options.judges.judge2 is None:  # no heuristic stand-in reviews keep intervals
         raise OpError("the single-turn review needs a keep judge: name its model (--judge, or judge1 in [review])")
+    pair, _table = make_judges(options.judges)
+    assert pair is not None
     keep_judge, auditor = pair
     # The roles are part of the cached requests' keys: the same as every earlier keep review.
     keep_judge.role, auditor.role = "keep", "audit"

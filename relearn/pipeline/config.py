@@ -42,6 +42,7 @@ no-op: a typo would otherwise run a different experiment than the one written do
 from __future__ import annotations
 
 import difflib
+import json
 import tomllib
 import typing
 from pathlib import Path
@@ -161,15 +162,22 @@ class PoolConfig(Strict):
 
 # The [review] fields of the agentic review that the keep-interval review has no use for:
 # one written in a [pool.single_turn] file is refused, not silently ignored.
-SINGLE_TURN_UNREAD_REVIEW_FIELDS = {"judge_context", "estimate", "batch", "poll_interval", "include_suspicious"}
+SINGLE_TURN_UNREAD_REVIEW_FIELDS = {"judge_context", "estimate", "batch", "poll_interval", "include_suspicious", "reviewer"}
 
 
 class ReviewConfig(table("ReviewTable", ReviewOptions)):
     """[review]: the fields of `relearn review POOL` (``relearn.verbs.review.ReviewOptions`` and
-    ``JudgeOptions``, which declare them); [cluster] sends the reviews to Ray. No judge1:
-    the offline heuristic reviewer. With judges, the cost estimate is printed before anything
+    ``JudgeOptions``, which declare them); [cluster] sends the reviews to Ray. No judge:
+    the run stops before its first stage, unless ``reviewer = "heuristic"`` asks for the
+    offline heuristic reviewer by name. With judges, the cost estimate is printed before anything
     is paid; ``estimate = true`` prints it and stops the run there. ``prices`` is a path
-    relative to this file."""
+    relative to this file. ``extra_body`` (and judge 2's) is a table or JSON text; the verb
+    takes JSON text."""
+
+    @field_validator("extra_body", "judge2_extra_body", mode="after")
+    @classmethod
+    def extra_body_as_json(cls, value: Any) -> Any:
+        return json.dumps(value) if isinstance(value, dict) else value
 
     def options(self, pool: Path, output: Path, prices: Path | None, *, ray: str | None) -> ReviewOptions:
         return options_of_table(self, ReviewOptions, pool=pool, output=output, prices=prices, ray=ray)
@@ -177,10 +185,20 @@ class ReviewConfig(table("ReviewTable", ReviewOptions)):
 
 class MasksConfig(table("MasksTable", MasksOptions)):
     """[masks]: the fields of `relearn masks` (``relearn.verbs.masks.MasksOptions``, which declares
-    them), once for every variant; the mode of each is its variant. ``audit`` is a path relative
-    to this file. ``workers`` is where it runs, not what it makes (not part of the stage's
-    identity); [cluster] sends the shards to Ray instead."""
+    them), once for every variant; the mode of each is its variant. ``audit`` is on (true), off
+    (false) or a path relative to this file. ``workers`` is where it runs, not what it makes (not
+    part of the stage's identity); [cluster] sends the shards to Ray instead."""
 
+    # The verb's --audit FILE, and the pipeline's own audit: on unless turned off.
+    audit: bool | Path = Field(
+        True,
+        description="true: the pipeline audits the images of the pool's tasks itself (the audit stage: `relearn envs audit` into "
+        "WORKDIR/audit/audit.jsonl) wherever it has them (a collected pool, or an imported one graded against the tasks the file "
+        "names; not with [cluster]), and every variant leaves out the trajectories of the tasks it flags (.git exposes the fix) and "
+        "counts them, as the paper's training set left them out; false: no audit; a path (relative to this file): the records of "
+        "`relearn envs audit -o FILE`, applied as they are, and no audit stage. The masks summary says which audit was applied, or "
+        "why none was.",
+    )
     variants: list[Mode] = Field(default_factory=lambda: list(VARIANTS))
     # Task ids whose trajectories every variant leaves out (the same for all), so that the
     # analyze stage has verified, reviewed trajectories no model was trained on. None: none.
@@ -189,10 +207,15 @@ class MasksConfig(table("MasksTable", MasksOptions)):
     def options(
         self, pool: Path, output: Path, reviews: Path, mode: str, *, no_thinking: bool, ray: str | None, audit: Path | None = None
     ) -> MasksOptions:
-        """``audit``: ``self.audit`` resolved against the pipeline file's folder."""
+        """``audit``: the audit file every variant applies (resolved against the pipeline file's folder; None: none)."""
         return options_of_table(
             self, MasksOptions, pool=pool, output=output, reviews=reviews, mode=mode, no_thinking=no_thinking, ray=ray, audit=audit
         )
+
+    @field_validator("audit", mode="before")
+    @classmethod
+    def audit_path(cls, value: Any) -> Any:
+        return Path(value) if isinstance(value, str) else value  # "true" or "no" is a file's name, not a switch
 
     @model_validator(mode="after")
     def distinct(self) -> MasksConfig:

@@ -6,6 +6,7 @@
     reviews.jsonl              one Review per trajectory
     heldout/train.jsonl        the verified pool without the held-out tasks: what masks compile
     heldout/heldout.jsonl      the held-out tasks' trajectories: no variant trains on them
+    audit/audit.jsonl          the image audit of the pool's tasks (`relearn envs audit -o`), which masks apply
     datasets/V/                Parquet shards and stats.json
     datasets/contrasts.json    each variant's trajectory ids and how the sets relate
     upstream/                  the starting weights (for a tiny random model; else --init is used as is)
@@ -113,6 +114,11 @@ def training_pool_stage(ctx: Context) -> str:
 
 def heldout_pool_path(ctx: Context) -> Path:
     return heldout_dir(ctx) / "heldout.jsonl"
+
+
+def audit_path(ctx: Context) -> Path:
+    """The audit stage's records (``relearn envs audit -o``): what every masks variant applies."""
+    return ctx.workdir / "audit" / "audit.jsonl"
 
 
 def contrasts_path(ctx: Context) -> Path:

@@ -44,7 +44,8 @@ step = 29
 workers = 2
 max_turns = 14
 
-[review]                     # no judges named: the offline heuristic reviewer
+[review]
+reviewer = "heuristic"       # the offline stand-in, asked for by name (a real pool names judge1 and judge2)
 
 [masks]
 tokenizer = "qwen3.6"

@@ -17,6 +17,7 @@ from relearn.pipeline.context import Context
 from relearn.pipeline.runner import Stage, StageResult, run_stages
 from relearn.pipeline.stages import (
     analyze,
+    audit,
     contrasts,
     evaluate,
     holdout,
@@ -38,6 +39,7 @@ SLOTS = (
     (verify, verify_single_turn),
     (review, review_single_turn),
     (holdout,),
+    (audit,),
     (masks,),
     (contrasts,),
     (upstream,),

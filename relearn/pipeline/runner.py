@@ -14,16 +14,24 @@ left: every stage function resumes (collection by episode id, reviews by traject
 by shard, training from its checkpoint, evaluation by instance). A stage that is stale because
 its settings or inputs changed would resume *wrong* work, so its old outputs are first moved
 to ``WORKDIR/.pipeline/stale/`` (never deleted: a training run may have cost GPU days).
+
+One run at a time works in a work folder: a second ``relearn run`` on it is refused at once,
+naming the holder (``workdir_lock``), since two runs would append the same pool and datasets
+twice and move each other's outputs aside.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import shutil
+import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,8 +40,10 @@ from typing import Any
 from rich.console import Console
 
 from records.pools import write_text_atomic
+from relearn.ops.reporting import OpError
 
 STATE_DIR = ".pipeline"
+LOCK_FILE = "lock"
 
 
 @dataclass
@@ -111,8 +121,35 @@ def _move_aside(stage: Stage, workdir: Path) -> list[str]:
     return moved
 
 
+@contextmanager
+def workdir_lock(workdir: Path) -> Iterator[None]:
+    """Hold ``workdir`` for this run, or raise ``OpError`` naming who holds it. The lock is the
+    kernel's (``flock``), so a run that is killed leaves none behind; the file only says who
+    held it last. A folder on a network file system may not honour it."""
+    path = workdir / STATE_DIR / LOCK_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            raise OpError(f"{workdir}: another relearn run is working in this folder ({holder}); wait for it to end or stop it") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {datetime.now(UTC).isoformat(timespec='seconds')}\n")
+        handle.flush()
+        yield
+
+
 def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run: bool = False) -> list[StageResult]:
-    """Run what is not current, in order; stop at the first stage that fails."""
+    """Run what is not current, in order; stop at the first stage that fails. A dry run reads
+    the stamps only, so it takes no lock."""
+    with nullcontext() if dry_run else workdir_lock(workdir):
+        return _run_stages(stages, workdir, console, dry_run=dry_run)
+
+
+def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run: bool) -> list[StageResult]:
     (workdir / STATE_DIR).mkdir(parents=True, exist_ok=True)
     results: list[StageResult] = []
     would_run: set[str] = set()  # dry run: stages after one that would run would run too

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from relearn.options import nested, option, same_as
 from relearn.verbs.containers import ContainerOptions
 from review.reading import DEFAULT_JUDGE_CONTEXT
+from review.reasoning import Effort
 
 JudgeBackend = Literal["anthropic", "chat", "responses"]
+Reviewer = Literal["judges", "heuristic"]
 PIPELINE_PATHS = "the pipeline names it: the work folder's verified pool and reviews.jsonl"
 
 
@@ -19,10 +21,13 @@ PIPELINE_PATHS = "the pipeline names it: the work folder's verified pool and rev
 class JudgeOptions:
     """Who reviews and at what price (``relearn review`` and ``relearn review bench``)."""
 
-    judge1: str | None = option(
-        None, "Model of judge 1 (confirms errors). Omit both judges for the offline heuristic reviewer.", metavar="MODEL"
-    )
+    judge1: str | None = option(None, "Model of judge 1 (confirms errors).", metavar="MODEL")
     judge2: str | None = option(None, "Model of judge 2 (localizes them); defaults to judge 1's.", metavar="MODEL")
+    reviewer: Reviewer = option(
+        "judges", "judges: the two LLM judges named by --judge1 and --judge2, the paper's reviewer (one of them must be named) | "
+        "heuristic: the offline heuristic reviewer, asked for by name: no model is called, and its own bench says it finds about "
+        "half the errors and accepts reward hacks, so it is for demos and tests, not for a pool you train on.",
+    )  # fmt: skip
     backend: JudgeBackend = option("anthropic", "anthropic | chat (any OpenAI-compatible server) | responses.")
     base_url: str | None = option(None, "Judge endpoint (default: the provider's).", metavar="URL")
     judge2_base_url: str | None = option(None, "Judge 2 endpoint, when it differs.", metavar="URL")
@@ -46,15 +51,40 @@ class JudgeOptions:
         "trajectory whose task and agent text alone exceed it is rejected as too_long_for_judge and counted.",
         flags=("--judge-context",), table_name="judge_context", ge=1000, metavar="TOKENS",
     )  # fmt: skip
+    # How each judge reasons and samples (review.reasoning): judge 2 takes judge 1's unless given.
+    reasoning_effort: Effort | None = option(
+        None, "Judge 1's reasoning effort: responses sends reasoning.effort, chat reasoning_effort, anthropic output_config.effort "
+        "(low to max). Which levels a model takes varies (default: the model's own).",
+    )  # fmt: skip
+    judge2_reasoning_effort: Effort | None = option(None, "Judge 2's reasoning effort, when it differs (default: judge 1's).")
+    thinking_budget: int | None = option(
+        None, "Judge 1's Anthropic extended thinking: thinking {type: enabled, budget_tokens: N}, N at least 1024; max_tokens becomes "
+        "N + 4096. Takes no --temperature. 0: no thinking.", ge=0, metavar="TOKENS",
+    )  # fmt: skip
+    judge2_thinking_budget: int | None = option(
+        None, "Judge 2's thinking budget, when it differs (default: judge 1's; 0: none).", ge=0, metavar="TOKENS"
+    )
+    temperature: float | None = option(None, "Judge 1's sampling temperature (default: the server's).", ge=0, le=2)
+    judge2_temperature: float | None = option(None, "Judge 2's temperature, when it differs (default: judge 1's).", ge=0, le=2)
+    # The pipeline writes it as a table ({ chat_template_kwargs = { enable_thinking = true } }) or as JSON text.
+    extra_body: str | None = option(
+        None, "A JSON object merged into each judge-1 request body (the SDKs' extra_body), e.g. "
+        "'{\"chat_template_kwargs\": {\"enable_thinking\": true}}' for vLLM or SGLang serving an open model.",
+        metavar="JSON", table_type=dict[str, Any] | str | None,
+    )  # fmt: skip
+    judge2_extra_body: str | None = option(
+        None, "Judge 2's extra request fields, when they differ (default: judge 1's; '{}': none).", metavar="JSON",
+        table_type=dict[str, Any] | str | None,
+    )  # fmt: skip
 
     @property
     def heuristic(self) -> bool:
-        return self.judge1 is None and self.judge2 is None
+        return self.reviewer == "heuristic"
 
 
 @dataclass
 class ReviewOptions:
-    """Review verified trajectories with two LLM judges (or, without --judge1, the offline heuristic reviewer).
+    """Review verified trajectories with two LLM judges (or, with --reviewer heuristic, the offline heuristic reviewer).
 
     `relearn review POOL -o reviews.jsonl --judge1 M --judge2 M` prints accepted, rejected by reason, errors by category, grounded/rejected spans and cost; a rerun costs nothing. Judge 1 reads the task statement, every step and the verifier's evidence whole (see --judge-context). Judge 2 quotes each confirmed error; every quote of an error must ground in the step's text, or the trajectory is rejected as no_valid_target.
 
@@ -102,7 +132,7 @@ class AgreeOptions:
 
 @dataclass
 class BenchOptions:
-    """Score the reviewer (the offline heuristic without judges) on a labelled review benchmark.
+    """Score a reviewer (two judges, or --reviewer heuristic) on a labelled review benchmark.
 
     Decision accuracy and Cohen's kappa, error detection per step and category, span F1 over excluded words, minimality, collateral damage, no_valid_target and grounding failures, cost, tokens and seconds per trajectory, into DIR/bench.json and DIR/bench.md (the case format is in docs/review.md). Rerunning into the same DIR resumes and pays for nothing twice; DIR is refused for another reviewer or case set.
     """

@@ -1,10 +1,11 @@
 """The stages of a pipeline file, one module per kind, in the order ``relearn.pipeline.plan`` runs them:
 
-    pool -> verify -> review -> [holdout] -> masks:V -> [contrasts] -> upstream -> train:V
-         -> [analyze] -> eval:upstream, eval:V -> report
+    pool -> verify -> review -> [holdout] -> [audit] -> masks:V -> [contrasts] -> upstream
+         -> train:V -> [analyze] -> eval:upstream, eval:V -> report
 
 for every mask variant V the file asks for (ROSS, ROSS without mask, Positive-Rollout SFT);
-``holdout`` when ``[masks].heldout_tasks`` names tasks, ``contrasts`` with two variants or
+``holdout`` when ``[masks].heldout_tasks`` names tasks, ``audit`` where the pipeline has the
+tasks' images and ``[masks] audit`` is not false or a file, ``contrasts`` with two variants or
 more, ``analyze`` with an ``[analyze]`` table. Where the work differs by the pool's kind, a
 stage has alternatives, one module each, of which a file's plan takes one:
 

@@ -1,18 +1,26 @@
 """masks:V: `relearn masks` for one variant V (``relearn.ops.masks``), here, in [masks] workers or
 on [cluster]; a single-turn pool compiles in the template's thinking or no-thinking form.
 
+The image audit each variant applies: the audit stage's (``relearn.pipeline.stages.audit``,
+which it then needs) where the plan has one, else the file ``[masks] audit`` names, else none,
+and the summary's ``audit`` says why none.
+
 Identity: the [masks] table less where it runs, with the variant as its mode, the audit's
-content (not only its path) and the held-out tasks sorted.
+content (not only its path) or that it is the audit stage's (whose run it follows), and the
+held-out tasks sorted. No audit adds nothing: a file written before the audit stage keeps its
+stamps where the plan has none.
 """
 
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 from relearn.pipeline.config import PipelineConfig
-from relearn.pipeline.context import Context, dataset_dir, reviews_path, training_pool_path, training_pool_stage
+from relearn.pipeline.context import Context, audit_path, dataset_dir, reviews_path, training_pool_path, training_pool_stage
 from relearn.pipeline.runner import Stage
+from relearn.pipeline.stages import audit as audit_stage
 from relearn.pipeline.stages import identity
 
 # ``variants``: each stage's own variant is its ``mode``, so adding a variant redoes no other;
@@ -28,11 +36,13 @@ def applies(config: PipelineConfig) -> bool:
 def settings(ctx: Context) -> dict[str, Any]:
     """What every variant shares of its identity."""
     c = ctx.config
-    settings = identity(c.masks, NOT_IDENTITY, ADDED_MASKS_FIELDS)
-    if c.masks.audit:
+    settings = identity(c.masks, NOT_IDENTITY | {"audit"}, ADDED_MASKS_FIELDS)
+    if isinstance(c.masks.audit, Path):
         # What the audit says, not only where it is: a new audit compiles the datasets again.
         audit = c.resolve(c.masks.audit)
         settings["audit"] = hashlib.sha256(audit.read_bytes()).hexdigest() if audit.is_file() else str(audit)
+    elif audit_stage.applies(c):
+        settings["audit"] = "the audit stage's"  # what it says reaches the stamp as the audit stage's run
     if c.masks.heldout_tasks:
         settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
     return settings
@@ -47,7 +57,7 @@ def stages(ctx: Context) -> list[Stage]:
             {**shared, "mode": v},
             [dataset_dir(ctx, v) / "stats.json"],
             lambda v=v: run(ctx, v),
-            (training_pool_stage(ctx), "review"),
+            (training_pool_stage(ctx), "review", *(("audit",) if audit_stage.applies(ctx.config) else ())),
             [dataset_dir(ctx, v)],
         )
         for v in ctx.config.variants
@@ -61,8 +71,7 @@ def run(ctx: Context, variant: str) -> dict[str, Any]:
     single_turn = ctx.config.pool.single_turn
     options = ctx.config.masks.options(
         training_pool_path(ctx), dataset_dir(ctx, variant), reviews_path(ctx), variant,
-        no_thinking=single_turn is not None and not single_turn.thinking, ray=ctx.ray_address,
-        audit=ctx.config.resolve(ctx.config.masks.audit) if ctx.config.masks.audit else None,
+        no_thinking=single_turn is not None and not single_turn.thinking, ray=ctx.ray_address, audit=audit_file(ctx),
     )  # fmt: skip
     summary = run_masks(options, ctx.reporter(), tokenizer=ctx.tokenizer())
     stats = summary.stats
@@ -81,5 +90,18 @@ def run(ctx: Context, variant: str) -> dict[str, Any]:
         "excluded_tokens": stats["tokens"]["excluded"],
         "ter": round(stats["ter_token_weighted"], 4),
         "ter_by_scope": {scope: round(ter["ter_token_weighted"], 4) for scope, ter in stats["ter_by_scope"].items()},
-        "audit": stats["audit"],
+        "audit": stats["audit"] if stats["audit"].get("applied") else {"applied": False, "note": f"no audit applied: {unaudited(ctx)}"},
     }
+
+
+def audit_file(ctx: Context) -> Path | None:
+    """The audit every variant applies: the file [masks] audit names, the audit stage's, or none."""
+    c = ctx.config
+    if isinstance(c.masks.audit, Path):
+        return c.resolve(c.masks.audit)
+    return audit_path(ctx) if audit_stage.applies(c) else None
+
+
+def unaudited(ctx: Context) -> str:
+    """Why no audit is applied (the summary's and the report's words)."""
+    return audit_stage.why_not(ctx.config) or "no audit file"

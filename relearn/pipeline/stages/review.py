@@ -14,7 +14,9 @@ from relearn.pipeline.runner import Stage
 
 # Where the judges are reached and how fast, not what they say; ``estimate`` stops the run
 # before any review is written.
-NOT_IDENTITY = {"base_url", "judge2_base_url", "api_key_env", "workers", "poll_interval", "estimate"}
+# ``reviewer`` only names what judge1/judge2 already decide (none: the heuristic reviewer), so a
+# file that now asks for the heuristic by name keeps its stamps.
+NOT_IDENTITY = {"base_url", "judge2_base_url", "api_key_env", "workers", "poll_interval", "estimate", "reviewer"}
 
 
 def applies(config: PipelineConfig) -> bool:
@@ -27,7 +29,18 @@ def settings(ctx: Context) -> dict[str, Any]:
 
 
 def stages(ctx: Context) -> list[Stage]:
-    r = ctx.config.review
+    from relearn.ops.reporting import OpError
+
+    r, where = ctx.config.review, ctx.config.source or "the pipeline file"
+    # Before the first stage runs (a pool is never collected for a review that cannot start);
+    # the verb's check (relearn.ops.review.check_reviewer) in the file's words.
+    if r.reviewer == "judges" and not (r.judge1 or r.judge2):
+        raise OpError(
+            f'{where}: [review] names no reviewer: name judge1 (and judge2 when it differs), or write reviewer = "heuristic" to '
+            "ask for the offline heuristic reviewer (for demos and tests)"
+        )
+    if r.reviewer == "heuristic" and (r.judge1 or r.judge2):
+        raise OpError(f'{where}: [review] reviewer = "heuristic" calls no judge: drop judge1 and judge2, or drop reviewer')
     describe = "review with " + ("the judges" if r.judge1 or r.judge2 else "the heuristic reviewer")
     return [Stage("review", describe, settings(ctx), [reviews_path(ctx)], lambda: run(ctx), ("verify",))]
 
