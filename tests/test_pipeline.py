@@ -465,7 +465,7 @@ def test_masks_without_an_audit_say_why_in_the_summary_and_the_report(tmp_path: 
     assert [(r.name, r.status) for r in run_stages(stages, ctx.workdir, ctx.console)] == [("masks:positive", "ran"), ("report", "ran")]
     note = f"no audit applied: {audit.NO_TASKS}"
     assert read_stamp(ctx.workdir, "masks:positive")["counts"]["audit"] == {"applied": False, "note": note}
-    assert f"audit: applied False, note {note}" in (ctx.workdir / "report" / "report.md").read_text()
+    assert f"audit: applied no, note {note}" in (ctx.workdir / "report" / "report.md").read_text()
 
 
 def verified_pool(ctx: Any) -> list[Trajectory]:

@@ -11,7 +11,7 @@ from relearn.cli.help_layout import EXIT_CODES_STAGES
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, grid, out, print_error
 from relearn.ops.containers import sigterm_as_interrupt
 from relearn.pipeline.config import ClusterConfig, PipelineError, load_pipeline
-from relearn.pipeline.runner import StageResult
+from relearn.pipeline.runner import StageResult, counts_text
 from relearn.verbs.containers import RAY_HELP
 
 EXIT_FAILED = 3  # a stage failed: later stages did not run (rerun to resume)
@@ -21,7 +21,7 @@ RayArg = Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help=RAY
 def _summary(results: list[StageResult], title: str) -> int:
     rows = [
         (r.name, {"failed": "[red]failed[/red]", "current": "[dim]current[/dim]"}.get(r.status, r.status),
-         f"{r.seconds:.1f}" if r.status == "ran" else "-", "; ".join(f"{k} {v}" for k, v in r.counts.items()) or (r.error or ""))
+         f"{r.seconds:.1f}" if r.status == "ran" else "-", counts_text(r.counts) or (r.error or ""))
         for r in results
     ]  # fmt: skip
     out.print(grid(title, ("stage", "status", "seconds", "counts"), rows, overflow="fold"))

@@ -17,17 +17,9 @@ from typing import Any
 from records.pools import write_text_atomic
 from relearn.masks.scopes import ACTION_SCOPE
 from relearn.pipeline.config import VARIANT_NAMES
-from relearn.pipeline.runner import Stage, read_stamp
+from relearn.pipeline.runner import Stage, read_stamp, value_text
 
 ORDER = ("upstream", "positive", "ross-nomask", "ross")
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {v}" for k, v in value.items()) or "-"
-    return str(value)
 
 
 def loss_chart(curves: dict[str, list[tuple[int, float]]], path: Path) -> None:
@@ -105,7 +97,7 @@ def write_pipeline_report(
         "|---|---|---|",
     ]
     for name, stage_counts in counts.items():
-        lines.append(f"| {name} | {seconds[name] or '-'} | " + "; ".join(f"{k}: {_fmt(v)}" for k, v in stage_counts.items()) + " |")
+        lines.append(f"| {name} | {seconds[name] or '-'} | " + "; ".join(f"{k}: {value_text(v)}" for k, v in stage_counts.items()) + " |")
 
     if contrasts is not None and contrasts.is_file():
         sets = json.loads(contrasts.read_text())  # the ids stay in the stage's file; here only how many
@@ -154,8 +146,8 @@ def write_pipeline_report(
             m, t = counts.get(f"masks:{v}", {}), counts.get(f"train:{v}", {})
             scopes = m.get("ter_by_scope") or {}
             lines.append(
-                f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {_fmt(m.get('ter', '-'))} "
-                f"| {_fmt(scopes.get(ACTION_SCOPE, '-'))} | {_fmt(scopes.get('minimal', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
+                f"| {VARIANT_NAMES[v]} | {m.get('trajectories_out', '-')} | {m.get('supervised_tokens', '-')} | {value_text(m.get('ter', '-'))} "
+                f"| {value_text(scopes.get(ACTION_SCOPE, '-'))} | {value_text(scopes.get('minimal', '-'))} | {t.get('first_loss', '-')} -> {t.get('last_loss', '-')} |"
             )
         lines += ["", "![resolved](resolved.png)", "", "![training loss](train_loss.png)"]
     write_text_atomic(out / "report.json", json.dumps(report, indent=1, sort_keys=True, default=str))

@@ -40,7 +40,7 @@ from typing import Any
 from rich.console import Console
 
 from records.pools import write_text_atomic
-from relearn.ops.reporting import OpError
+from relearn.ops.reporting import OpError, os_problem
 
 STATE_DIR = ".pipeline"
 LOCK_FILE = "lock"
@@ -121,6 +121,34 @@ def _move_aside(stage: Stage, workdir: Path) -> list[str]:
     return moved
 
 
+def value_text(value: Any) -> str:
+    """A stage's count as a person reads it: no Python reprs (``exit_status submitted 12``,
+    ``applied yes``), floats to four figures."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, dict):
+        return ", ".join(f"{key} {value_text(item)}" for key, item in value.items()) or "none"
+    if isinstance(value, list | tuple):
+        return ", ".join(value_text(item) for item in value) or "none"
+    return str(value)
+
+
+def counts_text(counts: dict[str, Any]) -> str:
+    return "; ".join(f"{key} {value_text(value)}" for key, value in counts.items())
+
+
+def stage_error(exc: Exception) -> str:
+    """Why a stage failed, in one line without the exception's class where relearn worded it
+    (a usage or input problem, a file-system error); an unforeseen one is named as a bug."""
+    if isinstance(exc, OpError | RuntimeError | ValueError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        return os_problem(exc)
+    return f"a bug in relearn ({type(exc).__name__}: {exc}); run again with --debug for the traceback and report it"
+
+
 @contextmanager
 def workdir_lock(workdir: Path) -> Iterator[None]:
     """Hold ``workdir`` for this run, or raise ``OpError`` naming who holds it. The lock is the
@@ -179,7 +207,7 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
         try:
             result.counts = stage.run()
         except Exception as exc:  # noqa: BLE001 - reported with the stage's name; later stages cannot run
-            result.status, result.error = "failed", f"{type(exc).__name__}: {exc}"
+            result.status, result.error = "failed", stage_error(exc)
             result.seconds = time.monotonic() - started
             results.append(result)
             console.print(f"  [red]failed:[/red] {result.error}", highlight=False)
@@ -202,10 +230,6 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         write_text_atomic(stamp_path, json.dumps(stamp, indent=1, sort_keys=True, default=str))
-        console.print(
-            f"  done in {result.seconds:.1f} s: "
-            + ", ".join(f"{k} {v}" for k, v in result.counts.items() if not isinstance(v, dict | list)),
-            highlight=False,
-        )
+        console.print(f"  done in {result.seconds:.1f} s: {counts_text(result.counts)}", highlight=False)
         results.append(result)
     return results
