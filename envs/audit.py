@@ -94,10 +94,9 @@ class AuditRecord(BaseModel):
     why: str = ""
 
 
-def read_flagged(path: str | Path) -> tuple[dict[str, str], int]:
-    """The tasks an audit file flags (task id -> why) and how many tasks it audited; raises
-    RecordError, located by file, line and field, on a line that is not an audit record: a
-    flagged task missed would put its exposed fix into training."""
+def read_latest(path: str | Path) -> dict[str, AuditRecord]:
+    """Each task's latest audit record (the latest line of a task counts); raises RecordError,
+    located by file, line and field, on a line that is not an audit record."""
     latest: dict[str, AuditRecord] = {}
     for number, text in iter_lines(path):
         data = parse_json_line(path, number, text)
@@ -107,5 +106,13 @@ def read_flagged(path: str | Path) -> tuple[dict[str, str], int]:
             error = exc.errors()[0]
             raise RecordError(str(path), number, field_path(error["loc"]) or None, error["msg"]) from None
         latest[record.instance_id] = record
+    return latest
+
+
+def read_flagged(path: str | Path) -> tuple[dict[str, str], int]:
+    """The tasks an audit file flags (task id -> why) and how many tasks it audited; raises
+    RecordError on a line that is not an audit record: a flagged task missed would put its
+    exposed fix into training."""
+    latest = read_latest(path)
     flagged = {task: record.why or "its image exposes the fix" for task, record in latest.items() if record.verdict == "exposed"}
     return flagged, len(latest)

@@ -22,7 +22,6 @@ which tasks the pool holds follows the pool stage's run (it needs the pool).
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +112,10 @@ def pool_tasks(pool: Path) -> set[str]:
 
 
 def verdicts(path: Path) -> dict[str, str]:
-    """Each task's latest verdict in an audit file (the latest line of a task counts)."""
-    from records.pools import iter_lines
+    """Each task's latest verdict in the stage's audit file (``envs.audit.read_latest``)."""
+    from envs.audit import read_latest
 
-    if not path.is_file():
-        return {}
-    return {row["instance_id"]: row["verdict"] for row in (json.loads(text) for _number, text in iter_lines(path))}
+    return {task: record.verdict for task, record in read_latest(path).items()} if path.is_file() else {}
 
 
 def run(ctx: Context) -> dict[str, Any]:
