@@ -6,7 +6,13 @@ Checks, inside a container from the image:
   (upstream history copied in: the fix is one ``git log --all`` away);
 - unreachable commits still in the object store (``git fsck --unreachable``);
 - the fixed version of each file the gold patch touches, present as a blob in the
-  object store (found by hashing the patched file and asking ``git cat-file -e``).
+  object store (found by hashing the patched file and asking ``git cat-file -e``);
+- the row's ``end_commit`` (OpenSWE: the PR's last commit), present in the object store.
+
+OpenSWE images are built from a full clone checked out at the base commit, so they hold the
+upstream history after it, the PR's own commits included: the report says so in those
+terms, naming ``end_commit`` where the row has it (the paper's training set excluded such
+images).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from records.pools import RecordError, field_path, iter_lines, parse_json_line
 
 # What the checks below look for: raised when one changes what it flags, so the pipeline's
 # audit stage (part of its identity) audits again.
-AUDIT_VERSION = 1
+AUDIT_VERSION = 2  # 2: the row's end_commit, and OpenSWE images named as such
 
 
 @dataclass
@@ -35,14 +41,23 @@ class AuditReport:
     future_commits: list[str] = field(default_factory=list)
     unreachable_commits: list[str] = field(default_factory=list)
     fix_blobs: list[str] = field(default_factory=list)  # files whose fixed content is in .git
+    end_commit: str | None = None  # the row's end_commit, when the object store holds it
+    openswe: bool = False  # the task is an OpenSWE row (its image a full clone, as OpenSWE builds them)
     error: str | None = None
 
     @property
     def flagged(self) -> bool:
-        return bool(self.future_commits or self.unreachable_commits or self.fix_blobs)
+        return bool(self.future_commits or self.unreachable_commits or self.fix_blobs or self.end_commit)
 
     def reasons(self) -> list[str]:
         out = []
+        if self.openswe and (self.end_commit or self.future_commits):
+            held = f"the PR's final commit (end_commit {self.end_commit[:12]})" if self.end_commit else "commits after the base"
+            out.append(
+                f"an OpenSWE image: a full clone holding future commits, {held} among them (the paper's training set excluded such images)"
+            )
+        elif self.end_commit:
+            out.append(f"the task's end_commit {self.end_commit[:12]} is in .git")
         if self.future_commits:
             out.append(f"{len(self.future_commits)} commit(s) after the base reachable from refs or reflogs")
         if self.unreachable_commits:
@@ -53,7 +68,7 @@ class AuditReport:
 
 
 def audit(client: docker.DockerClient, task: Task, image: str, *, limits: Limits = DEFAULT_LIMITS) -> AuditReport:
-    report = AuditReport(task.instance_id, image)
+    report = AuditReport(task.instance_id, image, openswe=task.kind == "openswe")
     with Container.start(client, image, workdir=task.workdir, limits=limits) as container:
         probe = container.exec("git rev-parse --git-dir", timeout_s=60)
         if not probe.ok:
@@ -65,6 +80,9 @@ def audit(client: docker.DockerClient, task: Task, image: str, *, limits: Limits
         report.future_commits = future.stdout.split()
         dangling = container.exec("git fsck --unreachable --no-reflogs 2>/dev/null | awk '$2 == \"commit\" {print $3}'", timeout_s=300)
         report.unreachable_commits = dangling.stdout.split()
+        if task.end_commit:
+            held = container.exec(f"git cat-file -e {shlex.quote(task.end_commit)}^{{commit}}", timeout_s=60)
+            report.end_commit = task.end_commit if held.ok else None
         if task.patch.strip():
             report.fix_blobs = _fix_blobs(container, task, quoted)
     return report

@@ -5,6 +5,11 @@ A task says what the agent is asked (``problem_statement``), where it works (an 
 with the repository at ``base_commit`` in ``workdir``), and how the result is graded:
 SWE-bench's eval script and log parser (FAIL_TO_PASS / PASS_TO_PASS), OpenSWE's
 ``OPENSWE_EXIT_CODE`` marker, or a Harbor ``tests/test.sh`` writing a reward file.
+
+An OpenSWE row (GAIR-NLP/OpenSWE: ``openswe_oss.jsonl``, ``openswe_other.jsonl``) names its
+image in ``image_name`` and carries the ``Dockerfile`` that builds it and the ``eval_script``
+that grades it; a row without an eval script is refused where it is read (relearn never
+grades such a task by running the repository's whole test suite in its place).
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from records.pools import RecordError, iter_lines, json_problem, parse_json_line, validation_error
 
 TaskKind = Literal["swebench", "openswe", "harbor"]
+# What an OpenSWE eval script prints after its tests, and the columns only OpenSWE rows have
+# (SWE-bench rows name their image `image` and carry no Dockerfile).
+OPENSWE_MARKER = "OPENSWE_EXIT_CODE"
+OPENSWE_COLUMNS = ("image_name", "Dockerfile")
 
 
 class Task(BaseModel):
@@ -57,6 +66,10 @@ class Task(BaseModel):
     network: bool = False
     cpus: float | None = None
     memory_mb: int | None = None
+    # OpenSWE: the PR's last commit (an image that holds it gives the fix away: envs.audit) and
+    # the row's Dockerfile, which builds the image when it is not on the engine (envs.images).
+    end_commit: str | None = None
+    dockerfile: str | None = None
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", "test_files", mode="before")
     @classmethod
@@ -77,6 +90,8 @@ def _task(path: Path, line: int | None, data: Any, kind: TaskKind | None = None)
     if kind is None:
         kind = "openswe" if _is_openswe(record) else "swebench"
     record.setdefault("kind", kind)
+    if record["kind"] == "openswe":
+        record = _openswe_record(path, line, record)
     try:
         task = Task.model_validate(record)
     except ValidationError as exc:
@@ -89,8 +104,50 @@ def _task(path: Path, line: int | None, data: Any, kind: TaskKind | None = None)
 
 
 def _is_openswe(record: dict[str, Any]) -> bool:
-    script = record.get("eval_script") or ""
-    return "OPENSWE_EXIT_CODE" in script or ("end_commit" in record and "FAIL_TO_PASS" not in record)
+    script = record.get("eval_script")
+    if isinstance(script, str) and OPENSWE_MARKER in script:
+        return True
+    if any(column in record for column in OPENSWE_COLUMNS):
+        return True
+    # OpenSWE's own schema (its README: instance_id ... end_commit, language) has no test lists;
+    # released rows that carry FAIL_TO_PASS / PASS_TO_PASS leave them empty.
+    return "end_commit" in record and not any(record.get(key) not in (None, "", "[]", []) for key in ("FAIL_TO_PASS", "PASS_TO_PASS"))
+
+
+def _openswe_record(path: Path, line: int | None, record: dict[str, Any]) -> dict[str, Any]:
+    """An OpenSWE row in Task's terms: ``image_name`` is its image, ``Dockerfile`` what builds
+    it. RecordError for a row that cannot be graded: no eval script, or one that prints no
+    ``OPENSWE_EXIT_CODE`` (the whole test suite is never run in its place)."""
+    out = dict(record)
+    name = out.pop("image_name", None)
+    if name is not None:
+        if not isinstance(name, str) or not name.strip():
+            raise RecordError(str(path), line, "image_name", "empty: expected the name of the task's Docker image")
+        out["image"] = openswe_image(name)
+    if "Dockerfile" in out:
+        out["dockerfile"] = out.pop("Dockerfile")
+    script = out.get("eval_script")
+    if not isinstance(script, str) or not script.strip():
+        raise RecordError(
+            str(path),
+            line,
+            "eval_script",
+            "missing: an OpenSWE task is graded by the OPENSWE_EXIT_CODE its eval script prints; the task is refused "
+            "(relearn does not run the repository's whole test suite in its place)",
+        )
+    if OPENSWE_MARKER not in script:
+        raise RecordError(str(path), line, "eval_script", f"prints no {OPENSWE_MARKER}=<n> line: nothing grades the task")
+    return out
+
+
+def openswe_image(name: str) -> str:
+    """``image_name`` as Docker names it: OpenSWE's aliases can be mixed case, and Docker takes
+    repository names in lower case only (as verifiers' OpenSWE taskset lower-cases them); a
+    tag keeps its case."""
+    reference, at, digest = name.strip().partition("@")
+    head, colon, tag = reference.rpartition(":")
+    reference = f"{head.lower()}:{tag}" if colon and "/" not in tag else reference.lower()  # `host:5000/x` has no tag
+    return reference + at + digest
 
 
 def patch_files(patch: str) -> list[str]:

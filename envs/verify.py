@@ -6,8 +6,9 @@ or out of the repository, everything that decides what the tests are put back); 
 tests run as ``envs.test_run`` splits them (a fatal setup, then the test command alone,
 with a JUnit report for pytest and a canary for every runner it knows); ``envs.grading`` reads only the test
 command's output with swebench's log parsers and grading functions, checked against the
-report. OpenSWE tasks pass on their ``OPENSWE_EXIT_CODE=0`` marker, Harbor tasks on the
-reward file their ``test.sh`` writes.
+report. OpenSWE tasks pass on their ``OPENSWE_EXIT_CODE=0`` marker (one without an eval script
+that prints it is refused, never graded by another script), Harbor tasks on the reward file
+their ``test.sh`` writes.
 
 Every decision is in the verdict: the apply command, the files the patch touched, what was
 refused, restored or neutralized, the report used, every disagreement, and what looks
@@ -31,7 +32,7 @@ from swebench.harness.utils import make_test_spec
 from envs.candidate import GIT_ENV, INFRASTRUCTURE, apply_candidate
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.grading import grade, grade_openswe
-from envs.tasks import Task, patch_files
+from envs.tasks import OPENSWE_MARKER, Task, patch_files
 from envs.test_run import CANARY_SOURCE, SETUP_FAILED, Phases, runner_files, split_eval_script
 
 SCHEMA_VERSION = "1.2"
@@ -153,6 +154,11 @@ def verify(
         image=image,
         model_name_or_path=model_name_or_path,
     )
+    if task.kind == "openswe" and OPENSWE_MARKER not in (task.eval_script or ""):
+        # Never graded by another script (a run of the whole suite once stood in): refused, with why.
+        verdict.refused = [f"the OpenSWE task has no eval script printing {OPENSWE_MARKER}: nothing grades it"]
+        verdict.error = "not graded: " + verdict.refused[0]
+        return verdict
     try:
         verdict.image_digest = client.images.get(image).id
     except docker.errors.ImageNotFound:
@@ -242,7 +248,6 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     log_lines = _apply_candidate(container, task, patch, base_commit, verdict, runner)
     if verdict.error:
         return "\n".join(log_lines)
-    spec = swebench_test_spec(task, base_commit)
     if phases is None:
         return _run_whole_script(container, task, script, verdict, timeout_s, log_lines)
     files: dict[str, tuple[bytes | str, int]] = {SETUP_PATH: (phases.setup, 0o755), TESTS_PATH: (phases.test, 0o755)}
@@ -276,7 +281,7 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     if task.kind == "openswe":
         grade_openswe(exit_code, verdict)
     else:
-        grade(spec, task, phases, output, exit_code, report, verdict)
+        grade(swebench_test_spec(task, base_commit), task, phases, output, exit_code, report, verdict)
     verdict.reward = 1.0 if verdict.resolved else 0.0
     return "\n".join(log_lines)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from harness.importers import FORMATS, chat
+from harness.importers import FORMATS, chat, harbor
 from harness.importers.base import Importer, ImportResult, conversion_error
 from records.pools import JsonlWriter, RecordError, dump_line, iter_lines, loads, write_atomic
 from records.trajectory import content_id, dump_record, record_content_id
@@ -31,6 +31,8 @@ ROW_FORMATS = frozenset({"openhands", "chat", "nemo-gym", "verl"})
 # The chat format's presets (the columns of published sets) and the columns a run can rename.
 ChatPreset = StrEnum("ChatPreset", {name.replace("-", "_"): name for name in chat.PRESETS})  # type: ignore[misc]
 CHAT_COLUMNS = ("messages", "tools", "id", "task_id", "resolved", "patch")
+# Which of a Harbor trial's trajectories to read: the richest it holds, Codex's rollout, or ATIF.
+HarborTrajectory = StrEnum("HarborTrajectory", {name: name for name in harbor.TRAJECTORY_SOURCES})  # type: ignore[misc]
 
 
 @dataclass
@@ -43,11 +45,13 @@ class ImportSummary:
     unknown: Counter[str] = field(default_factory=Counter)
     messages: int = 0
     input_bytes: int = 0
+    # Inputs that hold no trajectory to import, by why (``ImportResult.skipped``).
+    not_imported: Counter[str] = field(default_factory=Counter)
 
 
-def discover(format_name: str, inputs: Iterable[Path]) -> list[Path]:
+def discover(format_name: str, inputs: Iterable[Path], importer: Importer | None = None) -> list[Path]:
     """Files to read: each file as given, and each directory walked recursively."""
-    module: Importer = FORMATS[format_name]
+    module: Importer = importer or FORMATS[format_name]
     found: list[Path] = []
     for path in inputs:
         if path.is_dir():
@@ -96,27 +100,55 @@ def _index_slowly(text: str, index: dict[str, str | None]) -> None:
         index[data["id"]] = source.get("content_hash")
 
 
-def _claim_id(trajectory_id: str, digest: str, seen: dict[str, str | None], summary: ImportSummary) -> str | None:
+@dataclass
+class PoolIds:
+    """What a pool holds: each id's content hash, and for each content the first id it has."""
+
+    ids: dict[str, str | None] = field(default_factory=dict)
+    contents: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, index: dict[str, str | None]) -> PoolIds:
+        held = cls(index)
+        for trajectory_id, digest in index.items():
+            if digest is not None:
+                held.contents.setdefault(digest, trajectory_id)
+        return held
+
+    def add(self, trajectory_id: str, digest: str) -> None:
+        self.ids[trajectory_id] = digest
+        self.contents.setdefault(digest, trajectory_id)
+
+    def remove(self, trajectory_id: str) -> None:
+        digest = self.ids.pop(trajectory_id, None)
+        if digest is not None and self.contents.get(digest) == trajectory_id:
+            del self.contents[digest]
+
+
+def _claim_id(trajectory_id: str, digest: str, held: PoolIds, summary: ImportSummary) -> str | None:
     """The id under which content ``digest`` goes into the pool: its own, or where the pool
     holds other content under that id, ``<id>~<hash>``; None when the pool already has this
-    very content.
+    very content, under this id or another (a copied file, a renamed session: said in a warning).
 
     A source id can be reused for other content (a Codex session resumed and grown, a
     run-scoped id): that content is kept too, never dropped.
     """
-    if trajectory_id in seen:
-        if seen[trajectory_id] == digest:
-            return None
+    if held.ids.get(trajectory_id, "") == digest:
+        return None
+    holder = held.contents.get(digest)
+    if holder is not None:
+        if not holder.startswith(f"{trajectory_id}~"):  # (its own renamed copy, from an earlier import: nothing to say)
+            summary.warnings.append(f"{trajectory_id}: the pool holds this very content as {holder}; not imported again")
+        return None
+    if trajectory_id in held.ids:
         other = f"{trajectory_id}~{digest.removeprefix('t-')[:12]}"
         summary.warnings.append(f"{trajectory_id}: the pool holds other content under this id; imported as {other}")
-        if seen.get(other) == digest:
-            return None
         trajectory_id = other
-    seen[trajectory_id] = digest
+    held.add(trajectory_id, digest)
     return trajectory_id
 
 
-def _pool_line(result: ImportResult, seen: dict[str, str | None], summary: ImportSummary) -> bytes | None:
+def _pool_line(result: ImportResult, seen: PoolIds, summary: ImportSummary) -> bytes | None:
     """The pool line of an imported trajectory, with its claimed id and content hash; None
     when the pool already holds it. A record an importer built as a dict is written as it
     stands, never validated again. A value no pool line can hold (a lone surrogate, which
@@ -145,11 +177,11 @@ def _pool_line(result: ImportResult, seen: dict[str, str | None], summary: Impor
     return _unclaimed_on_error(claimed, seen, dump_record, record) + b"\n"
 
 
-def _unclaimed_on_error(claimed: str, seen: dict[str, str | None], dump: Callable[[Any], bytes], record: Any) -> bytes:
+def _unclaimed_on_error(claimed: str, seen: PoolIds, dump: Callable[[Any], bytes], record: Any) -> bytes:
     try:
         return dump(record)
     except ValueError:
-        del seen[claimed]
+        seen.remove(claimed)
         raise
 
 
@@ -172,7 +204,7 @@ def import_files(
     ``on_file`` follows each file read, ``on_record`` each record of it.
     """
     summary = ImportSummary()
-    seen = {} if overwrite else pool_index(output)
+    seen = PoolIds() if overwrite else PoolIds.of(pool_index(output))
     lines = _convert(importer or FORMATS[format_name], files, summary, seen, salvage, on_file, on_record)
     if overwrite:
         write_atomic(output, lines)
@@ -187,7 +219,7 @@ def _convert(
     module: Importer,
     files: list[Path],
     summary: ImportSummary,
-    seen: dict[str, str | None],
+    seen: PoolIds,
     salvage: bool,
     on_file: Callable[[Path], None] | None,
     on_record: Callable[[], None] | None,
@@ -208,6 +240,9 @@ def _convert(
                     on_record()
                 if result.error is not None:
                     summary.rejected.append(result.error)
+                    continue
+                if result.skipped is not None:
+                    summary.not_imported[result.skipped] += 1
                     continue
                 try:
                     line = _pool_line(result, seen, summary)

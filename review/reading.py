@@ -96,6 +96,8 @@ def _sections(trajectory: Trajectory, hints: list[str]) -> list[Section]:
             # (a patch whose tests really pass yet fixes nothing): said only when there is some,
             # so the prompts of clean trajectories (and their cached answers) do not change.
             + "".join(f"\n{key}: {json.dumps(verdict[key])}" for key in VERIFIER_EVIDENCE if verdict.get(key))
+            # An imported grade's own verifier output (Harbor's test-stdout.txt tail), as printed.
+            + (f"\nthe verifier's output ({verdict['imported_from']}):\n{verdict['test_output']}" if verdict.get("test_output") else "")
         )
     )
     sections.append(Section("### Final diff\n", trajectory.final_patch or "(none)", elidable=True, label="the final diff"))

@@ -391,6 +391,20 @@ def test_gateway_retries_the_policy_server_then_passes_its_error_on() -> None:
         Gateway(PolicySpec(kind="chat", model="m", base_url="http://x"), Budget())
 
 
+def test_an_answer_cut_at_max_output_tokens_ends_the_episode_as_the_policys() -> None:
+    from harness.codex_cli.backend import _exit_status
+
+    with ModelServer("responses", [ScriptedTurn(content="half an ans", finish_reason="length")]) as server:
+        spec = PolicySpec(kind="responses", model="scripted", base_url=server.base_url)
+        with Gateway(spec, Budget(max_turns=5)) as gateway:
+            assert _post(gateway, _request(0))[0] == 200
+    assert gateway.cut_off == "max_output_tokens"
+    # Codex then exits 1 ("Incomplete response returned"): the policy's end, not the environment's.
+    assert _exit_status(gateway, False, 1, None, "codex wrote no rollout file") is ExitStatus.policy_error
+    gateway.cut_off = None
+    assert _exit_status(gateway, False, 1, None, "codex wrote no rollout file") is ExitStatus.env_error
+
+
 def test_new_rollout_records_give_each_call_its_usage_and_exit_codes(tmp_path: Path) -> None:
     """Codex 0.171 writes a token_usage_record right after each call and its token_count
     only after the tool output; a CommandExecution item_completed carries the exit code."""

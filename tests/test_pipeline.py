@@ -315,7 +315,8 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     """An imported trajectory carries a final patch but no verdict: the stage grades it in a
     fresh container; one without a known task is kept, counted as ungradable. A grade the
     source carried (``verdict.imported_from``) is graded again where it can be (here the
-    source said unresolved of the gold patch), and kept, counted, where it cannot."""
+    source said unresolved of the gold patch) with ``[verify] again = true``, and kept, counted,
+    where it cannot; without it, kept and counted as not re-verified."""
     from envs.tasks import load_tasks
     from eval.dataset import MINI_SUITE
     from records.trajectory import Message, Trajectory
@@ -323,7 +324,7 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     from relearn.pipeline.stages import verify
 
     gold = {t.instance_id: t for t in load_tasks(MINI_SUITE)[0]}["mini__calc-1"].patch
-    (tmp_path / "p.toml").write_text(PIPELINE)
+    (tmp_path / "p.toml").write_text(PIPELINE + "[verify]\nagain = true\n")
     ctx = Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
     pool_path(ctx).parent.mkdir(parents=True)
     messages = [Message(role="user", content="fix it")]
@@ -351,6 +352,15 @@ def test_verify_stage_grades_what_the_pool_left_ungraded(tmp_path: Path, base_im
     assert graded["a"]["resolved"] is True and graded["a"]["verdict"]["patch_applied"] and graded["b"] is None
     assert graded["c"]["resolved"] is True and "imported_from" not in graded["c"]["verdict"]
     assert graded["d"] == imported
+
+    # Without `again`, the imported grades stay as the source gave them.
+    (tmp_path / "p.toml").write_text(PIPELINE)
+    kept = Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
+    verified_path(kept).unlink()
+    counts = verify.run(kept)
+    assert counts["kept the imported grade, not re-verified ([verify] again = true grades it)"] == 2 and counts["graded now"] == 1
+    graded = {t["id"]: t.get("outcome") for t in map(json.loads, verified_path(kept).read_text().splitlines())}
+    assert graded["c"] == imported and graded["d"] == imported
 
 
 # ---------------------------------------------------------------- held-out tasks, contrasts, analyze
@@ -430,7 +440,7 @@ def test_the_audit_stage_is_planned_where_the_pipeline_has_the_tasks_images_and_
     }  # fmt: skip
     assert stages["audit"].outputs == [tmp_path / "work" / "audit" / "audit.jsonl"]
     dry = run_stages(list(stages.values()), ctx.workdir, Console(file=io.StringIO()), dry_run=True)
-    assert ("audit", "would run", "never finished") in [(r.name, r.status, r.error) for r in dry]
+    assert ("audit", "would run", "not run before") in [(r.name, r.status, r.error) for r in dry]
     _, imported = planned(FULL.replace('workdir = "work"\n', 'workdir = "work"\ntasks = "mini"\n'))
     assert imported["masks:ross"].needs == ("holdout", "review", "audit") and imported["audit"].settings["ids"] is None
 

@@ -221,6 +221,55 @@ def test_the_pool_stage_resumes_an_interrupted_import(samples: Path, tmp_path: P
     assert len({t.id for t in read_trajectories(pool)}) == 10
 
 
+def test_missing_import_paths_stop_the_plan_and_a_dry_run_writes_nothing(tmp_path: Path) -> None:
+    config = load_pipeline(_pipeline(tmp_path, CASES["chat-columns"], ["inputs/rows.jsonl", "no/such/dir"]))
+    with pytest.raises(OpError, match=r"\[pool.import\] paths: no such file or folder: inputs/rows.jsonl \(.*\), no/such/dir \("):
+        run_pipeline(config, Console(file=io.StringIO()), dry_run=True)
+    (tmp_path / "inputs").mkdir()
+    (tmp_path / "no/such/dir").mkdir(parents=True)
+    _chat_columns(tmp_path / "inputs")
+    results, _ = run_pipeline(config, Console(file=io.StringIO()), dry_run=True)
+    assert {(r.status, r.error) for r in results} == {("would run", "not run before")}
+    assert not config.workdir.exists()
+
+
+@pytest.mark.docker
+def test_a_grown_source_or_a_hand_edited_reviews_file_redoes_what_follows_and_says_why(tmp_path: Path) -> None:
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    case = CASES["chat-columns"]
+    config = load_pipeline(_pipeline(tmp_path, case, case.inputs(Path())(inputs)))
+    first, _ = run_pipeline(config, Console(file=io.StringIO()))
+    assert {r.status for r in first} == {"ran"}
+    # 2 new rows in the source: the import runs again, and so does everything after it.
+    rows = [
+        {"turns": r["messages"], "key": f"k{n}", "ok": r["resolved"], "task": r["instance_id"]}
+        for n, r in ((n, swe_gym_row(n)) for n in range(5))
+    ]
+    write(inputs / "rows.jsonl", rows)
+    log = io.StringIO()
+    grown, _ = run_pipeline(config, Console(file=log, width=400))
+    assert {r.status for r in grown} == {"ran"}
+    assert _stamp(config.workdir, "pool")["trajectories"] == 5
+    assert f"pool: import ({inputs / 'rows.jsonl'} changed since this stage ran (" in log.getvalue()
+    # A reviews file edited by hand: review's output stands; the stages that read it run again.
+    reviews = config.workdir / "reviews.jsonl"
+    reviews.write_text(reviews.read_text().replace('"decision":"accept"', '"decision":"reject"', 1))
+    log = io.StringIO()
+    edited, _ = run_pipeline(config, Console(file=log, width=400))
+    status = {r.name: r.status for r in edited}
+    assert (status["pool"], status["verify"], status["review"], status["masks:ross"], status["masks:positive"]) == (
+        "current",
+        "current",
+        "current",
+        "ran",
+        "ran",
+    )
+    assert f"compile ross masks ({reviews} was modified since this stage ran)" in log.getvalue()
+    again, _ = run_pipeline(config, Console(file=io.StringIO()))
+    assert {r.status for r in again} == {"current"}
+
+
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
@@ -228,7 +277,7 @@ def test_the_pool_stage_resumes_an_interrupted_import(samples: Path, tmp_path: P
         ('format = "chat"\npaths = ["x"]\npreset = "swe-gyms"', "pool.import.preset: Input should be 'swe-gym', 'swe-smith'"),
         (
             'format = "cursor"\npaths = ["x"]',
-            "pool.import.format: Input should be 'codex', 'mini-swe-agent', 'swe-agent', 'atif', 'openhands', 'chat', 'nemo-gym' or 'verl'",
+            "pool.import.format: Input should be 'codex', 'mini-swe-agent', 'swe-agent', 'atif', 'openhands', 'chat', 'nemo-gym', 'verl' or 'harbor'",
         ),
         ('format = "codex"\npaths = []', "pool.import.paths: List should have at least 1 item"),
         ('format = "chat"\npaths = ["x"]\nmessages = ""', "pool.import.messages: String should have at least 1 character"),

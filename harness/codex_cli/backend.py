@@ -254,10 +254,10 @@ def _exit_status(
         return ExitStatus.time_exhausted
     if gateway.upstream_error is not None:
         return ExitStatus(gateway.upstream_error["exit_status"])
-    if imported is None:
-        return ExitStatus.env_error
-    if exit_code == 0 and imported.exit_status is ExitStatus.submitted:
+    if exit_code == 0 and imported is not None and imported.exit_status is ExitStatus.submitted:
         return ExitStatus.submitted
+    if gateway.cut_off is not None:  # Codex gave up on an answer the server cut short
+        return ExitStatus.policy_error
     return ExitStatus.env_error
 
 

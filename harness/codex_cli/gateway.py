@@ -95,6 +95,9 @@ class Gateway:
         self.ledger = Ledger(budget)
         self.refused: ExitStatus | None = None  # the first budget that refused a call
         self.upstream_error: dict[str, Any] | None = None  # the first call the policy server failed
+        # Why the last answer was cut (max_output_tokens): Codex stops on such an answer, which is
+        # the policy's end, not the environment's.
+        self.cut_off: str | None = None
         self.tools: list[dict[str, Any]] | None = None  # as offered in the first call
         self.token_ids: dict[str, list[int]] = {}  # response id -> generated token ids
         self.prompt_ids: dict[str, list[int]] = {}  # response id -> the prompt's token ids
@@ -234,6 +237,9 @@ class Gateway:
             )
             return
         response = payload
+        if response.get("status") == "incomplete":
+            with self._lock:
+                self.cut_off = (response.get("incomplete_details") or {}).get("reason") or "incomplete"
         notes = complete_response(response)
         usage = usage_of(response)
         cost = self.spec.cost_usd(usage)

@@ -15,7 +15,10 @@ from records.trajectory import Message, Trajectory, Usage
 ATIF_VERSION = "ATIF-v1.7"
 # Keys the ATIF importer writes into Message.extra for its own bookkeeping; any other
 # key there is a step field this exporter does not model and is written back as is.
-IMPORT_KEYS = {"atif_step_id", "atif_observation_of", "content_parts", "metrics", "model_name", "is_copied_context", "llm_call_count"}
+IMPORT_KEYS = {
+    "atif_step_id", "atif_observation_of", "content_parts", "metrics", "model_name", "is_copied_context", "llm_call_count",
+    "prompt_token_ids",
+}  # fmt: skip
 
 
 def _metrics(usage: Usage | None, message: Message) -> dict[str, Any] | None:
@@ -34,6 +37,9 @@ def _metrics(usage: Usage | None, message: Message) -> dict[str, Any] | None:
         metrics["completion_token_ids"] = message.token_ids
     if message.logprobs is not None:
         metrics["logprobs"] = message.logprobs
+    prompt_ids = (message.extra or {}).get("prompt_token_ids")
+    if prompt_ids is not None:  # the call's prompt as sent (the chat policy's, or ATIF's own)
+        metrics["prompt_token_ids"] = prompt_ids
     metrics.update((message.extra or {}).get("metrics", {}))
     return metrics or None
 

@@ -7,7 +7,7 @@ trajectory, or one error that rejects the file; row formats give one per row).
 
 from __future__ import annotations
 
-from harness.importers import atif, chat, codex, mini_swe_agent, nemo_gym, openhands, swe_agent, verl
+from harness.importers import atif, chat, codex, harbor, mini_swe_agent, nemo_gym, openhands, swe_agent, verl
 from harness.importers.base import Importer
 
 FORMATS: dict[str, Importer] = {
@@ -19,4 +19,5 @@ FORMATS: dict[str, Importer] = {
     "chat": chat,
     "nemo-gym": nemo_gym,
     "verl": verl,
+    "harbor": harbor,
 }

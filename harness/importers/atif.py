@@ -1,8 +1,13 @@
-"""Harbor ATIF trajectories (``trajectory.json``, ``schema_version`` ``ATIF-v1.0`` … ``v1.7``).
+"""Harbor ATIF trajectories (``trajectory.json``, ``schema_version`` ``ATIF-v1.x``: v1.0 … v1.8 seen).
+
+A later v1 minor adds fields, never changes them (Harbor's models accept every v1.x they
+know); what this reader does not map is kept (``extra``, ``source.meta``), so any ``ATIF-v1.``
+version is read; another major is refused.
 
 Steps map to messages: ``system``/``user`` steps to those roles, an ``agent`` step to
 an assistant message (``message``, ``reasoning_content``, ``tool_calls``; metrics to
-usage, ``completion_token_ids``/``logprobs`` kept per message) followed by one ``tool``
+usage, ``completion_token_ids``/``logprobs`` kept per message, ``prompt_token_ids`` as
+``extra.prompt_token_ids`` where the chat policy records a call's prompt) followed by one ``tool``
 message per observation result that names its call. Results without a call (agents
 that act through text) become the ``user`` message the model saw next. Steps marked
 ``is_copied_context`` or dispatched without a model call (``llm_call_count: 0``) are
@@ -67,7 +72,7 @@ STEP_FIELDS = {
     "is_copied_context",
     "llm_call_count",
 }
-METRIC_FIELDS = {"prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "completion_token_ids", "logprobs"}
+METRIC_FIELDS = {"prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "completion_token_ids", "logprobs", "prompt_token_ids"}
 
 
 def discover(root: Path) -> list[Path]:
@@ -302,6 +307,9 @@ def _step_messages(step: Fields, links: list[TrajectoryLink], at: int, diag: Dia
         )
         message.token_ids = metrics.get("completion_token_ids", list)
         message.logprobs = metrics.get("logprobs", list)
+        prompt_ids = metrics.get("prompt_token_ids", list)
+        if prompt_ids is not None:
+            extra["prompt_token_ids"] = prompt_ids
         leftover = {k: v for k, v in metrics.data.items() if k not in METRIC_FIELDS}
         if leftover:
             extra["metrics"] = leftover

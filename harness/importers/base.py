@@ -81,6 +81,9 @@ class ImportResult:
     # The record's content id (``records.trajectory.record_content_id``) where the importer has
     # computed it already, for the id of a row that has none of its own: not computed twice.
     content_hash: str | None = None
+    # Why the input holds no trajectory to import, where that is no error (a Harbor trial of
+    # the oracle agent, or one that never finished): counted by reason, never imported.
+    skipped: str | None = None
 
     @property
     def trajectory(self) -> Trajectory | None:

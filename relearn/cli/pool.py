@@ -25,6 +25,7 @@ def import_pool(options: ImportOptions) -> None:
         ("messages imported", summary.messages), ("already in the pool (skipped)", summary.skipped_existing),
         (rejected, len(summary.rejected)), ("warnings", len(summary.warnings)),
         *((f"unknown {kind} (kept)", count) for kind, count in summary.unknown.most_common()),
+        *((f"not imported: {why}", count) for why, count in summary.not_imported.most_common()),
     ]  # fmt: skip
     out.print(pairs(f"relearn import {options.format} -> {options.output}", rows))
     raise typer.Exit(EXIT_PARTIAL if summary.rejected else EXIT_OK)

@@ -1,11 +1,13 @@
-"""``relearn serve``: an OpenAI-compatible Chat Completions endpoint over a trained model folder.
+"""``relearn serve``: OpenAI-compatible Chat Completions and Responses endpoints over a trained model folder.
 
 A stand-in for vLLM where there is none (CPU machines, smoke tests), answering the same
-requests the same way, so that ``relearn eval run --policy chat`` evaluates a checkpoint
-through the client path it would use against vLLM:
+requests the same way, so that ``relearn eval run --policy chat`` (or ``--agent codex-cli``,
+the Codex CLI on the Responses API) evaluates a checkpoint through the client path it
+would use against vLLM:
 
     relearn serve runs/r1/model --port 8000 --model-name r1
     relearn eval run --out evals/r1 --base-url http://127.0.0.1:8000/v1 --model r1 --policy chat
+    relearn eval run --out evals/r1-codex --base-url http://127.0.0.1:8000/v1 --model r1 --agent codex-cli
 
 ``python -m relearn.cli.serve`` is the same command without the ``relearn`` entry point. The
 flags are ``relearn.serve.ServeOptions``' fields.
@@ -67,7 +69,7 @@ def serve_model(options: ServeOptions) -> None:
         out.print(server.url, markup=False, highlight=False)  # alone on stdout, for scripts
         err.print(
             f"serving [bold]{name}[/bold] ({server.engine.max_context:,} tokens of context) on {options.device}; "
-            f"evaluate with: relearn eval run --base-url {server.url} --model {name} --policy chat ...; Ctrl-C stops",
+            f"evaluate with: relearn eval run --base-url {server.url} --model {name} --policy chat (or --agent codex-cli) ...; Ctrl-C stops",
             highlight=False,
         )
         while not stop.wait(0.5):

@@ -16,11 +16,11 @@ import msgspec
 import zstandard
 
 from harness.import_run import ImportFormat, ImportSummary, discover, import_files
-from harness.importers import chat
+from harness.importers import chat, harbor
 from records.pools import is_zstd, iter_lines
 from relearn.ops.outputs import POOL, check_jsonl_output, check_not_an_input, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, OpInterrupted, Reporter, check_writable, stage
-from relearn.verbs.importing import ImportOptions, chat_only_fields
+from relearn.verbs.importing import ImportOptions, misplaced_fields
 
 __all__ = ["ImportOptions", "ImportSummary", "PoolCounts", "count_pool", "run_import"]
 
@@ -33,9 +33,8 @@ def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSum
     formats) is rejected, counted in the summary, and the batch goes on."""
     if options.format not in set(ImportFormat):
         raise OpError(f"unknown import format {options.format!r}; known: {', '.join(ImportFormat)}")
-    misplaced = chat_only_fields(options)
-    if misplaced:
-        raise OpError(f"{', '.join('--' + n.replace('_', '-') for n in misplaced)} only apply to the chat format")
+    for fmt, names in misplaced_fields(options).items():
+        raise OpError(f"{', '.join('--' + n.replace('_', '-') for n in names)} only apply to the {fmt} format")
     missing = [str(p) for p in options.paths if not p.exists()]
     if missing:
         raise OpError(f"no such file or directory: {', '.join(missing)}")
@@ -45,7 +44,9 @@ def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSum
             importer = chat.ChatImporter(chat.options_for(options.preset, **options.chat_columns()))
         except ValueError as exc:  # an unknown preset
             raise OpError(str(exc)) from None
-    files = discover(options.format, options.paths)
+    elif options.format == ImportFormat.harbor:
+        importer = harbor.HarborImporter(harbor.HarborOptions(**{k: v for k, v in options.harbor_fields().items() if v is not None}))  # type: ignore[arg-type]
+    files = discover(options.format, options.paths, importer)
     if not files:
         raise OpError(f"no {options.format} files under {', '.join(map(str, options.paths))}")
     check_not_an_input(options.output, files)

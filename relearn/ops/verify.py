@@ -59,13 +59,27 @@ def run_verify(options: VerifyOptions, reporter: Reporter = SILENT) -> VerifySum
         wanted = {p.instance_id for p in predictions}
         prepared = session.prepare([t for t in task_list if t.instance_id in wanted], need_base=False)
         routed = {t.instance_id: t for t in task_list} | {t.instance_id: t for t in prepared.tasks}
+        # Graded again: into a scratch file (which resumes an interrupted run), then appended.
+        graded_into = options.output.with_name(options.output.name + ".again") if options.again else options.output
         with session.backend(Needs(docker=1)) as backend, stage(reporter, "verifying", len(predictions)):
             batch = verify_batch(
-                session.client, routed, predictions, options.output, workers=options.workers, timeout_s=options.timeout,
+                session.client, routed, predictions, graded_into, workers=options.workers, timeout_s=options.timeout,
                 log_dir=options.log_dir, limits=container_limits(options.containers), base_image=prepared.base,
                 on_done=lambda _v: reporter.advance(**node_counts(backend)), backend=backend, registry=options.containers.registry,
             )  # fmt: skip
+    if options.again and not batch.errors:
+        _append_verdicts(graded_into, options.output)
     return VerifySummary(options.output, batch.verdicts, batch.skipped, batch.errors, unreadable, prepared.problems, batch.per_node)
+
+
+def _append_verdicts(scratch: Path, output: Path) -> None:
+    """A finished run's verdicts join the output's; the scratch file goes."""
+    if not scratch.exists():
+        return
+    with JsonlWriter(output, fsync=True) as writer:
+        for _number, text in iter_lines(scratch):
+            writer.write(json.loads(text))
+    scratch.unlink()
 
 
 # ---------------------------------------------------------------- a pool
@@ -84,6 +98,7 @@ class PoolVerifySummary:
 GRADED_WHEN_COLLECTED = "graded when collected"
 GRADED_NOW = "graded now"
 KEPT_IMPORTED = "kept the imported grade (no task or no final patch)"
+IMPORTED_NOT_REVERIFIED = "kept the imported grade, not re-verified ([verify] again = true grades it)"
 UNGRADABLE = "ungradable (no task or no final patch)"
 
 
@@ -93,11 +108,14 @@ def imported_grade(trajectory: Trajectory) -> bool:
     return bool(verdict and verdict.get("imported_from") and not verdict.get("re_verified"))
 
 
-def needs_grading(trajectory: Trajectory) -> bool:
-    """No outcome of ours: never graded, or only graded by the source it was imported from.
-    A trajectory graded right after its episode (collect) keeps its outcome."""
+def needs_grading(trajectory: Trajectory, *, again: bool = False) -> bool:
+    """Never graded; or, ``again``, only graded by the source it was imported from. A
+    trajectory graded right after its episode (collect) keeps its outcome, and so does an
+    imported grade unless asked (``[verify] again``)."""
     outcome = trajectory.outcome
-    return outcome is None or outcome.resolved is None or imported_grade(trajectory)
+    if outcome is None or (outcome.resolved is None and outcome.reward is None):
+        return True
+    return again and imported_grade(trajectory)
 
 
 def _resumed(partial: Path) -> tuple[set[str], int]:
@@ -174,8 +192,9 @@ class _PoolGrader:
 
 def verify_pool(options: PoolVerifyOptions, reporter: Reporter = SILENT) -> PoolVerifySummary:
     """Grade the trajectories of ``options.pool`` that need it (``needs_grading``) and write
-    every readable one to ``options.output`` in the pool's order. Imported grades are graded
-    again where the task and a final patch exist, and kept where not. When a grading fails,
+    every readable one to ``options.output`` in the pool's order. Imported grades are kept (counted
+    as not re-verified); with ``options.again`` they are graded again where the task and a final
+    patch exist, and kept where not. When a grading fails,
     the output stays ``.partial`` and a rerun grades what is left."""
     from envs.verify import patch_hash
     from harness.collect import outcome_of
@@ -213,8 +232,8 @@ def verify_pool(options: PoolVerifyOptions, reporter: Reporter = SILENT) -> Pool
                     if trajectory.id in done:
                         continue
                     key = None
-                    if not needs_grading(trajectory):
-                        counts[GRADED_WHEN_COLLECTED] += 1
+                    if not needs_grading(trajectory, again=options.again):
+                        counts[IMPORTED_NOT_REVERIFIED if imported_grade(trajectory) else GRADED_WHEN_COLLECTED] += 1
                     elif not trajectory.final_patch or grader.task(trajectory.task_id) is None:
                         counts[KEPT_IMPORTED if imported_grade(trajectory) else UNGRADABLE] += 1
                     else:

@@ -58,7 +58,7 @@ from relearn.verbs.analyze import NllOptions
 from relearn.verbs.collect import CollectOptions
 from relearn.verbs.containers import ContainerOptions, memory_mb
 from relearn.verbs.evaluate import SERVED, EvalOptions
-from relearn.verbs.importing import ImportOptions, chat_only_fields
+from relearn.verbs.importing import ImportOptions, misplaced_fields
 from relearn.verbs.masks import MasksOptions
 from relearn.verbs.review import ReviewOptions
 from relearn.verbs.single_turn import COLUMNS as SINGLE_TURN_COLUMNS
@@ -106,7 +106,7 @@ class VerifyConfig(table("VerifyTable", VerifyOptions, base=ContainersConfig)):
         self, pool: Path, output: Path, verdicts: Path, tasks: str, log_dir: Path, containers: ContainerOptions
     ) -> PoolVerifyOptions:
         """The pool's grading: the stage names its files; workers and timeout are the table's."""
-        return PoolVerifyOptions(pool, output, verdicts, tasks, self.workers, self.timeout, log_dir, containers)
+        return PoolVerifyOptions(pool, output, verdicts, tasks, self.workers, self.timeout, log_dir, containers, again=self.again)
 
 
 class ImportConfig(table("ImportTable", ImportOptions)):
@@ -120,9 +120,8 @@ class ImportConfig(table("ImportTable", ImportOptions)):
 
     @model_validator(mode="after")
     def chat_fields_for_chat(self) -> ImportConfig:
-        misplaced = chat_only_fields(self.options([], Path()))
-        if misplaced:
-            raise ValueError(f"{', '.join(misplaced)} only apply to the chat format")
+        for fmt, names in misplaced_fields(self.options([], Path())).items():
+            raise ValueError(f"{', '.join(names)} only apply to the {fmt} format")
         return self
 
 

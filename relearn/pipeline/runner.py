@@ -7,7 +7,10 @@ stages it needs as their own stamps do now, and every output it declares exists.
 * rerunning a finished pipeline does nothing;
 * deleting a stage's output redoes that stage, which gets a new run id, so every stage after
   it is stale and redone too, and nothing else;
-* changing a stage's settings redoes it and what follows.
+* changing a stage's settings redoes it and what follows;
+* a file a stage read that changed since (a grown import source, a hand-edited reviews file:
+  its size or modification time, or for a folder the list of its files with theirs) redoes
+  that stage and what follows, and the reason names the file.
 
 A stage that stopped half-way (crash, Ctrl-C) has no stamp, and is run again on top of what it
 left: every stage function resumes (collection by episode id, reviews by trajectory id, masks
@@ -57,6 +60,9 @@ class Stage:
     # What a stale stage's rerun must not resume from: its whole work folder (checkpoints,
     # episodes, eval instances), not only the files that mark it finished. Default: outputs.
     workspace: list[Path] | None = None
+    # Files or folders from outside the work folder that it reads (import sources, task files);
+    # the outputs of the stages it needs are read too and need not be named.
+    reads: list[Path] = field(default_factory=list)
 
     def fingerprint(self) -> str:
         # Unset options (None) do not count, so a new optional field does not make every
@@ -92,21 +98,70 @@ def read_stamp(workdir: Path, name: str) -> dict[str, Any] | None:
         return None
 
 
-def why_stale(stage: Stage, workdir: Path) -> str | None:
-    """None when the stage is current, else the reason it must run."""
+def why_stale(stage: Stage, workdir: Path, reads: list[Path] | None = None) -> str | None:
+    """None when the stage is current, else the reason it must run (``reads``: every path it
+    reads, ``read_paths``; None: its own ``reads``)."""
     stamp = read_stamp(workdir, stage.name)
     if stamp is None:
-        return "never finished"
+        left = [path for path in (stage.workspace if stage.workspace is not None else stage.outputs) if path.exists()]
+        return "resuming what an unfinished run left" if left else "not run before"
     if stamp.get("fingerprint") != stage.fingerprint():
         return "settings changed"
     for need in stage.needs:
         upstream = read_stamp(workdir, need)
         if upstream is None or stamp.get("inputs", {}).get(need) != upstream.get("run_id"):
             return f"{need} was redone"
+    if "read" in stamp:  # (a stamp from before inputs were recorded is taken as it is)
+        for path in stage.reads if reads is None else reads:
+            change = changed(stamp["read"].get(str(path)), signature(path))
+            if change is not None:
+                return f"{path} {change}"
     missing = [p for p in stage.outputs if not p.exists()]
     if missing:
         return f"output missing: {missing[0]}"
     return None
+
+
+def read_paths(stage: Stage, stages: list[Stage]) -> list[Path]:
+    """What ``stage`` reads: its own ``reads`` and the outputs of the stages it needs."""
+    by_name = {other.name: other for other in stages}
+    upstream = [path for need in stage.needs if need in by_name for path in by_name[need].outputs]
+    return list(dict.fromkeys([*stage.reads, *upstream]))
+
+
+def signature(path: Path) -> dict[str, Any] | None:
+    """What a path is now, cheaply: a file's size and modification time; a folder's count and
+    bytes of files, with a digest of each file's relative path, size and time (None: missing)."""
+    try:
+        if not path.is_dir():
+            info = path.stat()
+            return {"bytes": info.st_size, "mtime_ns": info.st_mtime_ns}
+        digest, files, total = hashlib.sha256(), 0, 0
+        for root, folders, names in os.walk(path):
+            folders.sort()
+            for name in sorted(names):
+                info = os.stat(os.path.join(root, name))
+                relative = os.path.relpath(os.path.join(root, name), path)
+                digest.update(f"{relative}\0{info.st_size}\0{info.st_mtime_ns}\n".encode("utf-8", "surrogateescape"))
+                files, total = files + 1, total + info.st_size
+        return {"files": files, "bytes": total, "digest": digest.hexdigest()[:16]}
+    except OSError:
+        return None
+
+
+def changed(before: dict[str, Any] | None, now: dict[str, Any] | None) -> str | None:
+    """How a path changed between two signatures, in words (None: it did not)."""
+    if before == now:
+        return None
+    if now is None:
+        return "is gone since this stage ran"
+    if before is None:
+        return "is new since this stage ran"
+    if "files" in now and before.get("files") != now["files"]:
+        return f"changed since this stage ran ({before.get('files', 0):,} files, now {now['files']:,})"
+    if before.get("bytes") != now["bytes"]:
+        return f"changed since this stage ran ({before.get('bytes', 0):,} bytes, now {now['bytes']:,})"
+    return "was modified since this stage ran"
 
 
 def _move_aside(stage: Stage, workdir: Path) -> list[str]:
@@ -178,11 +233,13 @@ def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run:
 
 
 def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run: bool) -> list[StageResult]:
-    (workdir / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    if not dry_run:  # a dry run writes nothing, not even the work folder
+        (workdir / STATE_DIR).mkdir(parents=True, exist_ok=True)
     results: list[StageResult] = []
     would_run: set[str] = set()  # dry run: stages after one that would run would run too
     for number, stage in enumerate(stages, 1):
-        reason = why_stale(stage, workdir)
+        reads = read_paths(stage, stages)
+        reason = why_stale(stage, workdir, reads)
         if reason is None and dry_run:
             reason = next((f"{need} would be redone" for need in stage.needs if need in would_run), None)
         head = f"[bold]{number}/{len(stages)} {stage.name}[/bold]"
@@ -225,6 +282,7 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
             "fingerprint": stage.fingerprint(),
             "settings": stage.settings,
             "inputs": {need: (read_stamp(workdir, need) or {}).get("run_id") for need in stage.needs},
+            "read": {str(path): signature(path) for path in reads},
             "counts": result.counts,
             "seconds": round(result.seconds, 2),
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -1,4 +1,4 @@
-"""A small OpenAI-compatible Chat Completions server over a ``transformers`` causal LM.
+"""A small OpenAI-compatible server (Chat Completions and Responses) over a ``transformers`` causal LM.
 
 It stands in for vLLM where there is none (a CPU-only machine, a test), so that a model from
 ``relearn train`` is evaluated through exactly the client path a user runs against vLLM: the
@@ -15,10 +15,13 @@ It stands in for vLLM where there is none (a CPU-only machine, a test), so that 
   parameters typed by the tool's JSON schema);
 - ``return_token_ids`` gives ``choices[0].token_ids`` and ``prompt_token_ids``; ``logprobs``
   are of the model's raw distribution (vLLM's default logprobs mode), one per generated token;
-- errors use vLLM's wording where a client matches on it (the context-overflow message).
+- errors use vLLM's wording where a client matches on it (the context-overflow message);
+- ``POST /v1/responses`` answers the Responses API as the Codex CLI speaks it (streamed or
+  not, freeform tools included), with the same prompt rendering and parsers, and the token
+  ids vLLM gives for ``enable_response_messages`` (see ``responses``).
 
 Deliberate differences: one request at a time (generation is single-stream; concurrent
-requests wait on a lock); no streaming, no ``n > 1``, no forced tool choice, no frequency or
+requests wait on a lock); no streaming on the chat route, no ``n > 1``, no forced tool choice, no frequency or
 presence penalty (each refused with a 400 naming the field, never silently ignored;
 repetition_penalty, top_k and min_p are taken as vLLM takes them); reasoning and content
 are trimmed of surrounding whitespace, as the chat template trims them when the turn is sent
@@ -27,7 +30,8 @@ false), and ``null`` becomes None only for parameters whose schema type is not s
 
 Modules: ``parsers`` (the completion split into reasoning, content and tool calls),
 ``chat_request`` (a request validated, or refused naming the field), ``engine`` (prompt,
-generation, logprobs, the response body), ``server`` (HTTP, and ``serve()`` to start one).
+generation, logprobs, the chat response body), ``responses`` (the Responses API's request,
+response and events over the same engine), ``server`` (HTTP, and ``serve()`` to start one).
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ DEFAULT_MAX_NEW_TOKENS = 2048
 
 @dataclass
 class ServeOptions:
-    """Serve MODEL_DIR on POST /v1/chat/completions (plus GET /v1/models, GET /health) until Ctrl-C.
+    """Serve MODEL_DIR on POST /v1/chat/completions and POST /v1/responses (plus GET /v1/models, GET /health) until Ctrl-C.
 
-    Requests are answered one at a time. Reasoning and tool calls are parsed as vLLM's qwen3 reasoning parser and qwen3_coder tool parser do; return_token_ids and logprobs work as in vLLM.
+    Requests are answered one at a time. Reasoning and tool calls are parsed as vLLM's qwen3 reasoning parser and qwen3_coder tool parser do; return_token_ids, logprobs and enable_response_messages work as in vLLM. The Responses route speaks the Codex CLI's dialect (streaming, freeform tools), so `relearn eval run --agent codex-cli` evaluates the model.
     """
 
     # A verb without a pipeline table (the eval stage serves its models itself). Past model_dir

@@ -16,15 +16,25 @@ OWN_TEMPLATE_ARGS = frozenset({"conversation", "messages", "tools", "tokenize", 
 class RequestError(Exception):
     """A request the server refuses, with the HTTP status and an OpenAI-style error body."""
 
-    def __init__(self, message: str, *, param: str | None = None, status: int = 400, kind: str = "BadRequestError") -> None:
+    def __init__(
+        self, message: str, *, param: str | None = None, status: int = 400, kind: str = "BadRequestError", code: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.param = param
         self.status = status
         self.kind = kind
+        self.code = code  # OpenAI's error code where one fits (context_length_exceeded)
 
     def body(self) -> dict[str, Any]:
+        """vLLM's error body on its chat route: the exception's class name and the HTTP status."""
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.status}}
+
+    def responses_body(self) -> dict[str, Any]:
+        """OpenAI's error body, as Responses clients read it (the Codex CLI matches on ``code``)."""
+        kind = {400: "invalid_request_error", 404: "invalid_request_error"}.get(self.status, "server_error")
+        code = self.code or {404: "not_found"}.get(self.status)
+        return {"error": {"message": self.message, "type": kind, "param": self.param, "code": code}}
 
 
 @dataclass
@@ -112,18 +122,10 @@ def parse_request(body: Any, model_name: str) -> ChatRequest:
         raise RequestError("stream=true is not supported by this server: send stream=false (or leave it out)", param="stream")
     if _number(body, "n", low=1, integer=True) not in (None, 1):
         raise RequestError("n > 1 is not supported by this server (one completion per request)", param="n")
-    for key in ("frequency_penalty", "presence_penalty"):
-        if _number(body, key) not in (None, 0):
-            raise RequestError(f"{key} is not supported by this server (use repetition_penalty)", param=key)
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
         raise RequestError("tools must be a list of tool objects", param="tools")
-    choice = body.get("tool_choice")
-    if choice not in (None, "auto", "none"):
-        raise RequestError("tool_choice must be auto or none here (forcing a call needs guided decoding)", param="tool_choice")
-    template_kwargs = body.get("chat_template_kwargs") or {}
-    if not isinstance(template_kwargs, dict) or OWN_TEMPLATE_ARGS & set(template_kwargs):
-        raise RequestError(f"chat_template_kwargs must be an object without {sorted(OWN_TEMPLATE_ARGS)}", param="chat_template_kwargs")
+    choice = tool_choice(body)
     stop = body.get("stop")
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
@@ -133,6 +135,43 @@ def parse_request(body: Any, model_name: str) -> ChatRequest:
     if top_logprobs and not logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
     max_tokens = _number(body, "max_completion_tokens", low=1, integer=True) or _number(body, "max_tokens", low=1, integer=True)
+    return ChatRequest(
+        messages=_template_messages(body.get("messages")),
+        tools=tools or None,
+        parse_tools=bool(tools) and choice != "none",
+        template_kwargs=template_kwargs_of(body),
+        max_tokens=max_tokens,
+        sampling=sampling_of(body),
+        seed=_number(body, "seed", integer=True),
+        stop=stops,
+        logprobs=logprobs,
+        top_logprobs=top_logprobs or 0,
+        return_token_ids=_flag(body, "return_token_ids", False),
+        skip_special_tokens=_flag(body, "skip_special_tokens", True),
+    )
+
+
+def tool_choice(body: dict[str, Any]) -> Any:
+    choice = body.get("tool_choice")
+    if choice not in (None, "auto", "none"):
+        raise RequestError("tool_choice must be auto or none here (forcing a call needs guided decoding)", param="tool_choice")
+    return choice
+
+
+def template_kwargs_of(body: dict[str, Any]) -> dict[str, Any]:
+    """``chat_template_kwargs`` (vLLM's extension), checked."""
+    template_kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(template_kwargs, dict) or OWN_TEMPLATE_ARGS & set(template_kwargs):
+        raise RequestError(f"chat_template_kwargs must be an object without {sorted(OWN_TEMPLATE_ARGS)}", param="chat_template_kwargs")
+    return template_kwargs
+
+
+def sampling_of(body: dict[str, Any]) -> dict[str, Any]:
+    """The sampling fields given (OpenAI's and vLLM's extensions), checked; the penalties this
+    server lacks refused."""
+    for key in ("frequency_penalty", "presence_penalty"):
+        if _number(body, key) not in (None, 0):
+            raise RequestError(f"{key} is not supported by this server (use repetition_penalty)", param=key)
     sampling = {
         "temperature": _number(body, "temperature", low=0, high=2),
         "top_p": _number(body, "top_p", low=0, high=1),
@@ -143,20 +182,7 @@ def parse_request(body: Any, model_name: str) -> ChatRequest:
     for key in ("top_p", "repetition_penalty"):
         if sampling[key] == 0:
             raise RequestError(f"{key} must be greater than 0", param=key)
-    return ChatRequest(
-        messages=_template_messages(body.get("messages")),
-        tools=tools or None,
-        parse_tools=bool(tools) and choice != "none",
-        template_kwargs=template_kwargs,
-        max_tokens=max_tokens,
-        sampling={k: v for k, v in sampling.items() if v is not None},
-        seed=_number(body, "seed", integer=True),
-        stop=stops,
-        logprobs=logprobs,
-        top_logprobs=top_logprobs or 0,
-        return_token_ids=_flag(body, "return_token_ids", False),
-        skip_special_tokens=_flag(body, "skip_special_tokens", True),
-    )
+    return {k: v for k, v in sampling.items() if v is not None}
 
 
 def context_overflow(max_context: int, prompt_tokens: int, completion_tokens: int) -> RequestError:
@@ -166,4 +192,5 @@ def context_overflow(max_context: int, prompt_tokens: int, completion_tokens: in
         f"{prompt_tokens + completion_tokens} tokens ({prompt_tokens} in the messages, {completion_tokens} in the completion). "
         "Please reduce the length of the messages or completion.",
         param="messages",
+        code="context_length_exceeded",
     )

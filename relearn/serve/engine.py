@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +28,26 @@ from transformers import (
 )
 
 from relearn.serve.chat_request import ChatRequest, RequestError, context_overflow
-from relearn.serve.parsers import parse_completion
+from relearn.serve.parsers import THINK_END, ParsedCompletion, parse_completion
 
 # The sampling fields a model folder's generation_config.json may set as defaults, as vLLM reads them.
 GENERATION_DEFAULTS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "max_new_tokens")
+
+
+@dataclass
+class Generation:
+    """One completion: the prompt's and the output's token ids, the decoded text and its parse,
+    and why the engine stopped (``stop``: an end token or a stop string; ``length``: the token
+    limit), which the chat and Responses answers share."""
+
+    prompt: list[int]
+    ids: list[int]
+    logprobs: _Logprobs | None
+    text: str
+    parsed: ParsedCompletion
+    finish: str
+    stop_reason: str | None
+    reasoning_tokens: int
 
 
 class _StopStrings(StoppingCriteria):
@@ -157,6 +175,8 @@ class ChatEngine:
         diff = model.generation_config.to_diff_dict()
         self.defaults = {k: diff[k] for k in GENERATION_DEFAULTS if diff.get(k) is not None}
         self.lock = threading.Lock()
+        think_end = tokenizer.convert_tokens_to_ids(THINK_END)
+        self.think_end = think_end if isinstance(think_end, int) and think_end != tokenizer.unk_token_id and think_end >= 0 else None
 
     def prompt(self, request: ChatRequest) -> list[int]:
         from jinja2 import TemplateError
@@ -170,6 +190,12 @@ class ChatEngine:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
     def complete(self, request: ChatRequest) -> dict[str, Any]:
+        """The Chat Completions answer to ``request``."""
+        return self._response(request, self.generate(request))
+
+    def generate(self, request: ChatRequest, on_start: Callable[[], None] | None = None) -> Generation:
+        """The completion of ``request``, parsed; ``on_start`` runs once the prompt fits, just
+        before generation (a streamed answer sends its first events then)."""
         # Templating and tokenizing under the lock too: a fast tokenizer shared between threads
         # can fail with "Already borrowed", and generation is one at a time anyway.
         with self.lock:
@@ -181,8 +207,10 @@ class ChatEngine:
             max_new = request.max_tokens or min(default_max, room)
             self.requests += 1
             seed = request.seed if request.seed is not None else None if self.seed is None else self.seed + self.requests
+            if on_start is not None:
+                on_start()
             ids, logprobs = self._generate(prompt, max_new, request, seed)
-            return self._response(request, prompt, ids, logprobs, max_new)
+            return self._parse(request, prompt, ids, logprobs, max_new)
 
     def _generate(self, prompt: list[int], max_new: int, request: ChatRequest, seed: int | None) -> tuple[list[int], _Logprobs | None]:
         sampling = {**{k: v for k, v in self.defaults.items() if k != "max_new_tokens"}, **request.sampling}
@@ -242,22 +270,30 @@ class ChatEngine:
             recorder.take(ids[-1])
         return ids, recorder
 
-    def _response(
-        self, request: ChatRequest, prompt: list[int], ids: list[int], logprobs: _Logprobs | None, max_new: int
-    ) -> dict[str, Any]:
-        text_ids = ids[:-1] if ids and ids[-1] in self.eos else ids
+    def _parse(self, request: ChatRequest, prompt: list[int], ids: list[int], logprobs: _Logprobs | None, max_new: int) -> Generation:
+        ended = bool(ids) and ids[-1] in self.eos
+        text_ids = ids[:-1] if ended else ids
         text = self.tokenizer.decode(text_ids, skip_special_tokens=request.skip_special_tokens)
         finish, stop_reason = "stop", None
         hits = [(text.find(s), s) for s in request.stop if s in text]
         if hits:
             at, stop_reason = min(hits)
             text = text[:at]  # vLLM leaves the stop string out of the output
-        elif not (ids and ids[-1] in self.eos) and len(ids) >= max_new:
+        elif not ended and len(ids) >= max_new:
             finish = "length"
         thinking = request.template_kwargs.get("enable_thinking", True) is not False
         parsed = parse_completion(text, request.tools, thinking=thinking, parse_tools=request.parse_tools)
-        if parsed.tool_calls:
-            finish = "tool_calls"  # vLLM reports tool calls over the engine's own reason
+        return Generation(prompt, ids, logprobs, text, parsed, finish, stop_reason, self._reasoning_tokens(ids, parsed, thinking))
+
+    def _reasoning_tokens(self, ids: list[int], parsed: ParsedCompletion, thinking: bool) -> int:
+        """How many generated tokens were reasoning: up to ``</think>``, or all of them when the
+        output was cut inside reasoning."""
+        if self.think_end is not None and self.think_end in ids:
+            return ids.index(self.think_end) + 1
+        return len(ids) if thinking and parsed.reasoning_content is not None and parsed.content is None and not parsed.tool_calls else 0
+
+    def _response(self, request: ChatRequest, generation: Generation) -> dict[str, Any]:
+        prompt, ids, logprobs, parsed = generation.prompt, generation.ids, generation.logprobs, generation.parsed
         choice: dict[str, Any] = {
             "index": 0,
             "message": {
@@ -268,8 +304,9 @@ class ChatEngine:
                 "tool_calls": parsed.tool_calls,
             },
             "logprobs": {"content": self._logprobs(ids, logprobs)} if logprobs is not None else None,
-            "finish_reason": finish,
-            "stop_reason": stop_reason,
+            # vLLM reports tool calls over the engine's own reason.
+            "finish_reason": "tool_calls" if parsed.tool_calls else generation.finish,
+            "stop_reason": generation.stop_reason,
         }
         response: dict[str, Any] = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",

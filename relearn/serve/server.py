@@ -1,4 +1,4 @@
-"""The HTTP side of ``relearn serve``: ``/v1/chat/completions``, ``/v1/models``, ``/health``."""
+"""The HTTP side of ``relearn serve``: ``/v1/chat/completions``, ``/v1/responses``, ``/v1/models``, ``/health``."""
 
 from __future__ import annotations
 
@@ -10,9 +10,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import zstandard
+
+from harness.codex_cli.responses_api import decoded_body
 from relearn.serve import DEFAULT_MAX_NEW_TOKENS
 from relearn.serve.chat_request import RequestError, parse_request
 from relearn.serve.engine import ChatEngine, check_model_folder, load_model, load_tokenizer_folder
+from relearn.serve.responses import (
+    ResponsesRequest,
+    failed_event,
+    finish_response,
+    new_response,
+    opening_events,
+    output_events,
+    parse_responses_request,
+)
+
+ROUTES = ("/v1/chat/completions", "/v1/responses")
 
 
 def _is_tokenizer(value: Any) -> bool:
@@ -51,28 +65,88 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length > 0 else b""
-        if path != "/v1/chat/completions":
-            self._send(
-                404,
-                RequestError(
-                    f"no route POST {path}; this server answers POST /v1/chat/completions", status=404, kind="NotFoundError"
-                ).body(),
-            )
+        if path not in ROUTES:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            routes = " and ".join(f"POST {r}" for r in ROUTES)
+            self._send(404, RequestError(f"no route POST {path}; this server answers {routes}", status=404, kind="NotFoundError").body())
             return
+        responses = path == "/v1/responses"
         try:
             try:
-                body = json.loads(raw or b"null")
-            except ValueError as e:
+                # The Codex CLI may send its body chunked or compressed; chat clients do neither.
+                body = json.loads(decoded_body(self) or b"null")
+            except (ValueError, OSError, zstandard.ZstdError) as e:
                 raise RequestError(f"the request body is not JSON: {e}") from None
-            request = parse_request(body, self.engine.model_name)
-            self._send(200, self.engine.complete(request))
+            if responses:
+                self._respond(parse_responses_request(body, self.engine.model_name))
+            else:
+                self._send(200, self.engine.complete(parse_request(body, self.engine.model_name)))
         except RequestError as e:
-            self._send(e.status, e.body())
+            self._send(e.status, e.responses_body() if responses else e.body())
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up on this request
         except Exception as e:  # a bug or an engine failure: say so, keep serving
             print(f"relearn serve: request failed: {e!r}", file=sys.stderr)
-            self._send(500, RequestError(f"internal error: {e}", status=500, kind="InternalServerError").body())
+            error = RequestError(f"internal error: {e}", status=500, kind="InternalServerError")
+            self._send(500, error.responses_body() if responses else error.body())
+
+    def _respond(self, request: ResponsesRequest) -> None:
+        engine = self.engine
+        response = new_response(request, engine.model_name)
+
+        def decode(ids: list[int]) -> str:
+            return engine.tokenizer.decode(ids, skip_special_tokens=False)
+
+        if not request.stream:
+            self._send(200, finish_response(request, response, engine.generate(request.chat), decode))
+            return
+        stream = _EventStream(self)
+        try:
+            # Headers and the first events go out once the prompt fits (an overflow is still a 400).
+            generation = engine.generate(request.chat, on_start=lambda: stream.send(opening_events(response)))
+            events = output_events(finish_response(request, response, generation, decode))
+        except (BrokenPipeError, ConnectionResetError):
+            raise
+        except Exception as e:
+            if not stream.started:
+                raise
+            # The status line is sent: the stream itself has to say that it failed.
+            print(f"relearn serve: request failed: {e!r}", file=sys.stderr)
+            events = [failed_event(response, RequestError(f"internal error: {e}", status=500))]
+        stream.send(events)
+        stream.close()
+
+
+class _EventStream:
+    """Server-sent events over a chunked HTTP/1.1 body (the connection stays open for the next
+    request); each event numbered in order."""
+
+    def __init__(self, handler: BaseHTTPRequestHandler) -> None:
+        self.handler = handler
+        self.sequence = 0
+        self.started = False
+
+    def send(self, events: list[dict[str, Any]]) -> None:
+        if not self.started:
+            self.handler.send_response(200)
+            self.handler.send_header("Content-Type", "text/event-stream")
+            self.handler.send_header("Cache-Control", "no-cache")
+            self.handler.send_header("Transfer-Encoding", "chunked")
+            self.handler.end_headers()
+            self.started = True
+        data = b""
+        for event in events:
+            event["sequence_number"] = self.sequence
+            self.sequence += 1
+            data += f"event: {event['type']}\ndata: {json.dumps(event, ensure_ascii=False)}\n\n".encode()
+        self._chunk(data)
+
+    def close(self) -> None:
+        self._chunk(b"")
+
+    def _chunk(self, data: bytes) -> None:
+        self.handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.handler.wfile.flush()
 
 
 class Server:

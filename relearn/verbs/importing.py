@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.import_run import CHAT_COLUMNS, ChatPreset, ImportFormat
+from harness.import_run import CHAT_COLUMNS, ChatPreset, HarborTrajectory, ImportFormat
 from relearn.options import option
 
 POOL_IS_THE_PIPELINES = "the pipeline's pool is the work folder's"
@@ -55,13 +55,41 @@ class ImportOptions:
         None, "chat: the column of the final patch (default: the preset's, else `patch`).", metavar="COLUMN", min_length=1
     )
 
+    # The harbor fields; None takes the importer's default (``harness.importers.harbor.HarborOptions``).
+    trajectory: HarborTrajectory | None = option(
+        None,
+        "harbor: which of a trial's trajectories to read: `auto` (the default) reads Codex's raw rollout (`agent/sessions/**/rollout-*.jsonl`, lossless) where the trial holds one, else Harbor's ATIF `agent/trajectory.json`; `rollout` and `atif` read only that one (a trial without it is counted as not imported).",
+        metavar=f"[{'|'.join(HarborTrajectory)}]",
+    )
+    min_reward: float | None = option(
+        None,
+        "harbor: the least reward (of `verifier_result.rewards`) that counts as resolved (default 1.0). Every reward key is kept beside the outcome; a reward Harbor holds invalid (the trial failed on the model API or the environment) never counts.",
+        metavar="REWARD",
+    )
+    reward_key: str | None = option(
+        None,
+        "harbor: the key of `verifier_result.rewards` that decides, where the verifier writes several (default `reward`; a single key decides whatever its name).",
+        metavar="KEY",
+        min_length=1,
+    )
+
     def chat_columns(self) -> dict[str, str | None]:
         return {name: getattr(self, name) for name in CHAT_COLUMNS}
 
+    def harbor_fields(self) -> dict[str, object]:
+        return {"trajectory": self.trajectory, "min_reward": self.min_reward, "reward_key": self.reward_key}
 
-def chat_only_fields(options: ImportOptions) -> list[str]:
-    """The chat fields set for another format (names as both the flags and the pipeline file
-    spell them, ``task_id`` as ``task-id`` on the command line)."""
-    if options.format == ImportFormat.chat:
-        return []
-    return [name for name, value in (("preset", options.preset), *options.chat_columns().items()) if value is not None]
+
+def misplaced_fields(options: ImportOptions) -> dict[str, list[str]]:
+    """Format -> its own fields set for another format (names as both the flags and the
+    pipeline file spell them, ``task_id`` as ``task-id`` on the command line)."""
+    misplaced: dict[str, list[str]] = {}
+    if options.format != ImportFormat.chat:
+        chat_set = [name for name, value in (("preset", options.preset), *options.chat_columns().items()) if value is not None]
+        if chat_set:
+            misplaced["chat"] = chat_set
+    if options.format != ImportFormat.harbor:
+        harbor_set = [name for name, value in options.harbor_fields().items() if value is not None]
+        if harbor_set:
+            misplaced["harbor"] = harbor_set
+    return misplaced

@@ -30,6 +30,10 @@ class VerifyOptions:
     log_dir: Path | None = option(
         None, "Keep each full test log here.", metavar="DIR", front="cli", why="the pipeline keeps them in its work folder's verify-logs/"
     )
+    again: bool = option(
+        False,
+        "Grade again what was graded before. In the pipeline: trajectories whose grade was imported from the tool that ran them (a Harbor trial's verifier, NeMo Gym's, a dataset's resolved column) are graded here where their task and a final patch exist; without it the imported grade is kept, and the summary says it was imported, not re-verified. With --patches: the predictions the verdicts file already holds are graded again, their new verdicts appended after the old (the last verdict of a pair is the one that counts).",
+    )
     containers: ContainerOptions = nested(ContainerOptions)
 
 
@@ -38,7 +42,8 @@ class PoolVerifyOptions:
     """The pipeline's verify stage: grade what ``pool`` has not graded and write the pool, in
     its order, to ``output`` (through ``output``.partial: resumed by trajectory id). Every
     verdict is appended to ``verdicts``. ``chunk``: trajectories held at once while their
-    patches are graded (0: 8 per slot, at least 64), so memory does not grow with the pool."""
+    patches are graded (0: 8 per slot, at least 64), so memory does not grow with the pool.
+    ``again``: imported grades are graded here where they can be (else kept)."""
 
     pool: Path
     output: Path
@@ -49,3 +54,4 @@ class PoolVerifyOptions:
     log_dir: Path | None = None
     containers: ContainerOptions = field(default_factory=ContainerOptions)
     chunk: int = 0
+    again: bool = False

@@ -27,7 +27,18 @@ def stages(ctx: Context) -> list[Stage]:
     # The top-level ``tasks`` stays in, at its default (the file may not write it), as it was
     # when the pool stages shared one identity: existing work folders keep their stamps.
     settings = {"tasks": ctx.config.tasks, **ctx.config.pool.model_dump(mode="json", by_alias=True)}
-    return [Stage("pool", "import single-turn rollouts", settings, [pool_path(ctx)], lambda: run(ctx), workspace=[pool_path(ctx).parent])]
+    sources = import_options(ctx, pool_path(ctx)).paths  # grown or edited: imported again
+    return [
+        Stage(
+            "pool",
+            "import single-turn rollouts",
+            settings,
+            [pool_path(ctx)],
+            lambda: run(ctx),
+            workspace=[pool_path(ctx).parent],
+            reads=sources,
+        )
+    ]
 
 
 def single_turn_table(ctx: Context) -> SingleTurnConfig:

@@ -1,6 +1,8 @@
 """verify: grade what the pool has not graded yet, through the same executor, images and limits
 as `relearn verify` (``relearn.ops.verify.verify_pool``). Imported trajectories carry a final
 patch but no verdict of ours; collected ones were graded right after their episode and are kept.
+A grade the source carried (a Harbor trial's reward) is kept and counted as not re-verified,
+unless ``[verify] again = true``, which grades it here where the task and a patch exist.
 The pool is streamed; an interrupted run resumes by trajectory id.
 
 Identity: ``tasks`` and the [verify] fields written away from their default, less transport.
