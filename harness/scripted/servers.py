@@ -93,7 +93,8 @@ def context_overflow(protocol: Protocol) -> ScriptedTurn:
 
 
 class ModelServer:
-    """A scripted model server on 127.0.0.1, on a free port, in a background thread."""
+    """A scripted model server on a free port of ``host`` (127.0.0.1; a container reaches one on
+    the Docker bridge's address), in a background thread."""
 
     def __init__(
         self,
@@ -101,12 +102,14 @@ class ModelServer:
         script: Sequence[ScriptedTurn] | Callable[[dict[str, Any]], ScriptedTurn],
         *,
         chat_reasoning_field: str = "reasoning_content",  # vLLM >= 0.11 and SGLang say "reasoning"
+        host: str = "127.0.0.1",
     ) -> None:
         if protocol not in PATHS:
             raise ValueError(f"protocol must be one of {sorted(PATHS)}, not {protocol!r}")
         self.protocol = protocol
         self.script = script if callable(script) else list(script)
         self.chat_reasoning_field = chat_reasoning_field
+        self.host = host
         self.requests: list[dict[str, Any]] = []  # every request body, in order
         self.headers: list[dict[str, str]] = []  # their headers, lower-cased names
         self._served = 0
@@ -125,7 +128,7 @@ class ModelServer:
         return root if self.protocol == "anthropic" else root + "/v1"
 
     def start(self) -> ModelServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = ThreadingHTTPServer((self.host, 0), _Handler)
         self._httpd.model_server = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()

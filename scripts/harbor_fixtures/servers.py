@@ -28,11 +28,9 @@ import argparse
 import json
 import signal
 import threading
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from harness.scripted import servers
 from harness.scripted.servers import ModelServer, ScriptedTurn
 from relearn.masks.tokenizers import load_tokenizer
 
@@ -195,21 +193,6 @@ def codex_policy(body: dict[str, Any]) -> ScriptedTurn:
     return CODEX_SCRIPT[min(done, len(CODEX_SCRIPT) - 1)]
 
 
-class BoundModelServer(ModelServer):
-    """A ModelServer on a chosen address: the container reaches the host over the bridge."""
-
-    def __init__(self, *args: Any, host: str, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.host = host
-
-    def start(self) -> BoundModelServer:
-        self._httpd = ThreadingHTTPServer((self.host, 0), servers._Handler)
-        self._httpd.model_server = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
-        return self
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--urls", type=Path, required=True, help="Where to write the servers' base URLs (JSON).")
@@ -219,7 +202,7 @@ def main() -> None:
 
     tok = load_tokenizer(TOKENIZER)
     started: dict[str, ModelServer] = {name: ModelServer("chat", TerminusPolicy(name, tok)).start() for name in SCRIPTS}
-    started["codex"] = BoundModelServer("responses", codex_policy, host=args.responses_host).start()
+    started["codex"] = ModelServer("responses", codex_policy, host=args.responses_host).start()
     urls = {name: server.base_url for name, server in started.items()}
     tmp = args.urls.with_suffix(".tmp")
     tmp.write_text(json.dumps(urls, indent=1))
