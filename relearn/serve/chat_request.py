@@ -53,7 +53,7 @@ class ChatRequest:
     skip_special_tokens: bool
 
 
-def _number(body: dict[str, Any], key: str, *, low: float | None = None, high: float | None = None, integer: bool = False) -> Any:
+def request_number(body: dict[str, Any], key: str, *, low: float | None = None, high: float | None = None, integer: bool = False) -> Any:
     value = body.get(key)
     if value is None:
         return None
@@ -66,7 +66,7 @@ def _number(body: dict[str, Any], key: str, *, low: float | None = None, high: f
     return value
 
 
-def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+def request_flag(body: dict[str, Any], key: str, default: bool) -> bool:
     value = body.get(key)
     if value is None:
         return default
@@ -120,7 +120,7 @@ def parse_request(body: Any, model_name: str) -> ChatRequest:
         raise RequestError(f"The model `{body['model']}` does not exist.", param="model", status=404, kind="NotFoundError")
     if body.get("stream"):
         raise RequestError("stream=true is not supported by this server: send stream=false (or leave it out)", param="stream")
-    if _number(body, "n", low=1, integer=True) not in (None, 1):
+    if request_number(body, "n", low=1, integer=True) not in (None, 1):
         raise RequestError("n > 1 is not supported by this server (one completion per request)", param="n")
     tools = body.get("tools")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools)):
@@ -130,11 +130,13 @@ def parse_request(body: Any, model_name: str) -> ChatRequest:
     stops = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stops, list) or not all(isinstance(s, str) and s for s in stops):
         raise RequestError("stop must be a non-empty string or a list of them", param="stop")
-    top_logprobs = _number(body, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS, integer=True)
-    logprobs = _flag(body, "logprobs", False)
+    top_logprobs = request_number(body, "top_logprobs", low=0, high=MAX_TOP_LOGPROBS, integer=True)
+    logprobs = request_flag(body, "logprobs", False)
     if top_logprobs and not logprobs:
         raise RequestError("top_logprobs needs logprobs=true", param="top_logprobs")
-    max_tokens = _number(body, "max_completion_tokens", low=1, integer=True) or _number(body, "max_tokens", low=1, integer=True)
+    max_tokens = request_number(body, "max_completion_tokens", low=1, integer=True) or request_number(
+        body, "max_tokens", low=1, integer=True
+    )
     return ChatRequest(
         messages=_template_messages(body.get("messages")),
         tools=tools or None,
@@ -142,12 +144,12 @@ def parse_request(body: Any, model_name: str) -> ChatRequest:
         template_kwargs=template_kwargs_of(body),
         max_tokens=max_tokens,
         sampling=sampling_of(body),
-        seed=_number(body, "seed", integer=True),
+        seed=request_number(body, "seed", integer=True),
         stop=stops,
         logprobs=logprobs,
         top_logprobs=top_logprobs or 0,
-        return_token_ids=_flag(body, "return_token_ids", False),
-        skip_special_tokens=_flag(body, "skip_special_tokens", True),
+        return_token_ids=request_flag(body, "return_token_ids", False),
+        skip_special_tokens=request_flag(body, "skip_special_tokens", True),
     )
 
 
@@ -170,14 +172,14 @@ def sampling_of(body: dict[str, Any]) -> dict[str, Any]:
     """The sampling fields given (OpenAI's and vLLM's extensions), checked; the penalties this
     server lacks refused."""
     for key in ("frequency_penalty", "presence_penalty"):
-        if _number(body, key) not in (None, 0):
+        if request_number(body, key) not in (None, 0):
             raise RequestError(f"{key} is not supported by this server (use repetition_penalty)", param=key)
     sampling = {
-        "temperature": _number(body, "temperature", low=0, high=2),
-        "top_p": _number(body, "top_p", low=0, high=1),
-        "top_k": _number(body, "top_k", low=-1, integer=True),
-        "min_p": _number(body, "min_p", low=0, high=1),
-        "repetition_penalty": _number(body, "repetition_penalty", low=0),
+        "temperature": request_number(body, "temperature", low=0, high=2),
+        "top_p": request_number(body, "top_p", low=0, high=1),
+        "top_k": request_number(body, "top_k", low=-1, integer=True),
+        "min_p": request_number(body, "min_p", low=0, high=1),
+        "repetition_penalty": request_number(body, "repetition_penalty", low=0),
     }
     for key in ("top_p", "repetition_penalty"):
         if sampling[key] == 0:

@@ -44,8 +44,8 @@ from records.trajectory import FunctionCall, Message, ToolCall
 from relearn.serve.chat_request import (
     ChatRequest,
     RequestError,
-    _flag,
-    _number,
+    request_flag,
+    request_number,
     sampling_of,
     template_kwargs_of,
     tool_choice,
@@ -82,9 +82,9 @@ def parse_responses_request(body: Any, model_name: str) -> ResponsesRequest:
     ):
         if body.get(key) is not None:
             raise RequestError(f"{key} is not supported: {why}", param=key)
-    if _flag(body, "background", False):
+    if request_flag(body, "background", False):
         raise RequestError("background=true is not supported: this server answers while the request waits", param="background")
-    if _number(body, "top_logprobs", low=0, integer=True):
+    if request_number(body, "top_logprobs", low=0, integer=True):
         raise RequestError("top_logprobs is not supported on /v1/responses here (the chat route returns logprobs)", param="top_logprobs")
     text = body.get("text")
     if text is not None:
@@ -107,9 +107,9 @@ def parse_responses_request(body: Any, model_name: str) -> ResponsesRequest:
         tools=tools,
         parse_tools=bool(tools) and choice != "none",
         template_kwargs=template_kwargs_of(body),
-        max_tokens=_number(body, "max_output_tokens", low=1, integer=True),
+        max_tokens=request_number(body, "max_output_tokens", low=1, integer=True),
         sampling=sampling_of(body),
-        seed=_number(body, "seed", integer=True),
+        seed=request_number(body, "seed", integer=True),
         stop=[],
         logprobs=False,
         top_logprobs=0,
@@ -123,10 +123,10 @@ def parse_responses_request(body: Any, model_name: str) -> ResponsesRequest:
     echo["metadata"] = body.get("metadata") or {}
     return ResponsesRequest(
         chat=chat,
-        stream=_flag(body, "stream", False),
+        stream=request_flag(body, "stream", False),
         custom_tools=custom,
         echo=echo,
-        token_messages=_flag(body, "enable_response_messages", False),
+        token_messages=request_flag(body, "enable_response_messages", False),
     )
 
 
