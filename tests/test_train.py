@@ -440,3 +440,20 @@ def test_cli_lists_refused_samples_and_trains_the_rest(tmp_path: Path) -> None:
     assert "already finished" in again.text
     changed = _invoke(str(data), *run, "--epochs", "2")
     assert changed.exit_code == 2 and "different settings (epochs)" in changed.text
+
+
+def test_a_dataset_of_another_tokenizers_ids_is_refused_before_the_model_is_built(tmp_path: Path) -> None:
+    from relearn.masks.shards import vocabulary_fingerprint
+    from relearn.masks.tokenizers import load_tokenizer
+
+    data = write_dataset(tmp_path / "data", random_rows(2, seed=12))
+    stats = {"tokenizer": "qwen3", "vocabulary_fingerprint": vocabulary_fingerprint(load_tokenizer("qwen3"))}
+    (data / "stats.json").write_text(json.dumps(stats))
+    run = ["--out", str(tmp_path / "run"), "--tiny", "qwen3", "--ctx", "64", "--no-progress", "--epochs", "1"]
+    refused = _invoke(str(data), *run, "--tokenizer", "qwen3.6")
+    assert refused.exit_code == 2, refused.output
+    assert f"{data}: its token ids are the tokenizer 'qwen3''s" in refused.text and "give --tokenizer the one" in refused.text
+    assert not (tmp_path / "run").exists()
+    # The same ids with their own tokenizer train (another chat template would not matter).
+    trained = _invoke(str(data), *run, "--tokenizer", "qwen3")
+    assert trained.exit_code == 0, trained.output

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -15,6 +16,9 @@ from relearn.pipeline.runner import StageResult, counts_text
 from relearn.verbs.containers import RAY_HELP
 
 EXIT_FAILED = 3  # a stage failed: later stages did not run (rerun to resume)
+if TYPE_CHECKING:
+    from relearn.pipeline.context import Context
+
 RayArg = Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help=RAY_HELP)]
 
 
@@ -53,9 +57,39 @@ def run_command(
     for note in ctx.notes:
         err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
     code = _summary(results, f"relearn run {pipeline}")
+    if dry_run and config.train is not None:
+        _train_plan(ctx)
     if code == EXIT_OK and not dry_run:
-        out.print(f"report: {config.workdir / 'report' / 'report.md'}")
+        out.print(f"report: {config.workdir / 'report' / 'report.md'}", soft_wrap=True, highlight=False)  # a path copied whole
     raise typer.Exit(EXIT_PARTIAL if code == EXIT_OK and ctx.notes else code)
+
+
+def _train_plan(ctx: Context) -> None:
+    """``--dry-run``: the memory the train stage will need (``relearn train --plan``), in one
+    process on this machine's device, as the pipeline trains."""
+    import torch
+
+    from relearn.pipeline.context import upstream_dir
+    from relearn.train.options import UsageError
+    from relearn.train.plan import describe, plan_options, table_rows, verdict_lines
+
+    train = ctx.config.train
+    assert train is not None
+    opts = train.options(Path("."), Path("."), str(upstream_dir(ctx)), ctx.config.masks.tokenizer)
+    if train.tiny:
+        opts = replace(opts, init=None, tiny=train.tiny)
+    elif not (upstream_dir(ctx) / "config.json").exists():
+        err.print(f"train plan: {upstream_dir(ctx)} has no config.json yet; no plan", highlight=False)
+        return
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        plan, _ = plan_options(opts, device=device, alternatives=False)
+    except UsageError as exc:
+        err.print(f"train plan: {exc}", highlight=False, markup=False)
+        return
+    out.print(grid(f"train plan (one process, {device}): {describe(plan)}", ("part", "size", "what"), table_rows(plan)), highlight=False)
+    for line in verdict_lines(plan, {}):
+        out.print(line, highlight=False, markup=False)
 
 
 def demo_command(
@@ -82,7 +116,7 @@ def demo_command(
     code = _summary(results, f"relearn demo -> {out_dir}")
     if code != EXIT_OK:
         raise typer.Exit(code)
-    out.print("\n".join(artifacts(config.workdir)), highlight=False)
+    out.print("\n".join(artifacts(config.workdir)), highlight=False, soft_wrap=True)  # paths and commands copied whole
     raise typer.Exit(EXIT_OK)
 
 

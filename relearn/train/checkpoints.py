@@ -138,21 +138,105 @@ def load_checkpoint(engine: PlainEngine | DeepSpeedEngine, out: Path, tag: str, 
     return state
 
 
-def save_final(engine: PlainEngine | DeepSpeedEngine, model: RossLM, out: Path, dist: Dist, tokenizer: Any) -> Path:
-    """Hugging Face folder (``save_pretrained``) that transformers and vLLM load, plus the tokenizer."""
+# Files of an --init folder that save_pretrained writes itself, or that hold weights.
+_WRITTEN = {"config.json", "generation_config.json"}
+_WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json", ".msgpack", ".h5")
+# Tokenizer files: carried over from --init only when the tokenizer saved is --init's own.
+_TOKENIZER = ("tokenizer", "vocab", "merges", "special_tokens_map", "added_tokens", "chat_template")
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
+}  # fmt: skip
+
+
+def source_dtypes(folder: Path) -> dict[str, torch.dtype]:
+    """Each tensor's dtype in a folder's safetensors files, from their headers (no weight is read)."""
+    dtypes: dict[str, torch.dtype] = {}
+    for path in sorted(folder.glob("*.safetensors")):
+        with open(path, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size))
+        for name, spec in header.items():
+            if name != "__metadata__" and spec.get("dtype") in _SAFETENSORS_DTYPES:
+                dtypes[name] = _SAFETENSORS_DTYPES[spec["dtype"]]
+    return dtypes
+
+
+def carry_over(init: Path, saved: Path, with_tokenizer: bool) -> list[str]:
+    """Copy what a served model needs besides weights and config from the --init folder
+    (processor and image/video preprocessor configs, tokenizer files, chat template, licence)
+    unless the save already wrote a file of that name. Returns the names copied."""
+    copied = []
+    for path in sorted(init.iterdir()):
+        name = path.name
+        if not path.is_file() or name.startswith(".") or name in _WRITTEN or name.endswith(_WEIGHTS) or (saved / name).exists():
+            continue
+        if not with_tokenizer and name.startswith(_TOKENIZER):
+            continue
+        shutil.copy2(path, saved / name)
+        copied.append(name)
+    return copied
+
+
+def _as_loaded(model: RossLM, full: dict[str, torch.Tensor] | None, init: Path | None) -> dict[str, torch.Tensor] | None:
+    """The state dict to save: the frozen weights (a vision tower) in the dtype the --init
+    checkpoint stored them in, so that they are saved byte for byte as they were (a bf16
+    checkpoint trained in fp32 would otherwise come back with an fp32 vision tower)."""
+    frozen = [name for name, p in model.lm.named_parameters() if not p.requires_grad]
+    if not frozen or init is None:
+        return full
+    dtypes = source_dtypes(init)
+    state = full if full is not None else model.lm.state_dict()
+    changes = {n: state[n].to(dtypes[n]) for n in frozen if n in state and n in dtypes and state[n].dtype != dtypes[n]}
+    if not changes:
+        return full
+    return {**state, **changes}
+
+
+def save_final(
+    engine: PlainEngine | DeepSpeedEngine,
+    model: RossLM,
+    out: Path,
+    dist: Dist,
+    tokenizer: Any,
+    init: str | None = None,
+    own_tokenizer: bool = True,
+) -> Path:
+    """Hugging Face folder (``save_pretrained``) that transformers and vLLM load, plus the tokenizer.
+
+    Saved as the model it started from: a multimodal ``--init`` (``Qwen3_5MoeForConditionalGeneration``)
+    is saved whole, its untrained weights as loaded, and the files of ``init`` that are not
+    weights (processor configs; the tokenizer's when ``own_tokenizer``, i.e. no ``--tokenizer``
+    replaced it) are carried over."""
     full = engine.full_state_dict()  # collective under ZeRO-3
     final = out / MODEL_DIR
     if dist.main:
         tmp = out / f".{MODEL_DIR}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         model.lm.config.use_cache = True  # restore the inference default in the saved config
-        if full is not None:
-            model.lm.save_pretrained(tmp, state_dict=full)
-        else:
-            model.lm.save_pretrained(tmp)
+        state = _as_loaded(model, full, Path(init) if init else None)
+        # transformers reverts on save the key conversions it recorded at load; loaded under
+        # ZeRO-3 (zero.Init) it records legacy renamings and a PrefixChange as well, and the
+        # saved names came out doubled (model.language_model.model.language_model.layers...,
+        # which nothing loads). Without the record it reverts its default mapping, which gives
+        # the class's own checkpoint names.
+        conversions = getattr(model.lm, "_weight_conversions", None)
+        model.lm._weight_conversions = None
+        try:
+            if state is not None:
+                model.lm.save_pretrained(tmp, state_dict=state)
+            else:
+                model.lm.save_pretrained(tmp)
+        finally:
+            model.lm._weight_conversions = conversions
         model.lm.config.use_cache = False
+        if init is not None and own_tokenizer:
+            # --init's own tokenizer files are copied as they are (below), not re-serialised.
+            tokenizer = None
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
+        if init is not None:
+            carry_over(Path(init), tmp, with_tokenizer=own_tokenizer)
         old = out / f".{MODEL_DIR}.old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():

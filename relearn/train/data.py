@@ -22,14 +22,17 @@ Token ids stay as zero-copy numpy views into the Arrow buffers.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from relearn.masks.rows import RowProblem, ShardError, ShardRow, iter_located_rows, shard_files
+from relearn.masks.shards import vocabulary_fingerprint
 
 Row = tuple[int, ...]  # indices of the samples in one sequence (several when packed)
 
@@ -46,6 +49,26 @@ class LoadReport:
     too_long: int = 0
     unsupervised: int = 0  # samples with no supervised target: they carry no loss, so they are left out
     trajectories: int = 0  # distinct trajectory ids among the samples loaded (the normalisation units)
+
+
+def tokenizer_mismatch(dataset: Path, tokenizer: Any) -> str | None:
+    """Why the dataset's token ids are not ``tokenizer``'s: trained anyway, the weights would
+    learn one vocabulary and be saved beside another. None when they agree, or when either side
+    cannot tell (no tokenizer to save; a dataset from before masks recorded it)."""
+    stats_path = dataset / "stats.json"
+    if tokenizer is None or not stats_path.is_file():
+        return None
+    try:
+        stats = json.loads(stats_path.read_text())
+    except (OSError, ValueError):
+        return None
+    expected = stats.get("vocabulary_fingerprint") if isinstance(stats, dict) else None
+    if not isinstance(expected, str) or vocabulary_fingerprint(tokenizer) == expected:
+        return None
+    return (
+        f"{dataset}: its token ids are the tokenizer {stats.get('tokenizer')!r}'s, and the tokenizer this run would save with "
+        "the model is another; give --tokenizer the one the dataset was compiled with, or compile the dataset with the model's"
+    )
 
 
 def load_samples(path: Path, *, ctx: int, vocab_size: int | None = None) -> tuple[list[ShardRow], LoadReport]:

@@ -93,6 +93,12 @@ def any_across(dist: Dist, flag: bool) -> bool:
     return bool(t.item())
 
 
+def trainable(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """The optimizer's parameters: frozen ones (a multimodal start's vision tower) get no state
+    and no weight decay, so they are saved bit for bit as loaded."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
 def lr_lambda(total_steps: int, warmup_steps: int):
     """Linear warmup from lr/warmup to lr, then cosine decay to 0 at the last step."""
 
@@ -117,7 +123,7 @@ class PlainEngine:
         self.device = device
         self.bf16 = opts.bf16
         self.clip = opts.clip
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
+        self.optimizer = torch.optim.AdamW(trainable(model), lr=opts.lr, weight_decay=opts.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(total_steps, warmup_steps(opts.warmup, total_steps)))
 
     def forward(self, **inputs: Any) -> torch.Tensor:
@@ -164,7 +170,7 @@ class DeepSpeedEngine:
             stage=opts.zero, rows_per_micro=opts.batch_trajectories, grad_accum=opts.grad_accum, world=dist.world,
             bf16=opts.bf16, offload=opts.offload, clip=opts.clip, pin_memory=dist.device.type == "cuda", sequence_parallel=dist.sp,
         )  # fmt: skip
-        optimizer = torch.optim.AdamW(model.parameters(), lr=opts.lr, weight_decay=opts.weight_decay)
+        optimizer = torch.optim.AdamW(trainable(model), lr=opts.lr, weight_decay=opts.weight_decay)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_lambda(total_steps, warmup_steps(opts.warmup, total_steps)))
         self.engine, self.optimizer, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config, mpu=mpu

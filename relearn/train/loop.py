@@ -64,12 +64,21 @@ from relearn.train.data import (
     load_samples,
     plan_rows,
     shard_sequence,
+    tokenizer_mismatch,
     trajectory_totals,
 )
 from relearn.train.deepspeed_config import deepspeed_config
 from relearn.train.engines import DeepSpeedEngine, Dist, PlainEngine, any_across, setup_distributed, shutdown, sum_across
+from relearn.train.kernels import KernelReport, detect, refusal
 from relearn.train.loss import step_denominator
-from relearn.train.model import RossLM, build_model, chunks_needed, enable_activation_checkpointing, parameter_count
+from relearn.train.model import (
+    RossLM,
+    build_model,
+    chunks_needed,
+    enable_activation_checkpointing,
+    has_linear_attention,
+    parameter_count,
+)
 from relearn.train.options import TrainOptions, UsageError, check_options, model_config
 
 
@@ -114,14 +123,30 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
     """Run (or resume) a training run into ``opts.out``. Raises ``UsageError`` for bad input."""
     console = console or Console(stderr=True)
     config = _checked_config(opts)
+    # Before any process group or model: a run that asked for the fast kernels and would get
+    # the reference path stops here, on every rank alike.
+    kernels = detect(
+        linear_attention=has_linear_attention(config),
+        attn=opts.attn,
+        device="cuda" if torch.cuda.is_available() else "cpu",
+        mode=opts.kernels,
+    )
+    why = refusal(kernels)
+    if why is not None:
+        raise UsageError(why)
     dist = setup_distributed(opts)
-    summary = _train(opts, config, dist, console)
+    # Before the model is built: weights trained on one vocabulary's ids are never saved with another.
+    tokenizer = _load_tokenizer(opts)
+    mismatch = tokenizer_mismatch(opts.dataset, tokenizer)
+    if mismatch is not None:
+        raise UsageError(mismatch)
+    summary = _train(opts, config, dist, console, kernels, tokenizer)
     # Not on an error: a barrier there would wait for ranks that went on without it.
     shutdown(dist)
     return summary
 
 
-def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console) -> Summary:
+def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console, kernels: KernelReport, tokenizer: Any) -> Summary:
     say = console.print if dist.main else (lambda *a, **k: None)
     samples, report = _load_data(opts, config, say)
     whole_counts = trajectory_totals(samples)  # per sample: its trajectory's supervised count
@@ -139,7 +164,7 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console) -> Sum
     total_steps = sum(steps_per_epoch)
     model, engine = _build(opts, dist, total_steps)
     parameters = parameter_count(model)
-    tokenizer = _load_tokenizer(opts) if dist.main else None
+    tokenizer = tokenizer if dist.main else None
 
     state = TrainerState(order=epoch_order(len(samples), opts.seed, 0))
     if tag is not None:
@@ -148,9 +173,11 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console) -> Sum
             f"resumed from {opts.out / CHECKPOINTS / tag} (step {state.global_step}, epoch {state.epoch + 1}, step {state.step_in_epoch} in epoch)"
         )
     resumed_from = state.global_step if tag is not None else None
+    described = _described(model, kernels)
     if dist.main:
         truncate_metrics(opts.out / METRICS, state.global_step)
-        write_text_atomic(opts.out / RUN_FILE, json.dumps({"identity": identity, "finished": False, "total_steps": total_steps}, indent=1))
+        run = {"identity": identity, "finished": False, "total_steps": total_steps, **described}
+        write_text_atomic(opts.out / RUN_FILE, json.dumps(run, indent=1))
         engine_name = f"ZeRO-{opts.zero}" if dist.deepspeed else "plain PyTorch"
         say(
             f"training {opts.tiny or opts.init} ({parameters / 1e6:.1f}M parameters) on {len(samples)} samples "
@@ -158,6 +185,10 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console) -> Sum
             f"{opts.epochs} epochs x {steps_per_epoch[0]} steps, world {dist.world}, "
             f"{engine_name}{f', sequence parallel {dist.sp}' if dist.sp > 1 else ''}, loss-norm {opts.loss_norm}"
         )
+        say(f"{model.aux.describe() if model.aux else _no_aux(model)}; {kernels.describe()}")
+        if described["frozen"]["parameters"]:
+            frozen = described["frozen"]
+            say(f"{frozen['class']}: training the language model; {frozen['parameters']:,} other weights frozen and saved as loaded")
 
     stop_at = min(total_steps, opts.max_steps) if opts.max_steps is not None else total_steps
     totals = _Totals()
@@ -195,9 +226,13 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console) -> Sum
     if stopped_by is not None:
         say(f"stopped by signal {signal.Signals(stopped_by).name} after step {state.global_step}; checkpoint written, rerun to continue")
     # On a signal there may be little time left (a preemption's grace period): the checkpoint is enough.
-    model_dir = save_final(engine, model, opts.out, dist, tokenizer) if stopped_by is None else None
+    model_dir = (
+        save_final(engine, model, opts.out, dist, tokenizer, init=opts.init, own_tokenizer=opts.tokenizer is None)
+        if stopped_by is None
+        else None
+    )
     if dist.main:
-        run = {"identity": identity, "finished": finished, "total_steps": total_steps, "global_step": state.global_step}
+        run = {"identity": identity, "finished": finished, "total_steps": total_steps, "global_step": state.global_step, **described}
         write_text_atomic(opts.out / RUN_FILE, json.dumps(run, indent=1))
     losses = totals.losses
     return Summary(
@@ -229,28 +264,42 @@ def _train_step(
     min_chunks = chunks if (dist.deepspeed and opts.zero == 3 and dist.world > 1) else 0
     started = time.perf_counter()
     lr = engine.lr()  # the rate this step uses (the scheduler moves on in finish_step)
-    local = 0.0
+    ross: RossLM = engine.model
+    # The router aux loss is a statistic of a micro-batch's tokens, not a sum over them, so it
+    # cannot be split like the NLL: each micro-batch's aux is averaged over the step's
+    # micro-batches (all ranks), like transformers' per-batch loss under accumulation and DDP.
+    micro_batches = layout.grad_accum * dist.dp_world
+    aux_weight = ross.aux.coef / micro_batches if ross.aux else None
+    local, local_nll, local_aux = 0.0, 0.0, 0.0
     for micro in layout.micro_rows(rows, step, dist.dp_rank):
         batch = collate(samples, micro, totals=totals)
         if dist.sp > 1:
             batch = shard_sequence(batch, dist.sp, dist.sp_rank)
         batch = batch.to(dist.device)
-        loss = engine.forward(**_inputs(batch, denominator, min_chunks))
+        loss = engine.forward(**_inputs(batch, denominator, min_chunks), aux_weight=aux_weight)
         engine.backward(loss)
         local += float(loss.detach())
+        local_nll += ross.last_nll
+        local_aux += (ross.last_aux or 0.0) / micro_batches
     grad_norm = engine.finish_step()
     step_loss = sum_across(dist, local)
+    step_nll = sum_across(dist, local_nll)
+    step_aux = sum_across(dist, local_aux) if ross.aux else None
     seconds = time.perf_counter() - started
     state.global_step += 1
     state.step_in_epoch += 1
     state.tokens += step_tokens
     state.supervised += step_supervised
     state.train_seconds += seconds
-    return {
-        "step": state.global_step, "epoch": state.epoch + 1, "loss": step_loss, "supervised_tokens": step_supervised,
+    record = {
+        "step": state.global_step, "epoch": state.epoch + 1, "loss": step_loss, "nll": step_nll, "supervised_tokens": step_supervised,
         "trajectories": trajectories, "tokens": step_tokens, "tokens_per_s": step_tokens / seconds, "supervised_tokens_per_s": step_supervised / seconds,
         "lr": lr, "grad_norm": grad_norm, "seconds": seconds,
     }  # fmt: skip
+    if step_aux is not None:
+        # loss = nll + coef x aux_loss: the masked NLL and the routers' load-balancing loss side by side.
+        record["aux_loss"] = step_aux
+    return record
 
 
 def _step_plan(
@@ -372,9 +421,34 @@ def _build(opts: TrainOptions, dist: Dist, total_steps: int) -> tuple[RossLM, Pl
             micro_batch_size=opts.batch_trajectories, seq_length_is_variable=True,
         )  # fmt: skip
     model = RossLM(lm, norm=opts.loss_norm, chunk=opts.chunk)  # type: ignore[arg-type]
+    if mpu is not None:
+        model.sp, model.sp_group = dist.sp, mpu.get_sequence_parallel_group()
     model.train()
     engine = DeepSpeedEngine(model, opts, total_steps, dist, mpu) if dist.deepspeed else PlainEngine(model, opts, total_steps, dist.device)
     return model, engine
+
+
+def _no_aux(model: RossLM) -> str:
+    from relearn.train.model import router_modules
+
+    if router_modules(model.lm):
+        return "router aux loss off (the config's output_router_logits is false)"
+    return "no router aux loss (no MoE routers)"
+
+
+def _described(model: RossLM, kernels: KernelReport) -> dict[str, Any]:
+    """What run.json says about how the run trains: the router aux loss, the kernels, what is frozen."""
+    from relearn.train.model import language_model_parameters
+
+    aux = model.aux
+    trained = language_model_parameters(model.lm)
+    frozen = [n for n, _ in model.lm.named_parameters() if n not in trained]
+    sizes = dict((n, getattr(p, "ds_numel", p.numel())) for n, p in model.lm.named_parameters())
+    return {
+        "router_aux_loss": None if aux is None else {"coef": aux.coef, "top_k": aux.top_k, "moe_layers": aux.routers},
+        "kernels": kernels.to_json(),
+        "frozen": {"class": type(model.lm).__name__, "tensors": len(frozen), "parameters": sum(sizes[n] for n in frozen)},
+    }
 
 
 def _progress(console: Console, show: bool) -> Progress:

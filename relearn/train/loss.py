@@ -165,3 +165,80 @@ def step_denominator(supervised_counts: list[int], norm: LossNorm, trajectory_co
         return float(sum(supervised_counts))
     whole = supervised_counts if trajectory_counts is None else trajectory_counts
     return sum(n / w for n, w in zip(supervised_counts, whole, strict=True) if n > 0)
+
+
+class RouterBalance:
+    """The routers' load-balancing loss of one micro-batch, accumulated layer by layer.
+
+    The loss is transformers' ``load_balancing_loss_func`` (Switch Transformer eq. 4-6, as
+    Qwen3-MoE, Qwen3-Next and Qwen3.5/3.6-MoE compute it when ``output_router_logits`` is on):
+
+        aux = E * Σ_e f_e * P_e,   f_e = Σ_{l,t} [e ∈ topk(p_{l,t})] / R,   P_e = Σ_{l,t} p_{l,t,e} / R
+
+    over every MoE layer ``l`` and every real token ``t`` of the micro-batch (``R`` = layers x
+    tokens; ``p`` = the router's softmax). Padding is left out, as transformers leaves out what
+    its ``attention_mask`` zeroes; every other token counts whether it is a supervised target or
+    not, because the router routes context tokens too. ``f`` carries no gradient (top-k counts).
+
+    Why not collect the routers' logits and compute it after the forward, as transformers does:
+    at 65,536 tokens x 256 experts x 40 layers those logits and their softmax hold ~4 GB until
+    the backward pass. Here each router call reduces its logits to three small sums inside the
+    decoder layer, so under activation checkpointing the softmax is recomputed with the layer,
+    and the loss costs ``O(layers x experts)`` memory whatever the length.
+    """
+
+    def __init__(self, top_k: int) -> None:
+        self.top_k = top_k
+        self.recording = False
+        self.mask: torch.Tensor | None = None  # [B*S] float, 1 = a real token
+        self.counts: torch.Tensor | None = None  # [E] top-k assignments (no gradient)
+        self.probs: torch.Tensor | None = None  # [E] summed router probabilities (with gradient)
+        self.rows: torch.Tensor | None = None  # scalar: layers x real tokens
+
+    def start(self, token_mask: torch.Tensor) -> None:
+        self.mask = token_mask.reshape(-1).float()
+        self.counts = self.probs = self.rows = None
+        self.recording = True
+
+    def stop(self) -> None:
+        self.recording = False
+
+    def add(self, logits: torch.Tensor) -> None:
+        """One router call: ``logits`` ``[tokens, experts]`` (the router's first output)."""
+        if self.mask is None:
+            return
+        # The same work runs when a checkpointed layer is recomputed in the backward pass (its
+        # saved tensors must line up with the first forward's); only the first forward records.
+        mask = self.mask.to(logits.device)
+        probs = torch.softmax(logits.float(), dim=-1)
+        chosen = torch.topk(probs.detach(), self.top_k, dim=-1).indices
+        counts = torch.zeros(probs.shape[-1], dtype=torch.float32, device=probs.device)
+        counts.scatter_add_(0, chosen.reshape(-1), mask.repeat_interleave(self.top_k))
+        prob_sum = (probs * mask[:, None]).sum(0)
+        if not self.recording:
+            return
+        rows = mask.sum()
+        self.counts = counts if self.counts is None else self.counts + counts
+        self.probs = prob_sum if self.probs is None else self.probs + prob_sum
+        self.rows = rows if self.rows is None else self.rows + rows
+
+    def loss(self, group: object | None = None) -> torch.Tensor | None:
+        """The micro-batch's aux loss (``None`` if no router ran).
+
+        ``group``: a sequence-parallel process group whose ranks hold shards of the same rows:
+        the sums are then the group's (all-reduced), so every rank gets the whole rows' value,
+        while the gradient flows through this rank's own probabilities only (the caller weighs
+        the value by 1/sp so that the group's losses add up to one aux)."""
+        if self.counts is None or self.probs is None or self.rows is None:
+            return None
+        counts, probs, rows = self.counts, self.probs, self.rows
+        if group is not None:
+            import torch.distributed as tdist
+
+            whole = torch.cat([counts, probs.detach(), rows.reshape(1)])
+            tdist.all_reduce(whole, group=group)  # type: ignore[arg-type]
+            e = counts.shape[0]
+            counts, rows = whole[:e], whole[-1]
+            probs = probs + (whole[e : 2 * e] - probs.detach())
+        rows = rows.clamp(min=1.0)
+        return (counts / rows * (probs / rows)).sum() * counts.shape[0]

@@ -9,12 +9,13 @@ ZeRO-3's parameter hooks) see one call per micro-batch, exactly as with ``model(
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from relearn.train.loss import LossNorm, masked_loss
+from relearn.train.loss import LossNorm, RouterBalance, masked_loss
 
 QWEN_VOCAB = 248_320  # Qwen3.5/3.6 padded vocabulary: what makes full logits at 64k cost 65 GB
 TINY_MODELS: tuple[str, ...] = ("qwen3", "qwen3-moe", "qwen3.5-moe")
@@ -99,10 +100,46 @@ def build_model(
             tiny_config(tiny, max_positions=max_positions), attn_implementation=attn_implementation, dtype=dtype
         )
     else:
-        model = AutoModelForCausalLM.from_pretrained(init, attn_implementation=attn_implementation, dtype=dtype)
+        model = model_class(init).from_pretrained(init, attn_implementation=attn_implementation, dtype=dtype)
     check_supported(model)
+    freeze_all_but_language_model(model)
     model.config.use_cache = False  # no KV cache in training; it would also disable packed-sequence masks
     return model
+
+
+def model_class(init: str) -> Any:
+    """The class to load ``init`` with: its own architecture when that is a multimodal model
+    around a causal LM (``Qwen3_5MoeForConditionalGeneration``, the released Qwen3.5/3.6 shape),
+    so that the vision tower is kept and saved again; ``AutoModelForCausalLM`` otherwise (which
+    would load only the text tower of such a checkpoint and save a different model)."""
+    import transformers
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(init)
+    arch = (getattr(config, "architectures", None) or [""])[0]
+    if arch.endswith("ForConditionalGeneration") and getattr(config, "text_config", None) is not None:
+        cls = getattr(transformers, arch, None)
+        if cls is not None:
+            return cls
+    return AutoModelForCausalLM
+
+
+def language_model_parameters(model: nn.Module) -> set[str]:
+    """Names of the parameters that masked SFT trains: the decoder body and the LM head."""
+    body, head = model.get_decoder(), model.get_output_embeddings()
+    keep = {id(p) for p in body.parameters()} | {id(p) for p in head.parameters()}
+    return {name for name, p in model.named_parameters() if id(p) in keep}
+
+
+def freeze_all_but_language_model(model: nn.Module) -> list[str]:
+    """Freeze what the text loss never reaches (a vision tower): it gets no gradient and no
+    optimizer state, and is saved exactly as loaded. Returns the frozen parameters' names."""
+    trained = language_model_parameters(model)
+    frozen = [name for name, p in model.named_parameters() if name not in trained]
+    for name, p in model.named_parameters():
+        if name not in trained:
+            p.requires_grad_(False)
+    return frozen
 
 
 def enable_activation_checkpointing(model: nn.Module, offload: bool = False) -> None:
@@ -158,14 +195,74 @@ def attention_inputs(
     return {"attention_mask": additive, "position_ids": position_ids}
 
 
+@dataclass(frozen=True)
+class RouterAux:
+    """The routers' load-balancing loss as the model's config asks for it."""
+
+    coef: float  # router_aux_loss_coef
+    top_k: int  # num_experts_per_tok
+    routers: int  # router modules found (the MoE layers)
+
+    def describe(self) -> str:
+        return f"router aux loss on: coef {self.coef:g} x load-balancing loss (top-{self.top_k}, {self.routers} MoE layers)"
+
+
+def router_modules(lm: nn.Module) -> list[tuple[nn.Module, int]]:
+    """Every router of ``lm`` with the index of its logits in its output: the modules that
+    transformers itself records as ``router_logits`` (each model class's ``_can_record_outputs``),
+    so any MoE transformers can train with an aux loss is covered, not a list of class names."""
+    from transformers import PreTrainedModel
+
+    specs: list[tuple[type, int, str | None]] = []
+    for module in lm.modules():
+        if isinstance(module, PreTrainedModel):
+            spec = (getattr(module, "_can_record_outputs", None) or {}).get("router_logits")
+            if isinstance(spec, type):
+                specs.append((spec, 0, None))
+            elif spec is not None and getattr(spec, "target_class", None) is not None:
+                specs.append((spec.target_class, spec.index or 0, spec.layer_name))
+    found = []
+    for name, module in lm.named_modules():
+        for cls, index, layer_name in specs:
+            if isinstance(module, cls) and (layer_name is None or f".{layer_name.strip('.')}." in f".{name}."):
+                found.append((module, index))
+                break
+    return found
+
+
+def router_aux(lm: nn.Module) -> RouterAux | None:
+    """``RouterAux`` when the config asks for the aux loss (``output_router_logits``, with a
+    non-zero ``router_aux_loss_coef``), else ``None``. A config that asks for it on a model
+    without routers is refused: the loss would be dropped in silence."""
+    config = _text_config(lm.config)
+    if not getattr(config, "output_router_logits", False) or not getattr(config, "router_aux_loss_coef", 0.0):
+        return None
+    routers = router_modules(lm)
+    if not routers:
+        raise ValueError(f"{config.model_type}: the config asks for the router aux loss (output_router_logits) but no router was found")
+    return RouterAux(float(config.router_aux_loss_coef), int(config.num_experts_per_tok), len(routers))
+
+
 class RossLM(nn.Module):
-    """A causal LM whose forward returns the ROSS loss of a micro-batch."""
+    """A causal LM whose forward returns the ROSS loss of a micro-batch (plus the routers'
+    aux loss when the config asks for it; see ``relearn.train.loss.RouterBalance``)."""
 
     def __init__(self, lm: nn.Module, *, norm: LossNorm = "trajectory", chunk: int = 1024) -> None:
         super().__init__()
         self.lm = lm
         self.norm: LossNorm = norm
         self.chunk = chunk
+        self.aux = router_aux(lm)
+        self.balance = RouterBalance(self.aux.top_k) if self.aux else None
+        self.sp_group: Any = None  # set under sequence parallelism: the ranks sharing a row
+        self.sp = 1
+        # The last forward's parts, detached (for the metrics): its NLL share and its aux loss.
+        self.last_nll = 0.0
+        self.last_aux: float | None = None
+        if self.balance is not None:
+            balance = self.balance
+            for module, index in router_modules(lm):
+                module.register_forward_hook(lambda _m, _args, out, i=index: balance.add(out[i] if isinstance(out, tuple) else out))
 
     def body(self) -> nn.Module:
         return self.lm.get_decoder()
@@ -188,17 +285,37 @@ class RossLM(nn.Module):
         targets: torch.Tensor | None = None,
         shifted: bool = False,
         segment_counts: torch.Tensor | None = None,
+        aux_weight: float | None = None,
     ) -> torch.Tensor:
         """``targets`` defaults to ``input_ids`` (teacher forcing); only its supervised positions are read.
-        ``shifted``/``segment_counts``: a sequence-parallel shard (see ``relearn.train.data.shard_sequence``)."""
+        ``shifted``/``segment_counts``: a sequence-parallel shard (see ``relearn.train.data.shard_sequence``).
+        ``aux_weight``: what this micro-batch's router aux loss is multiplied by (the step's
+        micro-batches share the coefficient: ``coef / micro-batches``); default the coefficient."""
         impl = getattr(self.lm.config, "_attn_implementation", "sdpa") or "sdpa"
         head = self.lm.get_output_embeddings()
         attention = attention_inputs(input_ids, docs, position_ids, packed, impl, head.weight.dtype)
-        hidden = self.hidden_states(input_ids, **attention)
-        return masked_loss(
+        if self.balance is not None:
+            self.balance.start(torch.ones_like(input_ids, dtype=torch.bool) if docs is None else docs >= 0)
+        try:
+            hidden = self.hidden_states(input_ids, **attention)
+        finally:
+            if self.balance is not None:
+                self.balance.stop()
+        loss = masked_loss(
             hidden, input_ids if targets is None else targets, loss_mask, head, norm=self.norm, segments=segments, n_segments=n_segments,
             denominator=denominator, chunk=self.chunk, min_chunks=min_chunks, shifted=shifted, segment_counts=segment_counts,
         )  # fmt: skip
+        self.last_nll = float(loss.detach())
+        self.last_aux = None
+        if self.balance is not None and self.aux is not None:
+            aux = self.balance.loss(self.sp_group)
+            if aux is not None:
+                self.last_aux = float(aux.detach()) / self.sp
+                weight = self.aux.coef if aux_weight is None else aux_weight
+                # Under sequence parallelism every rank of the group holds the rows' whole aux
+                # value but the gradient of its own tokens only: count the value 1/sp times.
+                loss = loss + weight * (aux - aux.detach() * (1 - 1 / self.sp))
+        return loss
 
 
 def chunks_needed(supervised: int, chunk: int) -> int:

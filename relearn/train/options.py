@@ -74,6 +74,13 @@ class TrainOptions:
         True, "Recompute each layer's activations in the backward pass instead of keeping them (the memory of 65,536 tokens)."
     )
     attn: Literal["sdpa", "flash_attention_2", "flash_attention_3", "eager"] = option("sdpa", "Attention implementation.")
+    kernels: Literal["auto", "fast"] = option(
+        "auto",
+        "auto: the fast GPU kernels that are installed (flash-linear-attention and causal-conv1d for Gated DeltaNet "
+        "layers, flash-attn behind --attn flash_attention_2/3), else transformers' PyTorch reference path; run.json "
+        "names which ran. fast: refuse to start unless every kernel this model needs is installed and a CUDA GPU is "
+        "there (install them with pip install --no-build-isolation 'relearn[gpu]').",
+    )  # fmt: skip
     sp: int = option(1, SP_HELP, ge=1, front="cli", why=LAUNCHER)
     seed: int = option(0, "Seed of the data order and of a tiny model's init.")
     save_every: int = option(
@@ -88,6 +95,14 @@ class TrainOptions:
         front="cli", why="the pipeline always resumes: a stage reruns where it stopped",
     )  # fmt: skip
     progress: bool = option(True, "Show the progress bar.", front="cli", why="the pipeline draws its own progress")
+    plan: bool = option(
+        False,
+        "Train nothing: print the memory per GPU of this configuration by part (parameters, gradients, optimizer states, "
+        "checkpointed activations, one layer's recompute, loss chunks, ZeRO buffers) and whether it fits 80 GB and 141 GB cards, "
+        "with a configuration that would. DATASET and --out are not needed; the model is --init's config.json, --tiny or "
+        "--shape; the launch's size is --gpus-per-node x --nodes.",
+        flag_only=True, front="cli", why="`relearn run --dry-run` prints the plan of a train stage",
+    )  # fmt: skip
 
 
 # The options that define what is being trained; a resumed run must agree on every one.
@@ -121,6 +136,8 @@ def check_options(opts: TrainOptions, config: Any | None = None) -> None:
         raise UsageError(f"--init {opts.init}: not a model folder")
     if opts.loss_norm not in NORMS:
         raise UsageError(f"--loss-norm must be one of {', '.join(NORMS)}")
+    if opts.kernels not in ("auto", "fast"):
+        raise UsageError("--kernels must be auto or fast")
     if opts.zero not in STAGES:
         raise UsageError(f"--zero must be one of {', '.join(map(str, STAGES))}")
     if opts.offload and opts.zero == 0:
