@@ -226,6 +226,8 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
     turn = next((t for t in rendered.turns if t.message_index == defect.message_index), None)
     if turn is None:
         raise Rejected("defect in a message that is not a generated turn", where)
+    if defect.field in turn.left_out:
+        raise Rejected("defect in text the template does not render", where)
     start, end = nfc_offset(raw_text, defect.start), nfc_offset(raw_text, defect.end)
     quote = nfc(defect.quote)
     text = rendered.text
@@ -254,7 +256,12 @@ def _defect_render_span(rendered: Rendered, trajectory: Trajectory, defect: Defe
         return at, at + hi - lo
     call = turn.calls[int(match.group(2))]
     key = match.group(3)
-    if key is not None:
+    if key is not None and key in call.escaped:
+        # The template escapes this value: each character's rendered position, checked by
+        # the character it shows (an escape's first character is its backslash or quote).
+        positions = call.escaped[key][start:end]
+        found = (min(positions), max(positions) + 1) if positions else None
+    elif key is not None:
         span = call.values[key]
         if text[span.start + start : span.start + end] != quote:
             raise Rejected("quote not in the render", where)

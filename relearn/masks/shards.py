@@ -151,6 +151,14 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
 _FINGERPRINTS: weakref.WeakKeyDictionary[Any, tuple[tuple[Any, ...], str]] = weakref.WeakKeyDictionary()
 
 
+def vocabulary_fingerprint(tokenizer: Any) -> str:
+    """What the ids mean, without the chat template: the tokenizer's definition (vocabulary,
+    merges, added tokens, normaliser). Training refuses a dataset whose ids are another's."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    definition = backend.to_str() if backend is not None else repr(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256(definition.encode()).hexdigest()
+
+
 def _fingerprint(tokenizer: Any, definition: str) -> str:
     return hashlib.sha256((definition + "\0" + (tokenizer.chat_template or "")).encode()).hexdigest()
 
@@ -447,9 +455,10 @@ class ShardJob:
     pool: Path
     options: CompileOptions
     digest: str
+    chat_template: str | None = None  # the driver's template, where it is not the named tokenizer's own
 
     def __call__(self, unit: ShardUnit) -> CompiledShard:
-        tokenizer = _worker_tokenizer(self.tokenizer_name, self.tokenizer_id)
+        tokenizer = _worker_tokenizer(self.tokenizer_name, self.tokenizer_id, self.chat_template)
         try:
             shape: TemplateShape | None = probe(tokenizer, dict(self.options.template_kwargs))
         except RenderError:
@@ -463,12 +472,14 @@ class ShardJob:
 
 
 @functools.cache
-def _worker_tokenizer(name: str, expected_id: str) -> Any:
+def _worker_tokenizer(name: str, expected_id: str, chat_template: str | None = None) -> Any:
     """One load (and one fingerprint, itself a hash of the whole vocabulary) per worker
     process: the tokenizer is immutable and the process serves many shards."""
     from relearn.masks.tokenizers import load_tokenizer
 
     tokenizer = load_tokenizer(name)
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     if tokenizer_fingerprint(tokenizer) != expected_id:
         raise RuntimeError(
             f"tokenizer {name} on this worker is not the driver's (fingerprint differs): install the same files on every node"
@@ -562,11 +573,18 @@ def build_dataset(
             raise RuntimeError(f"shard {unit.number}: {type(exc).__name__}: {exc}") from exc
 
         units = (ShardUnit(number, inputs_hash, chunk, _reviews_of(chunk, reviews), mine) for number, inputs_hash, chunk, mine in due())
-        run_units(backend, units, ShardJob(tokenizer_name, tokenizer_id, pool, options, digest), on_result=written, on_error=failed)
+        run_units(
+            backend,
+            units,
+            ShardJob(tokenizer_name, tokenizer_id, pool, options, digest, tokenizer.chat_template),
+            on_result=written,
+            on_error=failed,
+        )
     _remove_stale_shards(output, shards)
     summary = summarise([shard_stats[k] for k in sorted(shard_stats)], options, tokenizer_name, pool)
     # What the ids mean: exports refuse a tokenizer that is not this one (relearn.export).
     summary["tokenizer_fingerprint"] = tokenizer_id
+    summary["vocabulary_fingerprint"] = vocabulary_fingerprint(tokenizer)
     summary["chat_template_sha256"] = chat_template_sha256(tokenizer)
     summary["audit"] = {**(audit or {"applied": False})}
     if summary["audit"]["applied"]:

@@ -3,9 +3,10 @@ what each generated assistant message produced.
 
 A turn's eligible text starts where the template's generation prompt ends (what the
 model was given) and runs through the end-of-turn token. Inside it, each field is
-located as the template writes it: reasoning and content ``|trim``-ed, tool-call
-arguments as XML parameters (``<parameter=KEY>\\nVALUE\\n</parameter>``, string values
-raw, others as JSON), which is how Qwen3.5/3.6/3.8 and Nemotron 3 templates render them.
+located as the template writes it: reasoning and content ``|trim``-ed, each tool call's
+region by rendering the turn alone call by call and diffing (``relearn.masks.calls``), its
+arguments inside it as the template serialises them (raw, JSON or a Python literal), so no
+one family's call syntax is assumed.
 Anything that cannot be located is a ``RenderError``: the trajectory is refused, never
 masked by guesswork.
 
@@ -25,11 +26,13 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from harness.exporters.hf_chat import chat_messages_with_sources
 from records.trajectory import Message, Trajectory
+from relearn.masks import calls
 
 PrefixCheck = Literal["every", "header", "off"]
 PREFIX_CHECKS: tuple[PrefixCheck, ...] = get_args(PrefixCheck)
@@ -67,6 +70,9 @@ class ArgumentSpans:
     values: dict[str, Span]
     json_to_render: dict[int, int]
     region: tuple[int, int] = (0, 0)
+    # Values the template escapes (JSON, a Python literal): the rendered position of each of
+    # the value's characters (``field_text``'s), instead of a ``Span``.
+    escaped: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,6 +82,10 @@ class Turn:
     end: int  # end of the end-of-turn token
     fields: dict[str, Span] = field(default_factory=dict)
     calls: list[ArgumentSpans] = field(default_factory=list)
+    # Fields the template does not render in this turn at all (DeepSeek-V3 never renders
+    # reasoning; gpt-oss drops a calling turn's text once a final answer follows): not trained,
+    # and a defect in one cannot be placed.
+    left_out: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -112,7 +122,15 @@ class TemplateShape:
 
     generation_prompt: str
     end_of_turn: str
-    call_opener: str = ""  # what precedes ``<function=NAME>`` in a call (Qwen: ``<tool_call>\n``)
+    # Every marker that ends a generated turn (the model's stop tokens); ``end_of_turn`` first.
+    stops: tuple[str, ...] = ()
+    # The part of the generation prompt that the template also writes at the head of a past
+    # turn; shorter than the prompt when the prompt opens the reasoning (DeepSeek-V3 and
+    # Nemotron end it with ``<think>\n``) and past turns are written otherwise.
+    opener: str = ""
+    # What a generation prompt may hold that the rendered turn after it does not (seen by
+    # probing): the prompt's own ``<think>\n``, DeepSeek-V3's ``<｜tool▁outputs▁end｜>``.
+    prompt_tails: tuple[str, ...] = ()
 
     @property
     def role_header(self) -> str:
@@ -121,42 +139,92 @@ class TemplateShape:
         head, newline, _rest = self.generation_prompt.partition("\n")
         return head + newline
 
+    @property
+    def keeps_prompt(self) -> bool:
+        """Whether past turns open with the whole generation prompt (Qwen, GLM, gpt-oss): each
+        turn is then found by its header in one render; else by rendering its prompt."""
+        return not self.opener or self.opener == self.generation_prompt
+
+    def turn_end(self, text: str, start: int) -> tuple[int, int] | None:
+        """The first stop marker at or after ``start``: (where it starts, where it ends)."""
+        found = [(at, at + len(stop)) for stop in self.stops or (self.end_of_turn,) if (at := text.find(stop, start)) >= 0]
+        return min(found) if found else None
+
+
+# The one registry of per-family knowledge turn location needs: templates that end an
+# assistant turn with the role the model hands over to, not with the tokenizer's EOS, keyed by
+# a marker only that family's templates write. GLM-4.5/4.6 (glm4moe): the model stops by
+# writing ``<|observation|>`` (a tool is to run) or ``<|user|>``.
+HANDOVER_STOPS: dict[str, tuple[str, ...]] = {"<|observation|>": ("<|observation|>", "<|user|>")}
+
+# Probe texts no template writes by itself.
+_PROBE_CONTENT = "Pr0beC0ntent"
+_PROBE_VALUE = "Pr0beValue"
+_PROBE_CALL = {"id": "call_0", "type": "function", "function": {"name": "probe_tool", "arguments": {"a": _PROBE_VALUE}}}
+# A marker ``<...>`` right after a turn's text (its stop), or ending the turn.
+_MARKER_AFTER = re.compile(r"\s*(<[^<>\s]{1,48}>)")
+_MARKER_LAST = re.compile(r"(<[^<>\s]{1,48}>)\s*$")
+
 
 def probe(tokenizer: Any, template_kwargs: dict[str, Any]) -> TemplateShape:
+    """The generation prompt, the stop markers and how past turns open, from renders of tiny
+    conversations: a turn with text, with reasoning, with a call; after a query, after a tool."""
     query = [{"role": "user", "content": "q"}]
     bare = tokenizer.apply_chat_template(query, tokenize=False, **template_kwargs)
     prompted = tokenizer.apply_chat_template(query, tokenize=False, add_generation_prompt=True, **template_kwargs)
     if not prompted.startswith(bare) or prompted == bare:
         raise RenderError("template", "the generation prompt is not appended to the conversation")
+    prompt = prompted[len(bare) :]
     end = tokenizer.eos_token or "<|im_end|>"
-    return TemplateShape(prompted[len(bare) :], end, _probe_call_opener(tokenizer, template_kwargs))
-
-
-_PROBE_TEXT = "relearn-probe-text"
-_PROBE_FUNCTION = "relearn_probe_function"
-
-
-def _probe_call_opener(tokenizer: Any, template_kwargs: dict[str, Any]) -> str:
-    """The wrapper the template writes between a turn's text and ``<function=NAME>``, found by
-    rendering one call; "" when the template renders calls some other way (then a call's
-    region starts at its function tag)."""
-    chat = [
-        {"role": "user", "content": "q"},
-        {
-            "role": "assistant",
-            "content": _PROBE_TEXT,
-            "tool_calls": [{"type": "function", "function": {"name": _PROBE_FUNCTION, "arguments": {"a": "b"}}}],
-        },
-    ]
+    template = tokenizer.chat_template if isinstance(tokenizer.chat_template, str) else ""
     try:
-        text = tokenizer.apply_chat_template(chat, tokenize=False, **template_kwargs)
-    except Exception:  # jinja raises template errors as several types
-        return ""
-    after_text = text.find(_PROBE_TEXT)
-    tag = text.find(f"<function={_PROBE_FUNCTION}>", max(after_text, 0))
-    if after_text < 0 or tag < 0:
-        return ""
-    return text[after_text + len(_PROBE_TEXT) : tag].lstrip()
+        found = _probe_turns(tokenizer, template_kwargs, query, prompted)
+    except (RenderError, ValueError):  # a template that cannot render the probes: as before
+        found = None
+    opener, tails, stops = found or (prompt, (prompt,), (end,))
+    for marker, handover in HANDOVER_STOPS.items():
+        if marker in template:
+            stops = handover
+    return TemplateShape(prompt, stops[0], stops, opener, tails)
+
+
+def _probe_turns(
+    tokenizer: Any, kwargs: dict[str, Any], query: list[dict[str, Any]], prompted: str
+) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    def render(chat: list[dict[str, Any]], prompt: bool = False) -> str:
+        return _render(tokenizer, chat, None, kwargs, prompt)
+
+    text = {"role": "assistant", "content": _PROBE_CONTENT}
+    reasoned = {**text, "reasoning_content": "Pr0beReas0ning"}
+    calling = {"role": "assistant", "content": "", "tool_calls": [_PROBE_CALL]}
+    after_tool = [*query, calling, {"role": "tool", "content": "Pr0beOutput", "tool_call_id": "call_0"}]
+    prompt = prompted[len(render(query)) :]
+    # How much of the prompt past turns keep: the part every probe turn opens with.
+    heads = [render([*query, turn])[len(prompted) - len(prompt) :] for turn in (text, reasoned, calling)]
+    kept = min(calls.common_prefix(prompt, head) for head in heads)
+    opener = prompt[: calls._tag_start(prompt, kept)]
+    tails = []
+    for history in (query, after_tool):
+        given = render(history, True)
+        for turn in (text, calling):
+            full = render([*history, turn])
+            tails.append(given[calls._tag_start(given, calls.common_prefix(given, full)) :])
+    stops: list[str] = []
+    last = render([*query, text])
+    after = [render([*query, text, {"role": "user", "content": "q2"}]), last]
+    for rendered in after:
+        at = rendered.rfind(_PROBE_CONTENT) + len(_PROBE_CONTENT)
+        if (marker := _MARKER_AFTER.match(rendered, at)) is not None:
+            stops.append(marker.group(1))
+    if (marker := _MARKER_LAST.search(render([*query, calling]))) is not None:
+        stops.append(marker.group(1))
+    if not stops:
+        raise ValueError("no stop marker")
+    return opener, tuple(dict.fromkeys(tails)), tuple(dict.fromkeys(stops))
+
+
+def _turn_render(tokenizer: Any, tools: Any, kwargs: dict[str, Any]) -> TurnRender:
+    return lambda chat, prompt: _render(tokenizer, chat, tools, kwargs, prompt)
 
 
 def _render(tokenizer: Any, chat: list[dict[str, Any]], tools: Any, kwargs: dict[str, Any], prompt: bool = False) -> str:
@@ -173,13 +241,18 @@ def _find(text: str, needle: str, start: int, end: int, what: str, index: int) -
     return position
 
 
-def _field_span(text: str, raw: str | None, cursor: int, end: int, what: str, index: int) -> tuple[Span | None, int]:
+def _field_span(text: str, raw: str | None, turn: Turn, cursor: int, what: str) -> tuple[Span | None, int]:
     if raw is None:
         return None, cursor
     kept = raw.strip()
     if not kept:
         return None, cursor
-    position = _find(text, kept, cursor, end, what, index)
+    if text.find(kept, turn.start, turn.end) < 0:
+        # Nowhere in the turn: the template does not render this field here, so none of its
+        # text is in A. (Found elsewhere than after the text before it, it is refused below.)
+        turn.left_out.append(what)
+        return None, cursor
+    position = _find(text, kept, cursor, turn.end, what, turn.message_index)
     return Span(position, len(raw) - len(raw.lstrip()), len(kept)), position + len(kept)
 
 
@@ -219,49 +292,72 @@ def _map_run(json_map: dict[int, int], json_pos: int, shown_at: int, length: int
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')
 
 
-def _argument_spans(text: str, arguments: dict[str, Any], cursor: int, end: int, index: int) -> tuple[ArgumentSpans, int]:
-    values: dict[str, Span] = {}
-    json_map: dict[int, int] = {}
-    json_pos = 1  # after "{"
-    for number, (key, value) in enumerate(arguments.items()):
-        if number:
-            json_pos += 2  # ", "
-        tag = f"<parameter={key}>\n"
-        tag_at = _find(text, tag, cursor, end, f"argument {key!r}", index)
-        rendered = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        start = tag_at + len(tag)
-        if not text.startswith(rendered + "\n</parameter>", start):
-            raise RenderError("locate", f"message {index}: argument {key!r} is not rendered verbatim")
-        values[key] = Span(start, 0, len(rendered))
-        # The key's characters in the JSON text map onto the key inside the tag.
-        key_json = json.dumps(key, ensure_ascii=False)
-        key_at = tag_at + len("<parameter=")
-        if key_json == f'"{key}"':
-            for i in range(len(key)):
-                json_map[json_pos + 1 + i] = key_at + i
-        json_pos = map_json_value(value, json_pos + len(key_json) + 2, start, json_map)  # after ": "
-        cursor = start + len(rendered)
-    return ArgumentSpans(values, json_map), cursor
+def _locate_calls(text: str, turn: Turn, message: Message, chat_message: dict[str, Any], cursor: int, turn_render: TurnRender) -> None:
+    """Each call's region (``calls.call_starts``: the turn rendered alone with its first k calls,
+    diffed) and, inside it, each argument's key and value as the template writes them."""
+    index = turn.message_index
+    found = calls.call_starts(turn_render, chat_message)
+    if found is None:
+        raise RenderError(
+            "locate",
+            f"message {index}: the template's tool calls cannot be told apart (rendered alone, the turn does not grow call by call)",
+        )
+    alone, offsets = found
+    placed = calls.align(alone, offsets, text[turn.start : turn.end])
+    if placed is None:
+        raise RenderError("locate", f"message {index}: the turn's tool calls render otherwise in its conversation than alone")
+    # ``cursor``: the end of the turn's located text, where a call placed by the turn's ending
+    # alone (None) starts.
+    starts = [cursor if s is None else max(turn.start + s, cursor) for s in placed]
+    # The whitespace that parts a call from the text before it is not the call's.
+    starts = [s + len(text[s : turn.end]) - len(text[s : turn.end].lstrip()) for s in starts]
+    for number, call in enumerate(message.tool_calls or []):
+        lo, hi = starts[number], starts[number + 1] if number + 1 < len(starts) else turn.end
+        name_at = text.find(call.function.name, lo, hi)
+        at = lo if name_at < 0 else name_at + len(call.function.name)
+        keys: dict[str, int] = {}
+        shown: dict[str, list[int]] = {}
+        values: dict[str, Span] = {}
+        escaped: dict[str, list[int]] = {}
+        for key, value in call.function.arguments.items():
+            key_at = text.find(key, at, hi)
+            if key_at < 0:
+                raise RenderError("locate", f"message {index}: tool call {number} argument {key!r} not found in its rendered call")
+            keys[key] = key_at
+            place = calls.find_value(text, value, key_at + len(key), hi)
+            if place is None:
+                raise RenderError(
+                    "locate", f"message {index}: tool call {number} argument {key!r} is rendered in no form known (raw, JSON, Python)"
+                )
+            form_at, at, positions = place
+            shown[key] = positions
+            if not positions:
+                values[key] = Span(form_at, 0, 0)
+            elif positions == list(range(positions[0], positions[0] + len(positions))):
+                values[key] = Span(positions[0], 0, len(positions))
+            else:
+                escaped[key] = positions
+        json_map = calls.json_map_of(call.function.arguments, keys, shown)
+        turn.calls.append(ArgumentSpans(values, json_map, (lo, hi), escaped))
 
 
-def _locate_fields(text: str, turn: Turn, message: Message, shape: TemplateShape) -> None:
+# Renders a conversation (messages, whether to add the generation prompt) with one
+# trajectory's tools and template arguments.
+TurnRender = Callable[[list[dict[str, Any]], bool], str]
+
+
+def _locate_fields(text: str, turn: Turn, message: Message, chat_message: dict[str, Any], turn_render: TurnRender) -> None:
     index = turn.message_index
     cursor = turn.start
-    reasoning, cursor = _field_span(text, message.reasoning_content, cursor, turn.end, "reasoning", index)
-    content, cursor = _field_span(text, message.content, cursor, turn.end, "content", index)
+    reasoning, cursor = _field_span(text, message.reasoning_content, turn, cursor, "reasoning_content")
+    content, cursor = _field_span(text, message.content, turn, cursor, "content")
     if reasoning is not None:
         turn.fields["reasoning_content"] = reasoning
     if content is not None:
         turn.fields["content"] = content
-    starts = []
-    for number, call in enumerate(message.tool_calls or []):
-        tag_at = _find(text, f"<function={call.function.name}>", cursor, turn.end, f"tool call {number}", index)
-        opener = len(shape.call_opener) if shape.call_opener and text.startswith(shape.call_opener, tag_at - len(shape.call_opener)) else 0
-        starts.append(max(tag_at - opener, cursor))
-        spans, cursor = _argument_spans(text, call.function.arguments, tag_at, turn.end, index)
-        turn.calls.append(spans)
-    for number, spans in enumerate(turn.calls):
-        spans.region = (starts[number], starts[number + 1] if number + 1 < len(starts) else turn.end)
+    if message.tool_calls:
+        _locate_calls(text, turn, message, chat_message, cursor, turn_render)
+    for number in range(len(turn.calls)):
         _check_region(turn, number, index)
 
 
@@ -270,6 +366,7 @@ def _check_region(turn: Turn, number: int, index: int) -> None:
     lo, hi = turn.calls[number].region
     values = turn.calls[number].values.values()
     inside = all(lo <= v.start and v.start + v.kept <= hi for v in values)
+    inside = inside and all(lo <= p < hi for positions in turn.calls[number].escaped.values() for p in positions)
     clear = all(f.start + f.kept <= lo or f.start >= hi for f in turn.fields.values())
     if not (turn.start <= lo < hi <= turn.end and inside and clear):
         raise RenderError("locate", f"message {index}: tool call {number} does not render as one block of its turn")
@@ -368,19 +465,26 @@ def render(
     conversation = template_input(trajectory, segment)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     text = _render(tokenizer, chat, tools, kwargs)
+    turn_render = _turn_render(tokenizer, tools, kwargs)
     turns: list[Turn] = []
     cursor = 0
     for chat_index, source in enumerate(sources):
         message = messages[source]
         if chat[chat_index]["role"] != "assistant":
             continue
+        if not shape.keeps_prompt and prefix_check != "every":
+            if message.generated:
+                start = _start_after_prompt(text, _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True), cursor, shape, source)
+                turns.append(_locate_turn(text, start, message, chat[chat_index], shape, turn_render, source))
+                cursor = turns[-1].end
+            continue
         # Every assistant turn, generated or not, opens with the role header.
         opening = text.find(shape.role_header, cursor)
         if opening < 0:
             raise RenderError("locate", f"message {source}: no {shape.role_header!r} for this assistant turn")
         if not message.generated:
-            end_at = text.find(shape.end_of_turn, opening)
-            cursor = opening + len(shape.role_header) if end_at < 0 else end_at + len(shape.end_of_turn)
+            stop = shape.turn_end(text, opening)
+            cursor = opening + len(shape.role_header) if stop is None else stop[1]
             continue
         if prefix_check == "every":
             prefix = _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True)
@@ -397,14 +501,56 @@ def render(
                     f"message {source}: its turn does not open with the generation prompt {shape.generation_prompt!r} (the template rewrote it)",
                 )
             start = opening + len(shape.generation_prompt)
-        end_at = text.find(shape.end_of_turn, start)
-        if end_at < 0:
-            raise RenderError("locate", f"message {source}: no end-of-turn token {shape.end_of_turn!r}")
-        turn = Turn(source, start, end_at + len(shape.end_of_turn))
-        _locate_fields(text, turn, message, shape)
+        turn = _locate_turn(text, start, message, chat[chat_index], shape, turn_render, source)
         turns.append(turn)
         cursor = turn.end
     return Rendered(text, turns, messages, shape.end_of_turn)
+
+
+def _start_after_prompt(text: str, given: str, cursor: int, shape: TemplateShape, source: int) -> int:
+    """Where a generated turn starts in ``text`` for a template whose past turns do not keep
+    the whole generation prompt: after what ``text`` shares with ``given`` (the history and
+    prompt the model was given), moved back to the start of a marker shared only in part.
+    What ``given`` holds beyond that must be what the probe saw a prompt hold that its turn
+    does not (the prompt's own ``<think>\n``); anything else means the template rewrote the
+    history, and the turn would start inside it."""
+    start = calls._tag_start(given, calls.common_prefix(given, text))
+    rest = given[start:]
+    if start < cursor or not any(tail.endswith(rest) for tail in shape.prompt_tails):
+        raise RenderError(
+            "prefix", f"message {source}: the template renders the history before this turn differently from what the model was given"
+        )
+    return start
+
+
+def _locate_turn(
+    text: str, start: int, message: Message, chat_message: dict[str, Any], shape: TemplateShape, turn_render: TurnRender, source: int
+) -> Turn:
+    """The turn from ``start`` through its stop marker, its fields located. A turn that is
+    several messages of the template (gpt-oss writes the analysis, then the call or the
+    answer, each opening with ``<|start|>assistant``) runs on to a later stop while its
+    fields are not all found and the text after the stop opens another of its messages."""
+    stop = shape.turn_end(text, start)
+    if stop is None:
+        raise RenderError("locate", f"message {source}: no end-of-turn token {shape.end_of_turn!r}")
+    first: Turn | None = None
+    while True:
+        turn: Turn | None = Turn(source, start, stop[1])
+        error = None
+        try:
+            _locate_fields(text, turn, message, chat_message, turn_render)  # type: ignore[arg-type]
+        except RenderError as exc:
+            turn, error = None, exc
+        if turn is not None and not turn.left_out:
+            return turn
+        first = first or turn
+        later = shape.turn_end(text, stop[1])
+        if later is None or not text.startswith(shape.opener or shape.role_header, stop[1]):
+            if first is not None:
+                return first
+            assert error is not None
+            raise error
+        stop = later
 
 
 def per_turn_renders(
@@ -433,12 +579,12 @@ def per_turn_renders(
         full = _render(tokenizer, [*history[:chat_index], chat[chat_index]], tools, kwargs)
         if not full.startswith(prefix):
             raise RenderError("prefix", f"message {source}: the turn does not continue its own prompt")
-        end_at = full.find(shape.end_of_turn, len(prefix))
-        if end_at < 0:
+        stop = shape.turn_end(full, len(prefix))
+        if stop is None:
             raise RenderError("locate", f"message {source}: no end-of-turn token")
-        text = full[: end_at + len(shape.end_of_turn)]
+        text = full[: stop[1]]
         turn = Turn(source, len(prefix), len(text))
-        _locate_fields(text, turn, messages[source], shape)
+        _locate_fields(text, turn, messages[source], chat[chat_index], _turn_render(tokenizer, tools, kwargs))
         out.append(Rendered(text, [turn], messages, shape.end_of_turn))
     return out
 

@@ -98,16 +98,55 @@ def chat_template_path(name: str) -> Path:
     return path
 
 
+def trl_chat_templates() -> Path:
+    """The folder of chat templates the installed trl ships."""
+    import trl
+
+    return Path(trl.__file__).resolve().parent / "chat_templates"
+
+
+def resolve_chat_template(name_or_file: str) -> str:
+    """The text of a chat template: a Jinja file, or the name of one the installed trl ships
+    (``glm4moe``, ``deepseekv3_training``: ``trl/chat_templates/NAME.jinja``)."""
+    path = Path(name_or_file).expanduser()
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    shipped = trl_chat_templates()
+    candidate = shipped / f"{name_or_file}.jinja"
+    if "/" not in name_or_file and candidate.is_file():
+        return candidate.read_text(encoding="utf-8")
+    names = sorted(p.stem for p in shipped.glob("*.jinja"))
+    raise ValueError(f"{name_or_file!r} is neither a file nor a chat template trl ships ({', '.join(names)})")
+
+
+def with_chat_template(tokenizer: PreTrainedTokenizerFast, template: str | None) -> PreTrainedTokenizerFast:
+    """``tokenizer`` rendering with ``template`` (a copy: the caller's tokenizer may serve other
+    stages with its own template); the tokenizer itself when ``template`` is None or its own."""
+    if template is None or template == tokenizer.chat_template:
+        return tokenizer
+    import copy
+
+    copied = copy.deepcopy(tokenizer)
+    copied.chat_template = template
+    return copied
+
+
 def default_cache_dir() -> Path:
     env = os.environ.get("RELEARN_CACHE")
     return Path(env) if env else Path.home() / ".cache" / "relearn" / "tokenizers"
 
 
-def load_tokenizer(name_or_path: str, cache_dir: Path | None = None) -> PreTrainedTokenizerFast:
-    """A fast tokenizer: a built-in name (see ``BUILTIN``) or a local Hugging Face tokenizer folder."""
+def load_tokenizer(name_or_path: str, cache_dir: Path | None = None, chat_template: str | None = None) -> PreTrainedTokenizerFast:
+    """A fast tokenizer: a built-in name (see ``BUILTIN``) or a local Hugging Face tokenizer folder;
+    ``chat_template`` (a Jinja file or the name of a template trl ships) replaces its own."""
+    template = None if chat_template is None else resolve_chat_template(chat_template)
     if name_or_path in BUILTIN:
-        return _load_builtin(name_or_path, Path(cache_dir) if cache_dir is not None else default_cache_dir())
-    return _load_folder(name_or_path)
+        tok = _load_builtin(name_or_path, Path(cache_dir) if cache_dir is not None else default_cache_dir())
+    else:
+        tok = _load_folder(name_or_path)
+    if template is not None:
+        tok.chat_template = template  # a fresh object: nobody else holds it
+    return tok
 
 
 def _load_folder(path_str: str) -> PreTrainedTokenizerFast:
@@ -232,4 +271,4 @@ def _build(ranks_data: bytes, pattern: str, specials: tuple[tuple[int, str], ...
     )
 
 
-__all__ = ["BUILTIN", "chat_template_path", "default_cache_dir", "load_tokenizer"]
+__all__ = ["BUILTIN", "chat_template_path", "default_cache_dir", "load_tokenizer", "resolve_chat_template", "with_chat_template"]

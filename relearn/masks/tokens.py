@@ -253,6 +253,7 @@ def _shifted(turn: Turn, by: int) -> Turn:
             {key: span(value) for key, value in call.values.items()},
             {j: r + by for j, r in call.json_to_render.items()},
             (call.region[0] + by, call.region[1] + by),
+            {key: [p + by for p in positions] for key, positions in call.escaped.items()},
         )
         for call in turn.calls
     ]

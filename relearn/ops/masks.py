@@ -16,7 +16,7 @@ from relearn.masks.compile import CONTEXTS, DEFECT_SCOPES, FLAGGED_BY_AUDIT, MOD
 from relearn.masks.shards import FirstLines, build_dataset, load_reviews
 from relearn.masks.template import PREFIX_CHECKS
 from relearn.ops.containers import process_backend
-from relearn.ops.outputs import check_dataset_dir, empty_pool, reviews_of_another_pool
+from relearn.ops.outputs import POOL, REVIEWS, check_dataset_dir, check_jsonl_input, empty_pool, reviews_of_another_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.verbs.masks import MasksOptions
 
@@ -66,6 +66,17 @@ class MasksSummary:
         return bool(self.invalid or self.review_errors)
 
 
+def rejection_lines(stats: dict[str, Any]) -> list[str]:
+    """The trajectories rejected for a problem with the input, one line each (``ID: reason:
+    detail``, without the parts one lacks: an unreadable record has no id, its detail locates
+    it). Those the mode selected out are counted in the summary, not listed: they are not errors."""
+    return [
+        ": ".join(part for part in (r["trajectory_id"], r["reason"], r["detail"]) if part)
+        for r in stats["rejections"]
+        if r["reason"] not in SELECTED_OUT
+    ]
+
+
 def check_options(options: MasksOptions) -> None:
     for name, value, allowed in (
         ("--mode", options.mode, MODES), ("--defect-scope", options.defect_scope, DEFECT_SCOPES),
@@ -79,6 +90,9 @@ def check_options(options: MasksOptions) -> None:
         raise OpError(f"{options.pool}: no such pool")
     if options.reviews is not None and not options.reviews.is_file():
         raise OpError(f"--reviews {options.reviews}: no such file")
+    check_jsonl_input(options.pool, POOL, flag="POOL")
+    if options.reviews is not None:
+        check_jsonl_input(options.reviews, REVIEWS, flag="--reviews")
     if options.audit is not None and not options.audit.is_file():
         raise OpError(f"--audit {options.audit}: no such file (write one with `relearn envs audit -o FILE`)")
     if options.keep_flagged and options.audit is None:
@@ -141,13 +155,18 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
     Raises ``OpError`` for unusable options; a shard a worker could not compile raises
     ``RuntimeError`` (the finished shards are kept; a rerun goes on)."""
     check_options(options)
-    if tokenizer is None:
-        from relearn.masks.tokenizers import load_tokenizer  # transformers is slow to import; only here
+    from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template, with_chat_template  # transformers: slow, only here
 
+    if tokenizer is None:
         try:
             tokenizer = load_tokenizer(options.tokenizer)
         except ValueError as exc:
             raise OpError(f"--tokenizer {options.tokenizer}: {exc}") from None
+    if options.chat_template is not None:
+        try:
+            tokenizer = with_chat_template(tokenizer, resolve_chat_template(options.chat_template))
+        except (ValueError, OSError) as exc:
+            raise OpError(f"--chat-template {options.chat_template}: {exc}") from None
     flagged, audit = read_audit(options)
     review_errors: list[str] = []
     reviews = load_reviews(options.reviews, review_errors)  # an index of offsets: flat in the pool's size

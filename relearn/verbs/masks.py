@@ -13,6 +13,11 @@ from relearn.options import option, same_as
 from relearn.verbs.containers import ContainerOptions
 
 PIPELINE_PATHS = "the pipeline names it: the work folder's training pool, reviews.jsonl, datasets/VARIANT"
+# --chat-template's help, the same wherever a verb renders a template (stats, analyze, export).
+CHAT_TEMPLATE_HELP = (
+    "The chat template to render with, in place of the tokenizer's: a Jinja file, or the name of a template trl ships "
+    "(qwen3, qwen3_6, glm4moe, deepseekv3, gptoss, nemotron_3_nano, lfm2_v2..., or its NAME_training variant)."
+)
 
 
 @dataclass
@@ -34,6 +39,9 @@ class MasksOptions:
         None, "Review JSONL (needed for ross and ross-nomask).", flags=("--reviews", "-r"), exists="file", front="cli", why=PIPELINE_PATHS
     )
     tokenizer: str = option("qwen3.6", "`qwen3.6` or `qwen3` (built in, offline) or a Hugging Face tokenizer folder.")
+    chat_template: str | None = option(
+        None, CHAT_TEMPLATE_HELP + " Part of the dataset's identity: another template compiles again.", metavar="NAME|FILE"
+    )
     mode: Mode = option(
         CompileOptions.mode, "ross (A \\ E, accepted) | positive (A, all verified-positive) | ross-nomask (A, accepted).",
         front="cli", why="[masks].variants names the modes, one dataset each",

@@ -26,7 +26,7 @@ from relearn.pipeline.stages import identity
 # ``variants``: each stage's own variant is its ``mode``, so adding a variant redoes no other;
 # ``workers``: where it runs, not what it makes.
 NOT_IDENTITY = {"variants", "workers"}
-ADDED_MASKS_FIELDS = {"keep_flagged"}  # added after pipelines were written: out at its default
+ADDED_MASKS_FIELDS = {"keep_flagged", "chat_template"}  # added after pipelines were written: out at its default
 
 
 def applies(config: PipelineConfig) -> bool:
@@ -43,6 +43,9 @@ def settings(ctx: Context) -> dict[str, Any]:
         settings["audit"] = hashlib.sha256(audit.read_bytes()).hexdigest() if audit.is_file() else str(audit)
     elif audit_stage.applies(c):
         settings["audit"] = "the audit stage's"  # what it says reaches the stamp as the audit stage's run
+    if c.masks.chat_template is not None:
+        # What the template says, not its name or path: an edited template compiles again.
+        settings["chat_template"] = hashlib.sha256(_chat_template_text(ctx).encode()).hexdigest()
     if c.masks.heldout_tasks:
         settings["heldout_tasks"] = sorted(c.masks.heldout_tasks)  # a set: its order decides nothing
     return settings
@@ -73,6 +76,8 @@ def run(ctx: Context, variant: str) -> dict[str, Any]:
         training_pool_path(ctx), dataset_dir(ctx, variant), reviews_path(ctx), variant,
         no_thinking=single_turn is not None and not single_turn.thinking, ray=ctx.ray_address, audit=audit_file(ctx),
     )  # fmt: skip
+    if options.chat_template is not None:
+        options.chat_template = _chat_template_name(ctx)
     summary = run_masks(options, ctx.reporter(), tokenizer=ctx.tokenizer())
     stats = summary.stats
     if summary.warnings and (not summary.records or summary.foreign_reviews):
@@ -105,3 +110,23 @@ def audit_file(ctx: Context) -> Path | None:
 def unaudited(ctx: Context) -> str:
     """Why no audit is applied (the summary's and the report's words)."""
     return audit_stage.why_not(ctx.config) or "no audit file"
+
+
+def _chat_template_name(ctx: Context) -> str | None:
+    """``[masks] chat_template``: a path relative to the pipeline file where such a file
+    exists, else the name of a template trl ships."""
+    name = ctx.config.masks.chat_template
+    if name is None:
+        return None
+    resolved = ctx.config.resolve(Path(name))
+    return str(resolved) if resolved.is_file() else name
+
+
+def _chat_template_text(ctx: Context) -> str:
+    from relearn.masks.tokenizers import resolve_chat_template
+
+    name = _chat_template_name(ctx) or ""
+    try:
+        return resolve_chat_template(name)
+    except ValueError:
+        return name  # the masks stage says what is wrong when it runs
