@@ -7,9 +7,12 @@ decodes up to the last record that was flushed, and appending adds frames.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import logging
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -47,9 +50,25 @@ def is_zstd(path: str | Path) -> bool:
     return str(path).endswith(".zst")
 
 
+ZSTD_MAGIC, GZIP_MAGIC = b"\x28\xb5\x2f\xfd", b"\x1f\x8b"
+
+
 def open_bytes_read(path: str | Path) -> IO[bytes]:
-    """Open a file for reading its bytes, decompressing ``.zst`` as a stream."""
+    """Open a file for reading its bytes, decompressing ``.zst`` as a stream. A file whose
+    bytes say it is compressed another way than its name says is refused: read as text it
+    would be thousands of "invalid JSON" lines, and appended to it would be corrupted."""
     raw = open(path, "rb")
+    # Read beside the stream (a FIFO, read once, is not looked at), so the reader's chunks
+    # stay where they were: the text reader decodes ahead by them.
+    magic = os.pread(raw.fileno(), 4, 0) if stat.S_ISREG(os.fstat(raw.fileno()).st_mode) else b""
+    problem = None
+    if magic[:2] == GZIP_MAGIC:
+        problem = "is gzip-compressed; relearn reads JSON Lines as .jsonl or .jsonl.zst: decompress it (gunzip -k)"
+    elif magic == ZSTD_MAGIC and not is_zstd(path):
+        problem = "is zstd-compressed but its name does not end in .zst; rename it to end in .zst"
+    if problem is not None:
+        raw.close()
+        raise RecordError(str(path), None, None, problem)
     if is_zstd(path):
         return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True, closefd=True))  # type: ignore[arg-type]
     return raw
@@ -235,42 +254,97 @@ def dump_line(record: Trajectory | dict[str, Any] | bytes) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+TORN_SUFFIX = ".torn"
+log = logging.getLogger(__name__)
+
+
+def repair_torn_tail(path: Path) -> int:
+    """Cut a plain JSON Lines file back to its last whole record; the bytes after it (a line a
+    writer never finished) are appended to ``<path>.torn``, never dropped. A last line that is a
+    whole record without its newline (another tool's file) gets the newline instead. The number
+    of bytes set aside."""
+    try:
+        handle = open(path, "r+b")
+    except FileNotFoundError:
+        return 0
+    with handle:
+        size = handle.seek(0, os.SEEK_END)
+        end = _after_last_newline(handle, size)
+        if end == size:
+            return 0
+        handle.seek(end)
+        tail = handle.read()
+        try:
+            loads(tail)
+        except (msgspec.DecodeError, ValueError):
+            pass
+        else:
+            handle.write(b"\n")
+            return 0
+        side = path.with_name(path.name + TORN_SUFFIX)
+        with open(side, "ab") as kept:
+            kept.write(tail + b"\n")
+            kept.flush()
+            os.fsync(kept.fileno())
+        handle.truncate(end)
+    log.warning(
+        "%s: its last line was cut off (%s bytes: a writer stopped mid-record); set aside in %s, the file goes on from its last whole record",
+        path, f"{len(tail):,}", side,
+    )  # fmt: skip
+    return len(tail)
+
+
+def _after_last_newline(handle: IO[bytes], size: int, chunk: int = 1 << 16) -> int:
+    """The offset just after the file's last ``\\n`` (0 when it has none), read backwards."""
+    position = size
+    while position > 0:
+        start = max(0, position - chunk)
+        handle.seek(start)
+        block = handle.read(position - start)
+        found = block.rfind(b"\n")
+        if found >= 0:
+            return start + found + 1
+        position = start
+    return 0
+
+
 class JsonlWriter:
     """Append records, flushing each one to the OS so that nothing written is lost.
 
     ``fsync=True`` also forces each record to disk, for writers whose records are
-    expensive to redo (judge bills, container runs).
+    expensive to redo (judge bills, container runs). A plain file whose last line was cut
+    off (a killed writer, a full disk) is repaired on open: the cut bytes are set aside in
+    ``<file>.torn`` and the file goes on from its last whole record, with a warning. A write
+    that fails part-way (a full disk) is undone before its error, which names the file.
     """
 
     def __init__(self, path: str | Path, *, fsync: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fsync = fsync
-        self._raw = open(self.path, "ab")
         if not is_zstd(self.path):
-            self._isolate_torn_tail()
+            repair_torn_tail(self.path)
+        # Unbuffered: each record is one write the OS has or has not taken, so a failed one
+        # can be cut back off the end.
+        self._raw = open(self.path, "ab", buffering=0)
         self._compressor = zstandard.ZstdCompressor(level=3) if is_zstd(self.path) else None
         self.count = 0
-
-    def _isolate_torn_tail(self) -> None:
-        """A writer killed mid-line leaves a partial last line; start on a new line so
-        the torn record stays one bad line instead of swallowing the next good one."""
-        size = self._raw.tell()
-        if size == 0:
-            return
-        with open(self.path, "rb") as handle:
-            handle.seek(size - 1)
-            if handle.read(1) != b"\n":
-                self._raw.write(b"\n")
 
     def write(self, record: Trajectory | dict[str, Any] | bytes) -> None:
         data = dump_line(record)
         if self._compressor is not None:
             data = self._compressor.compress(data)  # one complete frame per record
-        self._raw.write(data)
-        self._raw.flush()
-        if self._fsync:
-            os.fsync(self._raw.fileno())
+        start = self._raw.tell()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[self._raw.write(view) or 0 :]
+            if self._fsync:
+                os.fsync(self._raw.fileno())
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.truncate(self.path, start)
+            raise type(exc)(exc.errno, exc.strerror, str(self.path)) from exc
         self.count += 1
 
     def close(self) -> None:

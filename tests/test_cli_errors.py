@@ -4,17 +4,20 @@ exit 2 (130 for Ctrl-C), no traceback, and no file other than the command's outp
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
 import shutil
 import signal
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import zstandard
 from typer.testing import CliRunner
 
 from records.pools import write_atomic
@@ -84,6 +87,62 @@ def test_validate_a_folder_or_a_missing_pool_is_one_line(tmp_path: Path) -> None
     code, _out, err = relearn("validate", tmp_path / "missing.jsonl")
     assert code == 2 and "no such pool file" in one_error_line(err, "missing.jsonl")
     assert snapshot(tmp_path) == before
+
+
+def test_a_compressed_pool_under_another_name_is_one_line_before_anything_is_written(tmp_path: Path, pool: Path) -> None:
+    gzipped = tmp_path / "gz.jsonl"
+    gzipped.write_bytes(gzip.compress(pool.read_bytes()))
+    zstd_named_plain = tmp_path / "zst.jsonl"
+    zstd_named_plain.write_bytes(zstandard.ZstdCompressor().compress(pool.read_bytes()))
+    before = snapshot(tmp_path)
+    for path, words in ((gzipped, "is gzip-compressed"), (zstd_named_plain, "is zstd-compressed but its name does not end in .zst")):
+        for args in (
+            ("stats", path),
+            ("validate", path),
+            ("masks", path, "--mode", "positive", "-o", tmp_path / "ds", "--tokenizer", "qwen3.6"),
+        ):
+            code, _out, err = relearn(*args)
+            assert code == 2 and words in one_error_line(err, str(path)), (args, err)
+        code, _out, err = relearn("import", "codex", pool, "-o", path)  # appended to, it would be corrupted
+        assert code == 2 and words in one_error_line(err, str(path)), err
+    assert snapshot(tmp_path) == before
+
+
+def test_swapped_pool_and_reviews_are_one_line_and_nothing_is_written(tmp_path: Path, tok) -> None:  # noqa: ANN001
+    trajectories, reviews = _pool()
+    write_atomic(tmp_path / "pool.jsonl", trajectories)
+    write_atomic(tmp_path / "reviews.jsonl", [r.model_dump(mode="json") for r in reviews])
+    before = snapshot(tmp_path)
+    code, _out, err = relearn(
+        "masks", tmp_path / "reviews.jsonl", "-r", tmp_path / "pool.jsonl", "-o", tmp_path / "ds", "--tokenizer", "qwen3.6"
+    )
+    line = one_error_line(err, f"POOL {tmp_path / 'reviews.jsonl'}: is a reviews file, not a pool of trajectories")
+    assert code == 2 and "check the order of the arguments" in line
+    code, _out, err = relearn(
+        "masks", tmp_path / "pool.jsonl", "-r", tmp_path / "pool.jsonl", "-o", tmp_path / "ds", "--tokenizer", "qwen3.6"
+    )
+    assert code == 2 and "is a pool of trajectories, not a reviews file" in one_error_line(err, "--reviews")
+    code, _out, err = relearn("review", tmp_path / "reviews.jsonl", "-o", tmp_path / "r2.jsonl", "--reviewer", "heuristic")
+    assert code == 2 and "is a reviews file" in one_error_line(err, "reviews.jsonl"), err
+    code, _out, err = relearn("stats", tmp_path / "pool.jsonl", "--reviews", tmp_path / "pool.jsonl")
+    assert code == 2 and "is a pool of trajectories, not a reviews file" in one_error_line(err, "--reviews"), err
+    assert snapshot(tmp_path) == before
+
+
+def test_masks_lists_only_input_problems_and_its_exit_code_says_so(tmp_path: Path) -> None:
+    trajectories, reviews = _pool()
+    write_atomic(tmp_path / "pool.jsonl", trajectories)
+    reviews[1] = reviews[1].model_copy(update={"decision": "reject"})  # selected out by the review: counted, not an error
+    write_atomic(tmp_path / "reviews.jsonl", [r.model_dump(mode="json") for r in reviews])
+    args = ("masks", tmp_path / "pool.jsonl", "-r", tmp_path / "reviews.jsonl", "--tokenizer", "qwen3.6")
+    code, out, err = relearn(*args, "-o", tmp_path / "a")
+    assert code == 0 and "rejected" not in err and "review rejected" in " ".join(out.split()), (out, err)
+    with open(tmp_path / "pool.jsonl", "ab") as pool:
+        pool.write(b"[1, 2]\n")  # a line that is no trajectory: an input problem, listed and located
+    code, _out, err = relearn(*args, "-o", tmp_path / "b")
+    listed = [line.strip() for line in err.splitlines() if line.startswith("  ")]
+    assert code == 1 and len(listed) == 1, err
+    assert listed[0].startswith(f"unreadable record: {tmp_path / 'pool.jsonl'}:4: ") and not listed[0].endswith(":"), listed
 
 
 # ---------------------------------------------------------------- outputs that cannot be written
@@ -220,6 +279,50 @@ def test_an_unforeseen_error_says_bug_and_an_environment_one_names_its_path(caps
     # Ctrl-C in any other verb: the command that goes on, quoted as the shell takes it back.
     assert report(KeyboardInterrupt(), ["collect", "-t", "mini", "-o", "runs/my run"]) == 130
     assert one_error_line(capsys.readouterr().err).endswith("resumes where it stopped): relearn collect -t mini -o 'runs/my run'")
+
+
+def test_other_packages_warnings_and_logs_go_to_the_log_file_not_the_terminal(tmp_path: Path) -> None:
+    script = (
+        "import logging, os, warnings\n"
+        "from relearn.cli.logs import route_third_party_output\n"
+        "route_third_party_output()\n"
+        "warnings.warn('a deprecated argument')\n"
+        "logging.getLogger('deepspeed.runtime').warning('ZeRO stage 3 enabled')\n"
+        "print(os.environ['HF_HUB_DISABLE_PROGRESS_BARS'], os.environ['TRANSFORMERS_VERBOSITY'])\n"
+    )
+    log = tmp_path / "logs" / "relearn.log"
+    env = {**os.environ, "RELEARN_LOG": str(log), "TRANSFORMERS_VERBOSITY": "info"}
+    env.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.split() == ["1", "info"]  # a user's own setting wins
+    text = log.read_text()
+    assert "py.warnings WARNING" in text and "a deprecated argument" in text and "deepspeed.runtime WARNING ZeRO stage 3 enabled" in text
+    unwritable = {**env, "RELEARN_LOG": "/proc/no/such/relearn.log"}
+    done = subprocess.run([sys.executable, "-c", script], env=unwritable, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr  # the log is lost, the command is not
+
+
+def test_ctrl_c_while_relearn_starts_is_one_line_and_exit_130(relearn_bin: str) -> None:
+    # The verbs take about a second to import; Ctrl-C lands in that second at some delay.
+    # Earlier than Python's own start, the process just dies of SIGINT (no output at all).
+    started_up = 0
+    for delay in (0.15, 0.3, 0.6):
+        process = subprocess.Popen(
+            ["env", "--default-signal=INT", relearn_bin, "stats", "--help"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        time.sleep(delay)
+        process.send_signal(signal.SIGINT)
+        _stdout, stderr = process.communicate(timeout=60)
+        assert "Traceback" not in stderr, stderr
+        if process.returncode == -signal.SIGINT:
+            assert stderr == ""
+            continue
+        assert process.returncode in (0, 130), (process.returncode, stderr)
+        if process.returncode == 130:
+            line = one_error_line(stderr, "interrupted (Ctrl-C)")
+            started_up += "while relearn was starting" in line
+    assert started_up, "no delay landed in the start-up imports"
 
 
 def test_ctrl_c_during_an_import_says_what_was_kept_and_how_to_resume(relearn_bin: str, tmp_path: Path, samples: Path) -> None:

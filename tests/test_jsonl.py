@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import errno
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -61,18 +64,61 @@ def test_records_survive_a_crash_mid_write(tmp_path: Path) -> None:
     writer.close()
 
 
-def test_partial_last_line_is_isolated_on_append(tmp_path: Path) -> None:
+def test_a_torn_last_line_is_set_aside_on_append_and_the_pool_validates(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "pool.jsonl"
     write_atomic(path, _make(2))
+    whole = path.read_bytes()
     with open(path, "ab") as handle:
         handle.write(b'{"schema_version": "1.0", "id": "cut')  # killed mid-line
     assert len(pool_index(path)) == 2  # the torn line is not an id, and not fatal
-    with JsonlWriter(path) as writer:
+    with caplog.at_level(logging.WARNING, logger="records.pools"), JsonlWriter(path) as writer:
         writer.write(_make(3)[2])
     errors: list[RecordError] = []
-    back = list(read_trajectories_lenient(path, errors))
-    assert len(back) == 3
-    assert len(errors) == 1 and errors[0].line == 3
+    assert len(list(read_trajectories_lenient(path, errors))) == 3 and errors == []
+    assert path.read_bytes().startswith(whole)
+    assert (tmp_path / "pool.jsonl.torn").read_bytes() == b'{"schema_version": "1.0", "id": "cut\n'  # kept, not dropped
+    assert "pool.jsonl: its last line was cut off (36 bytes" in caplog.text and "pool.jsonl.torn" in caplog.text
+
+
+def test_a_whole_last_record_without_its_newline_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "pool.jsonl"
+    items = _make(3)
+    path.write_bytes(b"".join(t.model_dump_json().encode() + b"\n" for t in items[:2]).rstrip(b"\n"))  # another tool's file
+    with JsonlWriter(path) as writer:
+        writer.write(items[2])
+    assert [t.id for t in read_trajectories(path)] == [t.id for t in items]
+    assert not (tmp_path / "pool.jsonl.torn").exists()
+
+
+def test_a_write_the_disk_refuses_is_undone_and_names_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "pool.jsonl"
+    items = _make(3)
+    writer = JsonlWriter(path)
+    writer.write(items[0])
+    before = path.read_bytes()
+    real_write = writer._raw.write
+
+    def half_then_full(data: memoryview) -> int:  # the OS takes 10 bytes, then the disk is full
+        if len(data) > 10:
+            return real_write(data[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writer, "_raw", _RawStandIn(writer._raw, half_then_full))
+    with pytest.raises(OSError) as raised:
+        writer.write(items[1])
+    assert raised.value.filename == str(path) and raised.value.errno == errno.ENOSPC
+    assert path.read_bytes() == before  # no torn record left behind
+    writer.close()
+
+
+class _RawStandIn:
+    """The writer's file with its ``write`` replaced (a file object's methods are read-only)."""
+
+    def __init__(self, raw: Any, write: Any) -> None:
+        self._inner, self.write = raw, write
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def test_atomic_rewrite_leaves_the_old_file_on_failure(tmp_path: Path) -> None:

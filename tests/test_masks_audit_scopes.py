@@ -204,6 +204,7 @@ def test_a_pipeline_file_names_the_audit_relative_to_itself(tmp_path: Path) -> N
     from relearn.pipeline.config import load_pipeline
 
     path = tmp_path / "pipeline.toml"
+    (tmp_path / "x").mkdir()  # the import's source: a plan checks that it exists
     path.write_text(
         'workdir = "w"\n[pool]\nimport = { format = "codex", paths = ["x"] }\n[review]\nreviewer = "heuristic"\n'
         '[masks]\nvariants = ["ross", "positive"]\naudit = "envs/audit.jsonl"\nkeep_flagged = true\n'

@@ -217,9 +217,13 @@ def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() 
     assert MasksConfig().audit is True and MasksOptions.audit is None
     check(ReviewConfig(), ReviewOptions, {"spend_cap": "spend_cap_usd"}, {"pool", "output", "judges", "ray"})
     check(ReviewConfig(), JudgeOptions, {"context": "judge_context"}, {"prices"})
-    # dataset/out/tokenizer: the pipeline's; zero/offload/sp need a launcher; resume/progress: how it runs
+    # dataset/out/tokenizer: the pipeline's; zero/offload/sp need a launcher; resume/progress: how it runs;
+    # plan: `relearn run --dry-run` prints it
     check(
-        TrainConfig(tiny="qwen3"), TrainOptions, {}, {"dataset", "out", "tokenizer", "tiny", "zero", "offload", "sp", "resume", "progress"}
+        TrainConfig(tiny="qwen3"),
+        TrainOptions,
+        {},
+        {"dataset", "out", "tokenizer", "tiny", "zero", "offload", "sp", "resume", "progress", "plan"},
     )
     # the pools, model and tokenizer are the pipeline's; ctx, defect scope, context and thinking are [masks]'
     masks_side = {"ctx", "defect_scope", "context", "preserve_thinking", "tokenizer"}

@@ -1,4 +1,4 @@
-"""The ``relearn`` app: every verb group registered on one typer app (exit codes: ``relearn.cli``)."""
+"""The ``relearn`` app: every verb group registered on one typer app (exit codes: ``relearn.cli``; the command starts in ``relearn.__main__``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import typer
 
 from relearn.cli import analyze, envs, evaluate, export, harness, masks, pool, review, run, serve, single_turn, stats, train, verify, view
 from relearn.cli.errors import DEBUG, ReportingGroup
+from relearn.cli.output import show_log_warnings
 
 app = typer.Typer(
     name="relearn",
@@ -40,6 +41,7 @@ def _options(
     ),
 ) -> None:
     ctx.meta[DEBUG] = debug
+    show_log_warnings()
 
 
 pool.register(app)
@@ -57,7 +59,3 @@ analyze.register(app)
 serve.register(app)
 run.register(app)
 single_turn.register(app)
-
-
-def main() -> None:
-    app()

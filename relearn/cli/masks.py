@@ -9,7 +9,7 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, pairs, print_error, show_nodes, show_problems, show_warnings
-from relearn.ops.masks import run_masks
+from relearn.ops.masks import rejection_lines, run_masks
 from relearn.ops.reporting import OpError, RichReporter
 from relearn.verbs.masks import MasksOptions
 
@@ -23,7 +23,7 @@ def masks(options: MasksOptions) -> None:
     stats = summary.stats
     show_problems("unreadable reviews", summary.review_errors)
     show_nodes(summary.per_node, "shards")
-    show_problems("rejected", [f"{r['trajectory_id']}: {r['reason']}: {r['detail']}" for r in stats["rejections"]])
+    show_problems("rejected", rejection_lines(stats))
     show_problems("recorded ids not trained (the text was)", [f"{n['sample_id']}: {n['detail']}" for n in stats["targets"]["notes"]])
     out.print(pairs(f"relearn masks --mode {options.mode} -> {options.output}", summary_rows(stats, summary.reused)))
     out.print(f"statistics: {options.output / 'stats.json'}")

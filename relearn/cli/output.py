@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -40,6 +41,26 @@ def show_warnings(warnings: list[str]) -> bool:
     for warning in warnings:
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False)
     return bool(warnings)
+
+
+class WarningLines(logging.Handler):
+    """relearn's own log warnings (a repaired file, a fallback taken) as ``warning:`` lines on
+    stderr, like the verbs' other warnings."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        err.print(Text.assemble(("warning:", "yellow"), " ", self.format(record)), soft_wrap=True, highlight=False)
+
+
+OWN_LOGGERS = ("records", "harness", "envs", "review", "eval", "relearn")
+
+
+def show_log_warnings() -> None:
+    """Send the warnings of relearn's packages to stderr as ``warning:`` lines (once per process)."""
+    for name in OWN_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(handler, WarningLines) for handler in logger.handlers):
+            logger.addHandler(WarningLines(logging.WARNING))
+            logger.propagate = False
 
 
 def print_error(message: str) -> None:

@@ -127,6 +127,43 @@ def _jsonl_problem(path: Path, kind: JsonlKind) -> str | None:
     return "a JSON document, not JSON Lines"
 
 
+KNOWN_INPUTS = (POOL, REVIEWS, VERDICTS)
+
+
+def check_jsonl_input(path: Path, kind: JsonlKind, *, flag: str) -> None:
+    """Refuse an input that is plainly another of relearn's files (a reviews file given as the
+    pool, a pool as the reviews: swapped arguments) before anything is written. Only its first
+    readable record is looked at; a file that is merely damaged is left to the reader, which
+    locates and counts each bad line."""
+    record = _first_record(path)
+    if record is None or kind.keys <= record.keys():
+        return
+    other = next((known for known in KNOWN_INPUTS if known is not kind and known.keys <= record.keys()), None)
+    if other is not None:
+        raise OpError(f"{flag} {path}: is {other.name}, not {kind.name}; check the order of the arguments")
+
+
+def _first_record(path: Path) -> dict[str, object] | None:
+    """The first of a file's first lines that is a JSON object (None: none is, or it cannot be read)."""
+    if not path.is_file():
+        return None
+    try:
+        with open_bytes_read(path) as handle:
+            for _ in range(SNIFF_LINES):
+                line = handle.readline(SNIFF_LINE_BYTES)
+                if not line:
+                    break
+                try:
+                    record = loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    return record
+    except (zstandard.ZstdError, OSError):
+        return None
+    return None
+
+
 def check_not_an_input(output: Path, inputs: list[Path], *, flag: str = "-o") -> None:
     """An output that is also one of the files read: it would be read while it is written."""
     if output.is_file() and any(path.is_file() and path.samefile(output) for path in inputs):

@@ -17,7 +17,7 @@ from envs.executor import Needs
 from records.pools import iter_lines
 from records.review import Review, latest_reviews
 from relearn.ops.containers import open_backend
-from relearn.ops.outputs import REVIEWS, check_jsonl_output, empty_pool, prepare_parent
+from relearn.ops.outputs import POOL, REVIEWS, check_jsonl_input, check_jsonl_output, empty_pool, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.verbs.review import AgreeOptions, JudgeBackend, JudgeOptions, ReviewOptions
 
@@ -137,6 +137,7 @@ def judge_sampling(options: JudgeOptions) -> dict[str, dict[str, Any]]:
 def check_options(options: ReviewOptions) -> None:
     if not options.pool.is_file():
         raise OpError(f"{options.pool}: no such pool")
+    check_jsonl_input(options.pool, POOL, flag="POOL")
     check_jsonl_output(options.output, REVIEWS)
     if options.ray is not None and options.batch:
         raise OpError("--batch and --ray do not go together: the batches are one account, submit them from one machine")

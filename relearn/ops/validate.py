@@ -9,7 +9,7 @@ from pathlib import Path
 
 from records.pools import RecordError, read_trajectories_lenient
 from records.trajectory import Trajectory, tool_call_pairs
-from relearn.ops.outputs import empty_pool
+from relearn.ops.outputs import POOL, check_jsonl_input, empty_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.verbs.validate import ValidateOptions
 
@@ -54,6 +54,7 @@ def run_validate(options: ValidateOptions, reporter: Reporter = SILENT) -> Valid
             raise OpError(f"{pool}: is a folder, not a pool file; give the pool's .jsonl or .jsonl.zst file")
         if not pool.is_file():
             raise OpError(f"{pool}: no such pool file; check the path")
+        check_jsonl_input(pool, POOL, flag="POOL")
     summary = ValidateSummary()
     seen: set[str] = set()
     repeated: Counter[str] = Counter()
