@@ -8,8 +8,8 @@ The formula (``docs/training.md``, "Will it fit") has three groups of parts, in 
   data-parallel ranks as the ZeRO stage says, or moved to host memory by ``--offload``;
 * activations of one micro-batch of ``t = rows x ctx / sp`` tokens: the input of every decoder
   layer kept by gradient checkpointing, the recompute of the largest layer in the backward pass
-  (per-token coefficients of each block, measured on transformers' own layers, see
-  ``LAYER_COEFFICIENTS``), and the chunked loss (``3 x chunk x vocab x 4`` bytes);
+  (its saved tensors and the gradients alive during its backward: per-token coefficients of each
+  block, measured on transformers' own layers, see ``LAYER_COEFFICIENTS``), and the chunked loss (``3 x chunk x vocab x 4`` bytes);
 * under ZeRO, the communication buffers and the whole layer that ZeRO-3 gathers (its weights and
   their unreduced gradient).
 
@@ -37,7 +37,7 @@ PREFETCH_BUCKET = 50_000_000
 
 # Per-token elements each block keeps for its backward pass (autograd's saved tensors), measured
 # on transformers 5.25's Qwen3 / Qwen3-MoE / Qwen3.5-MoE layers with hooks on the saved tensors and
-# fitted to the dimensions (within 7% on every measured shape):
+# fitted to the dimensions (within 3% of the measured saved bytes of every shape below):
 #   norms (two RMSNorms and the residuals)      5 H
 #   full attention (sdpa, causal, no mask)      5.5 q + 5 kv   (q = heads x head_dim; kv likewise)
 #     with an output gate (Qwen3.5/3.6)         + 4 q
@@ -45,6 +45,20 @@ PREFETCH_BUCKET = 50_000_000
 #   MoE, per token                              k (2 H + 4 I_e) + 4 E + H / 2   (+ 4 I_s + H shared expert)
 #   Gated DeltaNet, transformers' reference     6 nk dk + nv (12 dk + 12 dv + 320), in fp32
 #   Gated DeltaNet, fused kernels (fla)         2 conv + 3 nv dv + nv dk dv / 64: an estimate, not measured
+# A checkpointed layer's backward holds more than what it saved: it recomputes the layer (all of the
+# saved tensors come back), then runs the backward of its last block, the MLP or MoE, first, while
+# the attention's saved tensors are still alive, and that block's gradients sit on top of them:
+#   dense MLP (SwiGLU) backward                 2 I - H / 2   (the gradients of two I-wide tensors)
+#   MoE backward                                3 k H         (each routed copy's gradients)
+# plus the gradient of the layer's output (H) that started its backward. These were measured, not
+# fitted to the end-to-end runs: ``python bench/bench_train_plan.py --layers`` runs one checkpointed
+# layer's forward and backward at 2,048 and 4,096 tokens under a ``TorchDispatchMode`` that counts
+# the bytes of every live tensor storage, and takes the peak above the level where the layer's
+# backward started; the slope between the two lengths is the per-token figure (what does not grow
+# with the tokens is the layer's weight gradients, counted apart). Varying one dimension at a time
+# (H, I, q, kv; k, I_e, I_s, E, nv, nk, dv) around Qwen3 H 256 / I 1,024 and Qwen3.5-MoE H 256 / 8
+# experts top-2 / 8 DeltaNet value heads gave the formulas above; saved + backward is within 7% of
+# the measured peak on each (``--layers`` prints both).
 LAYER_COEFFICIENTS = "see the comment above: relearn/train/plan.py"
 
 LinearKernels = Literal["reference", "fla"]
@@ -246,6 +260,14 @@ def layer_elements(shape: Shape, kind: str, sparse: bool, kernels: LinearKernels
     return compute, fp32
 
 
+def backward_elements(shape: Shape, sparse: bool) -> float:
+    """Per-token elements (compute dtype) that a checkpointed layer's backward holds on top of its
+    recomputed saved tensors: its MLP's (or MoE's) gradients, run first, and the output's gradient."""
+    h = shape.hidden
+    block = 3 * shape.top_k * h if sparse else max(0.0, 2 * shape.intermediate - h / 2)
+    return block + h
+
+
 def refusals(shape: Shape, s: Setting) -> list[str]:
     """What ``relearn.train.options.check_options`` refuses for this shape today, in its words."""
     found = []
@@ -302,13 +324,15 @@ def estimate(shape: Shape, s: Setting) -> Plan:
     t = math.ceil(s.rows * s.ctx / s.sp)
     per_layer = [layer_elements(shape, k, sp, s.linear_kernels) for k, sp in zip(shape.layer_kinds, shape.sparse_layers, strict=True)]
     layer_bytes = [t * (c * ab + f * 4) for c, f in per_layer]
+    # A layer's backward: its saved tensors recomputed, its MLP/MoE gradients, its output gradient.
+    backward_bytes = [t * backward_elements(shape, sp) * ab for sp in shape.sparse_layers]
     if s.gradient_checkpointing:
         kept = (shape.layers + 3) * t * shape.hidden * rb
-        recompute = max(layer_bytes) + 2 * t * shape.hidden * rb  # the layer's saved tensors, its input and output gradients
+        recompute = max(saved + grads for saved, grads in zip(layer_bytes, backward_bytes, strict=True))
         kept_note = f"{shape.layers} layer inputs + 3 x {t:,} tokens x {shape.hidden}"
     else:
         kept = sum(layer_bytes) + 3 * t * shape.hidden * rb
-        recompute = 2 * t * shape.hidden * rb
+        recompute = max(backward_bytes)
         kept_note = "every layer's saved tensors (no gradient checkpointing)"
     if s.offload_activations and s.device == "cuda" and s.gradient_checkpointing:
         host += kept
