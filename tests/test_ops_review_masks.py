@@ -226,7 +226,7 @@ def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() 
         {"dataset", "out", "tokenizer", "tiny", "zero", "offload", "sp", "resume", "progress", "plan"},
     )
     # the pools, model and tokenizer are the pipeline's; ctx, defect scope, context and thinking are [masks]'
-    masks_side = {"ctx", "defect_scope", "context", "preserve_thinking", "tokenizer"}
+    masks_side = {"ctx", "defect_scope", "context", "preserve_thinking", "tokenizer", "chat_template"}
     pipeline_side = {"pools", "out", "model", "tiny", "seed", "reviews", "positive_only", "ray", "chart", "progress"}
     check(AnalyzeConfig(), NllOptions, {}, masks_side | pipeline_side)
     assert MasksConfig().ctx == TrainConfig(tiny="qwen3").ctx == NllOptions.ctx == TrainOptions.ctx

@@ -96,11 +96,14 @@ class Settings:
     fingerprint: str = ""
     defect_scope: str = ACTION_SCOPE  # how the kept/excluded split reads defects (relearn.masks.compile.DEFECT_SCOPES)
     context: str = "as-sent"  # the context each turn is scored under, as masks compiles it (relearn.masks.compile.CONTEXTS)
+    chat_template: str | None = None  # sha256 of --chat-template's text; None: the tokenizer's own (its name and fingerprint say it)
 
     def digest(self) -> str:
         # The masks build (relearn.masks.shards.BUILD) says how sequences are cut: scores of
-        # another build are of other sequences.
-        return hashlib.sha256(json.dumps({**asdict(self), "build": BUILD}, sort_keys=True).encode()).hexdigest()[:16]
+        # another build are of other sequences. No --chat-template adds nothing, so the caches
+        # written before the option keep their keys.
+        fields = {k: v for k, v in asdict(self).items() if not (k == "chat_template" and v is None)}
+        return hashlib.sha256(json.dumps({**fields, "build": BUILD}, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def folder_fingerprint(*paths: str) -> str:
@@ -178,11 +181,13 @@ class ModelSpec:
     bf16: bool = False
     device: str = "cpu"
     chunk: int = TrainOptions.chunk
+    # --chat-template's text, not its name: a worker or Ray node need not hold the file.
+    chat_template: str | None = None
 
     def __call__(self) -> tuple[Any, Scorer]:
         import torch
 
-        from relearn.masks.tokenizers import load_tokenizer
+        from relearn.masks.tokenizers import load_tokenizer, with_chat_template
         from relearn.train.model import build_model
 
         try:
@@ -196,7 +201,7 @@ class ModelSpec:
         except (ValueError, OSError) as exc:
             raise ModelLoadError(f"{'--model' if self.model else '--tiny'}: {exc}") from None
         try:
-            tok = load_tokenizer(self.tokenizer)
+            tok = with_chat_template(load_tokenizer(self.tokenizer), self.chat_template)
         except (ValueError, OSError) as exc:
             raise ModelLoadError(f"--tokenizer: {exc}") from None
         scorer = Scorer(lm, device=self.device, chunk=self.chunk)

@@ -17,7 +17,7 @@ from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, print_error, show_problems, show_warnings
 from relearn.ops.outputs import dataset_of_another_pool, empty_pool, reviews_of_another_pool
 from relearn.ops.reporting import OpError
-from relearn.ops.stats import check_options
+from relearn.ops.stats import check_options, context_tokenizer
 from relearn.stats.compute import compute, context_section
 from relearn.stats.plots import write_plots
 from relearn.stats.tables import report_tables
@@ -41,14 +41,9 @@ def indexed(options: StatsOptions) -> tuple[list[PoolIndex], ReviewIndex | None]
     return indexes, reviews
 
 
-def context_report(options: StatsOptions) -> dict[str, Any]:
-    from relearn.masks.tokenizers import load_tokenizer  # transformers is slow to import; only here
-
-    try:
-        tokenizer = load_tokenizer(options.tokenizer)
-    except (ValueError, OSError) as exc:
-        raise OpError(f"--tokenizer {options.tokenizer}: {exc}") from None
-    return context_section(options.pools, tokenizer, {"preserve_thinking": options.preserve_thinking}, options.per_turn)
+def context_report(options: StatsOptions, dataset: DatasetInfo | None) -> tuple[dict[str, Any], list[str]]:
+    tokenizer, warnings = context_tokenizer(options, dataset)
+    return context_section(options.pools, tokenizer, {"preserve_thinking": options.preserve_thinking}, options.per_turn), warnings
 
 
 def run(options: StatsOptions) -> None:
@@ -59,14 +54,15 @@ def run(options: StatsOptions) -> None:
             indexes, reviews, plan.dataset, ks=plan.ks, by=plan.by, windows=options.windows, window_size=options.window_size,
             step_windows_given=plan.step_windows,
         )  # fmt: skip
+        template_warnings: list[str] = []
         if options.context:
-            report["context"] = context_report(options)
+            report["context"], template_warnings = context_report(options, plan.dataset)
     except OpError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     problems = [str(e) for index in [*indexes, *([reviews] if reviews is not None else [])] for e in index.errors]
     show_problems("unreadable records", problems)
-    warnings = nothing_matched(report, options.pools, indexes, plan.dataset)
+    warnings = nothing_matched(report, options.pools, indexes, plan.dataset) + template_warnings
     if options.json_out == "-":
         sys.stdout.write(json.dumps(report, indent=1) + "\n")
     else:

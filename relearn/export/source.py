@@ -62,11 +62,27 @@ def check_tokenizer(info: DatasetInfo, tokenizer: Any, name: str) -> None:
     from relearn.masks.shards import chat_template_sha256, tokenizer_fingerprint
 
     template = chat_template_sha256(tokenizer)
-    if template != info.stats.get("chat_template_sha256"):
+    compiled = str(info.stats.get("chat_template_sha256"))
+    if template != compiled:
+        shipped = shipped_template_named(compiled)
+        hint = f"; it was trl's {shipped}: add --chat-template {shipped}" if shipped else ""
         raise ExportError(
-            f"--tokenizer {name}: its chat template (sha256 {template[:12]}) is not the one {info.path} was compiled with ({str(info.stats.get('chat_template_sha256'))[:12]}, {info.tokenizer})"
+            f"--tokenizer {name}: its chat template (sha256 {template[:12]}) is not the one {info.path} was compiled with ({compiled[:12]}, {info.tokenizer}){hint}"
         )
     if tokenizer_fingerprint(tokenizer) != info.stats["tokenizer_fingerprint"]:
         raise ExportError(
             f"--tokenizer {name}: its vocabulary or normaliser is not that of {info.tokenizer}, which {info.path} was compiled with; the token ids would mean other text"
         )
+
+
+def shipped_template_named(sha256: str) -> str | None:
+    """The name of the template trl ships whose text has this sha256, if one has: what to pass
+    as --chat-template to render as a dataset compiled with it did."""
+    import hashlib
+
+    from relearn.masks.tokenizers import trl_chat_templates
+
+    for path in sorted(trl_chat_templates().glob("*.jinja")):
+        if hashlib.sha256(path.read_text(encoding="utf-8").encode()).hexdigest() == sha256:
+            return path.stem
+    return None

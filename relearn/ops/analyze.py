@@ -7,6 +7,7 @@ way, so the pipeline's per-model scores equal `relearn analyze nll` on the same 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -66,8 +67,20 @@ def _check_device(device: str) -> None:
         raise OpError(f"--device {device}: no CUDA device is available here")
 
 
-def nll_settings(options: NllOptions) -> Settings:
-    """What decides the scores (the score cache's key)."""
+def chat_template_text(options: NllOptions) -> str | None:
+    """--chat-template's text (None: the tokenizer's own template)."""
+    if options.chat_template is None:
+        return None
+    from relearn.masks.tokenizers import resolve_chat_template  # transformers: slow, only here
+
+    try:
+        return resolve_chat_template(options.chat_template)
+    except (ValueError, OSError) as exc:
+        raise OpError(f"--chat-template {options.chat_template}: {exc}") from None
+
+
+def nll_settings(options: NllOptions, template: str | None = None) -> Settings:
+    """What decides the scores (the score cache's key); ``template``: --chat-template's text."""
     name = options.tokenizer_name
     return Settings(
         model=f"tiny:{options.tiny}:seed={options.seed}" if options.tiny else str(Path(str(options.model)).resolve()),
@@ -77,13 +90,16 @@ def nll_settings(options: NllOptions) -> Settings:
         fingerprint=folder_fingerprint(*([options.model] if options.model else []), name),
         defect_scope=options.defect_scope,
         context=options.context,
+        chat_template=hashlib.sha256(template.encode()).hexdigest() if template is not None else None,
     )
 
 
-def model_spec(options: NllOptions) -> ModelSpec:
+def model_spec(options: NllOptions, template: str | None = None) -> ModelSpec:
     # A Ray unit sees the GPU Ray gave it as cuda (cuda:0), whatever index was named here.
     device = "cuda" if options.ray is not None and options.device.startswith("cuda") else options.device
-    return ModelSpec(options.model, options.tiny, options.seed, options.tokenizer_name, options.attn, options.bf16, device, options.chunk)
+    return ModelSpec(
+        options.model, options.tiny, options.seed, options.tokenizer_name, options.attn, options.bf16, device, options.chunk, template
+    )
 
 
 def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
@@ -94,16 +110,17 @@ def run_nll(options: NllOptions, reporter: Reporter = SILENT) -> NllSummary:
     from relearn.masks.shards import load_reviews
 
     check_options(options)
+    template = chat_template_text(options)
     review_problems: list[str] = []
     reviews = load_reviews(options.reviews, review_problems) if options.reviews is not None else None
-    settings = nll_settings(options)
+    settings = nll_settings(options, template)
     total = sum(count_records(p.path, options.limit) for p in options.pools)
     needs = Needs(gpus=1) if options.device.startswith("cuda") else Needs(cpus=1)  # on Ray, a GPU per unit with --device cuda
     threads = max(1, (os.cpu_count() or 1) // options.workers)  # the CPU worker processes share this machine's cores
     try:
         with process_backend(options.ray, needs, options.workers, threads) as backend, stage(reporter, "scoring NLL", total):
             results = score_pools(
-                options.pools, settings, model_spec(options), options.out, ctx=options.ctx, limit=options.limit,
+                options.pools, settings, model_spec(options, template), options.out, ctx=options.ctx, limit=options.limit,
                 positive_only=options.positive_only, reviews=reviews, on_record=reporter.advance, backend=backend, batch=options.batch,
             )  # fmt: skip
             per_node = dict(getattr(backend, "per_node", {}) or {})

@@ -137,8 +137,8 @@ def run_export_dataset(options: DatasetExportOptions, reporter: Reporter = SILEN
     check_writable(options.output, "-o")
     try:
         info = open_dataset(options.dataset)
-        if options.tokenizer is not None:  # the one the trainer will load: checked, not used
-            _checked_tokenizer(info, options.tokenizer)
+        if options.tokenizer is not None or options.chat_template is not None:  # what the trainer will load: checked, not used
+            _checked_tokenizer(info, options.tokenizer or info.tokenizer, options.chat_template)
         with stage(reporter, f"exporting for {options.trainer}", int(info.stats.get("samples", 0))):
             written = export_dataset(
                 info, options.trainer, options.output, rows_per_file=options.rows_per_file, overwrite=options.overwrite,
@@ -171,7 +171,7 @@ def run_export_masks(options: MasksExportOptions, reporter: Reporter = SILENT) -
     try:
         info = open_dataset(options.dataset)
         name = options.tokenizer or info.tokenizer  # the spans are text: decoded with the ids' own tokenizer
-        tokenizer = _checked_tokenizer(info, name)
+        tokenizer = _checked_tokenizer(info, name, options.chat_template)
         with stage(reporter, "exporting spans", int(info.stats.get("samples", 0))):
             samples = export_spans(info, tokenizer, options.output, on_row=reporter.advance)
     except (ExportError, ValueError) as exc:
@@ -179,11 +179,19 @@ def run_export_masks(options: MasksExportOptions, reporter: Reporter = SILENT) -
     return MasksExportSummary(options.output, samples, name)
 
 
-def _checked_tokenizer(info: DatasetInfo, name: str) -> Any:
-    """The tokenizer ``name``, refused unless its ids and template are the dataset's."""
-    from relearn.export.source import check_tokenizer
-    from relearn.masks.tokenizers import load_tokenizer
+def _checked_tokenizer(info: DatasetInfo, name: str, chat_template: str | None = None) -> Any:
+    """The tokenizer ``name`` (rendering with ``chat_template`` where one is named), refused
+    unless its ids and template are the dataset's."""
+    from relearn.export.source import ExportError, check_tokenizer
+    from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template, with_chat_template
 
-    tokenizer = load_tokenizer(name)
-    check_tokenizer(info, tokenizer, name)
+    try:
+        template = resolve_chat_template(chat_template) if chat_template is not None else None
+    except (ValueError, OSError) as exc:
+        raise ExportError(f"--chat-template {chat_template}: {exc}") from None
+    try:
+        tokenizer = with_chat_template(load_tokenizer(name), template)
+    except OSError as exc:
+        raise ExportError(f"--tokenizer {name}: {exc}") from None
+    check_tokenizer(info, tokenizer, name if chat_template is None else f"{name} --chat-template {chat_template}")
     return tokenizer

@@ -253,10 +253,10 @@ class AnalyzeConfig(table("AnalyzeTable", NllOptions)):
         self, pools: list[NamedPool], out: Path, model: str, reviews: Path, masks: MasksConfig, *, ray: str | None
     ) -> NllOptions:
         """`relearn analyze nll --reviews` of one model, as the masks stages compiled: the same
-        tokenizer, context, defect scope and thinking form; verified-positive trajectories only."""
+        tokenizer and chat template, context, defect scope and thinking form; verified-positive trajectories only."""
         return options_of_table(
             self, NllOptions, pools=pools, out=out, model=model, reviews=reviews, tokenizer=masks.tokenizer,
-            defect_scope=masks.defect_scope, context=masks.context, ctx=masks.ctx, preserve_thinking=masks.preserve_thinking,
+            chat_template=masks.chat_template, defect_scope=masks.defect_scope, context=masks.context, ctx=masks.ctx, preserve_thinking=masks.preserve_thinking,
             positive_only=True, ray=ray, chart=False,
         )  # fmt: skip
 
@@ -358,6 +358,15 @@ class PipelineConfig(Strict):
             return p
         return (self.source.parent / p).resolve()
 
+    def chat_template(self) -> str | None:
+        """[masks] chat_template as the loaders take it: a file relative to this file's folder
+        where one is there, else as written (the name of a template trl ships)."""
+        name = self.masks.chat_template
+        if name is None:
+            return None
+        path = self.resolve(name)
+        return str(path) if path.is_file() else name
+
 
 def load_pipeline(path: Path) -> PipelineConfig:
     try:
@@ -373,6 +382,7 @@ def load_pipeline(path: Path) -> PipelineConfig:
         raise PipelineError(f"{path}: {problems}") from None
     config.source = path.resolve()
     config.workdir = config.resolve(config.workdir)
+    config.masks.chat_template = config.chat_template()  # every stage that renders reads the same file
     return config
 
 

@@ -50,11 +50,12 @@ class Context:
         return self.config.workdir
 
     def tokenizer(self) -> Any:
-        """The masks tokenizer, loaded once for every variant."""
+        """The masks tokenizer, rendering with [masks] chat_template where one is named, loaded
+        once for every variant (and saved with the start model: it renders as the masks did)."""
         if self._tokenizer is None:
             from relearn.masks.tokenizers import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.config.masks.tokenizer)
+            self._tokenizer = load_tokenizer(self.config.masks.tokenizer, chat_template=self.config.chat_template())
         return self._tokenizer
 
     @property

@@ -13,7 +13,7 @@ from relearn.masks.compile import Context, DefectScope
 from relearn.options import option, same_as
 from relearn.train.options import TrainOptions
 from relearn.verbs.containers import ContainerOptions
-from relearn.verbs.masks import MasksOptions
+from relearn.verbs.masks import CHAT_TEMPLATE_HELP, MasksOptions
 
 BUILTIN_TOKENIZER = MasksOptions.tokenizer
 POOL_HELP = (
@@ -66,6 +66,10 @@ class NllOptions:
     tokenizer: str | None = option(
         None, "`qwen3.6` (built in, offline) or a tokenizer folder (default: the --model folder's; qwen3.6 with --tiny).",
         metavar="NAME|DIR", front="cli", why=AS_MASKS,
+    )  # fmt: skip
+    chat_template: str | None = option(
+        None, CHAT_TEMPLATE_HELP + " Use the one `relearn masks --chat-template` compiled with.", metavar="NAME|FILE",
+        front="cli", why=AS_MASKS,
     )  # fmt: skip
     ctx: int = option(
         MasksOptions.ctx, "Longest trajectory in tokens; longer ones are skipped and counted, never cut.", ge=2, metavar="TOKENS",

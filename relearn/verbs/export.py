@@ -8,6 +8,7 @@ from typing import Literal
 
 from harness.import_run import ChatPreset
 from relearn.options import option
+from relearn.verbs.masks import CHAT_TEMPLATE_HELP
 
 PoolFormat = Literal["atif", "hf", "chat"]
 # relearn.export.trainers.FORMATS, named here without loading the exporters (numpy, pyarrow).
@@ -51,6 +52,10 @@ class DatasetExportOptions:
         None, "The tokenizer your trainer will load (`qwen3.6` or a folder): refused unless its vocabulary and chat template are the "
         "ones the dataset was compiled with.",
     )  # fmt: skip
+    chat_template: str | None = option(
+        None, CHAT_TEMPLATE_HELP + " The template your trainer will render with, with --tokenizer (or the dataset's tokenizer): "
+        "refused unless it is the one the dataset was compiled with.", metavar="NAME|FILE",
+    )  # fmt: skip
     rows_per_file: int = option(10_000, "Rows per Parquet file.", ge=1)
     overwrite: bool = option(False, "Replace OUTPUT if it exists.")
 
@@ -65,3 +70,7 @@ class MasksExportOptions:
     dataset: Path = option(help="A folder `relearn masks` wrote.", argument=True, metavar="DATASET_DIR")
     output: Path = option(help="JSONL file (.jsonl or .jsonl.zst).", flags=("-o", "--output"), metavar="FILE")
     tokenizer: str | None = option(None, "Tokenizer to decode with (default: the one the dataset records); refused unless it is that one.")
+    chat_template: str | None = option(
+        None, CHAT_TEMPLATE_HELP + " For a dataset compiled with `relearn masks --chat-template`: the tokenizer is checked with "
+        "this template, and refused unless it is the one the dataset was compiled with.", metavar="NAME|FILE",
+    )  # fmt: skip

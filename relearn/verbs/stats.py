@@ -7,7 +7,7 @@ from pathlib import Path
 
 from relearn.options import option
 from relearn.stats.compute import GroupKey
-from relearn.verbs.masks import MasksOptions
+from relearn.verbs.masks import CHAT_TEMPLATE_HELP, MasksOptions
 
 
 @dataclass
@@ -53,6 +53,10 @@ class StatsOptions:
     tokenizer: str = option(
         MasksOptions.tokenizer, "With --context: the tokenizer and chat template of the masks (built-in qwen3.6, qwen3 for pools "
         "sampled from Qwen3, or a Hugging Face folder).", metavar="NAME|DIR",
+    )  # fmt: skip
+    chat_template: str | None = option(
+        None, "With --context: " + CHAT_TEMPLATE_HELP + " A --dataset compiled with another template is warned of: the check "
+        "would then describe another render than the one it was trained on.", metavar="NAME|FILE",
     )  # fmt: skip
     preserve_thinking: bool = option(
         MasksOptions.preserve_thinking, "With --context: render as `relearn masks` does with this preserve_thinking."

@@ -22,6 +22,7 @@ from relearn.pipeline.context import (
     upstream_dir,
 )
 from relearn.pipeline.runner import Stage
+from relearn.pipeline.stages import masks as masks_stage
 
 NOT_IDENTITY = {"device", "workers", "batch"}  # where and how many at once, not what it finds
 
@@ -37,6 +38,8 @@ def stages(ctx: Context) -> list[Stage]:
         **c.analyze.model_dump(mode="json", exclude=NOT_IDENTITY), "tokenizer": c.masks.tokenizer, "ctx": c.masks.ctx,
         "heldout_tasks": sorted(c.masks.heldout_tasks or []), "variants": c.variants,
     }  # fmt: skip
+    if c.masks.chat_template is not None:  # none adds nothing: the stamps written before the option stand
+        settings["chat_template"] = masks_stage.settings(ctx)["chat_template"]  # the template's sha256, as masks stamp it
     # Only the tables move aside when stale: the score caches under analyze/MODEL/ are keyed
     # by model folder, tokenizer and review, so what is still valid in them is reused.
     outputs = [analyze_dir(ctx) / "nll.json", analyze_dir(ctx) / "nll.md"]
