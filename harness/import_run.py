@@ -100,55 +100,28 @@ def _index_slowly(text: str, index: dict[str, str | None]) -> None:
         index[data["id"]] = source.get("content_hash")
 
 
-@dataclass
-class PoolIds:
-    """What a pool holds: each id's content hash, and for each content the first id it has."""
-
-    ids: dict[str, str | None] = field(default_factory=dict)
-    contents: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, index: dict[str, str | None]) -> PoolIds:
-        held = cls(index)
-        for trajectory_id, digest in index.items():
-            if digest is not None:
-                held.contents.setdefault(digest, trajectory_id)
-        return held
-
-    def add(self, trajectory_id: str, digest: str) -> None:
-        self.ids[trajectory_id] = digest
-        self.contents.setdefault(digest, trajectory_id)
-
-    def remove(self, trajectory_id: str) -> None:
-        digest = self.ids.pop(trajectory_id, None)
-        if digest is not None and self.contents.get(digest) == trajectory_id:
-            del self.contents[digest]
-
-
-def _claim_id(trajectory_id: str, digest: str, held: PoolIds, summary: ImportSummary) -> str | None:
+def _claim_id(trajectory_id: str, digest: str, seen: dict[str, str | None], summary: ImportSummary) -> str | None:
     """The id under which content ``digest`` goes into the pool: its own, or where the pool
     holds other content under that id, ``<id>~<hash>``; None when the pool already has this
-    very content, under this id or another (a copied file, a renamed session: said in a warning).
+    very content under this id.
 
     A source id can be reused for other content (a Codex session resumed and grown, a
-    run-scoped id): that content is kept too, never dropped.
+    run-scoped id): that content is kept too, never dropped. The same content under two ids is
+    kept twice: RL samples of one prompt often say the same thing, and each is an attempt.
     """
-    if held.ids.get(trajectory_id, "") == digest:
-        return None
-    holder = held.contents.get(digest)
-    if holder is not None:
-        if not holder.startswith(f"{trajectory_id}~"):  # (its own renamed copy, from an earlier import: nothing to say)
-            summary.warnings.append(f"{trajectory_id}: the pool holds this very content as {holder}; not imported again")
-        return None
-    if trajectory_id in held.ids:
+    if trajectory_id in seen:
+        if seen[trajectory_id] == digest:
+            return None
         other = f"{trajectory_id}~{digest.removeprefix('t-')[:12]}"
         summary.warnings.append(f"{trajectory_id}: the pool holds other content under this id; imported as {other}")
+        if seen.get(other) == digest:
+            return None
         trajectory_id = other
-    held.add(trajectory_id, digest)
+    seen[trajectory_id] = digest
     return trajectory_id
 
 
-def _pool_line(result: ImportResult, seen: PoolIds, summary: ImportSummary) -> bytes | None:
+def _pool_line(result: ImportResult, seen: dict[str, str | None], summary: ImportSummary) -> bytes | None:
     """The pool line of an imported trajectory, with its claimed id and content hash; None
     when the pool already holds it. A record an importer built as a dict is written as it
     stands, never validated again. A value no pool line can hold (a lone surrogate, which
@@ -177,11 +150,11 @@ def _pool_line(result: ImportResult, seen: PoolIds, summary: ImportSummary) -> b
     return _unclaimed_on_error(claimed, seen, dump_record, record) + b"\n"
 
 
-def _unclaimed_on_error(claimed: str, seen: PoolIds, dump: Callable[[Any], bytes], record: Any) -> bytes:
+def _unclaimed_on_error(claimed: str, seen: dict[str, str | None], dump: Callable[[Any], bytes], record: Any) -> bytes:
     try:
         return dump(record)
     except ValueError:
-        seen.remove(claimed)
+        del seen[claimed]
         raise
 
 
@@ -204,7 +177,7 @@ def import_files(
     ``on_file`` follows each file read, ``on_record`` each record of it.
     """
     summary = ImportSummary()
-    seen = PoolIds() if overwrite else PoolIds.of(pool_index(output))
+    seen = {} if overwrite else pool_index(output)
     lines = _convert(importer or FORMATS[format_name], files, summary, seen, salvage, on_file, on_record)
     if overwrite:
         write_atomic(output, lines)
@@ -219,7 +192,7 @@ def _convert(
     module: Importer,
     files: list[Path],
     summary: ImportSummary,
-    seen: PoolIds,
+    seen: dict[str, str | None],
     salvage: bool,
     on_file: Callable[[Path], None] | None,
     on_record: Callable[[], None] | None,

@@ -327,17 +327,3 @@ def test_invalid_json_arguments_are_kept_verbatim(tmp_path: Path) -> None:
     call = result.trajectory.messages[4].tool_calls[0]
     assert call.function.arguments == {} and call.raw_arguments == '{"command": ["ls"'
     assert any("not a JSON object" in w for w in result.diagnostics.warnings)
-
-
-def test_the_same_episode_under_another_id_is_imported_once_and_said(tmp_path: Path, samples: Path) -> None:
-    original = samples / "codex_rollout_v0.135.0_exec.jsonl"
-    copy = tmp_path / "renamed.jsonl"  # the same session saved again with a new session id
-    copy.write_text(original.read_text().replace("019e9625-802f-7e91-840a-cfe88d14117a", "019e9625-0000-7e91-840a-cfe88d14117a"))
-    pool = tmp_path / "pool.jsonl"
-    first = import_files("codex", [original], pool)
-    second = import_files("codex", [copy], pool)
-    assert (first.imported, second.imported, second.skipped_existing) == (1, 0, 1)
-    (held,) = list(read_trajectories(pool))
-    assert any(f"the pool holds this very content as {held.id}; not imported again" in w for w in second.warnings)
-    both = import_files("codex", [original, copy], tmp_path / "both.jsonl")  # within one run, too
-    assert (both.imported, both.skipped_existing) == (1, 1)

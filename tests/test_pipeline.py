@@ -169,6 +169,7 @@ def test_a_pipeline_without_a_reviewer_stops_before_its_first_stage(tmp_path: Pa
     from relearn.cli.main import app
 
     path = tmp_path / "p.toml"
+    (tmp_path / "rollouts").mkdir()
     path.write_text(PIPELINE.replace('[review]\nreviewer = "heuristic"\n', ""))
     for extra in ([], ["--dry-run"]):
         result = CliRunner().invoke(app, ["run", str(path), *extra])
@@ -192,6 +193,7 @@ def test_a_second_run_on_a_work_folder_in_use_is_refused_at_once(tmp_path: Path)
 
     path = tmp_path / "p.toml"
     path.write_text(PIPELINE)
+    (tmp_path / "rollouts").mkdir()
     work = tmp_path / "work"
     with workdir_lock(work):
         before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
@@ -388,6 +390,7 @@ def full_context(tmp_path: Path, text: str = FULL):  # noqa: ANN201
     from relearn.pipeline.context import Context
 
     (tmp_path / "p.toml").write_text(text)
+    (tmp_path / "rollouts").mkdir(exist_ok=True)  # the import's source: a plan checks that it exists
     return Context(load_pipeline(tmp_path / "p.toml"), Console(file=io.StringIO()))
 
 

@@ -239,9 +239,9 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
     would_run: set[str] = set()  # dry run: stages after one that would run would run too
     for number, stage in enumerate(stages, 1):
         reads = read_paths(stage, stages)
-        reason = why_stale(stage, workdir, reads)
-        if reason is None and dry_run:
-            reason = next((f"{need} would be redone" for need in stage.needs if need in would_run), None)
+        # A dry run: a stage it needs would be redone, so what it reads would change anyway.
+        redone = next((f"{need} would be redone" for need in stage.needs if need in would_run), None)
+        reason = why_stale(stage, workdir, [] if redone else reads) or redone
         head = f"[bold]{number}/{len(stages)} {stage.name}[/bold]"
         if reason is None:
             stamp = read_stamp(workdir, stage.name) or {}
