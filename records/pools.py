@@ -63,7 +63,7 @@ def open_bytes_read(path: str | Path) -> IO[bytes]:
     magic = os.pread(raw.fileno(), 4, 0) if stat.S_ISREG(os.fstat(raw.fileno()).st_mode) else b""
     problem = None
     if magic[:2] == GZIP_MAGIC:
-        problem = "is gzip-compressed; relearn reads JSON Lines as .jsonl or .jsonl.zst: decompress it (gunzip -k)"
+        problem = "is gzip-compressed; relearn reads JSON Lines as .jsonl or .jsonl.zst: decompress it (zcat FILE > plain.jsonl)"
     elif magic == ZSTD_MAGIC and not is_zstd(path):
         problem = "is zstd-compressed but its name does not end in .zst; rename it to end in .zst"
     if problem is not None:
@@ -88,6 +88,24 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                     yield number, text
     except UnicodeDecodeError as exc:
         raise RecordError(str(path), None, None, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except zstandard.ZstdError as exc:
+        raise RecordError(str(path), None, None, f"not a readable zstd stream: {exc}") from None
+
+
+def iter_line_texts(path: str | Path) -> Iterator[tuple[int, str | RecordError]]:
+    """``iter_lines`` for readers that go on past a bad line: each line is decoded on its own,
+    and one that is not UTF-8 is its own located error (``FILE:LINE: not UTF-8 text``) while
+    the lines after it are read. A broken zstd stream still ends the read with its error."""
+    try:
+        with open_bytes_read(path) as handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield number, RecordError(str(path), number, None, f"not UTF-8 text ({exc.reason} at column {exc.start + 1:,})")
+                    continue
+                if not text.isspace():
+                    yield number, text
     except zstandard.ZstdError as exc:
         raise RecordError(str(path), None, None, f"not a readable zstd stream: {exc}") from None
 
@@ -187,14 +205,18 @@ def json_record_error(path: str | Path, line: int | None, data: bytes, exc: Vali
 
 def iter_pool_records(path: str | Path, limit: int | None = None) -> Iterator[tuple[int | None, str, Trajectory | RecordError]]:
     """The pool reader: ``(line, text, trajectory or its located error)`` for each of the
-    first ``limit`` records, in file order. An unreadable file (not UTF-8, broken zstd) ends
-    the read with its error (line None, no text); what was read before it stands."""
+    first ``limit`` records, in file order; a line that is not UTF-8 is its own located error.
+    A broken zstd stream ends the read with its error (line None, no text); what was read
+    before it stands."""
     seen = 0
     try:
-        for number, text in iter_lines(path):
+        for number, text in iter_line_texts(path):
             if limit is not None and seen >= limit:
                 return
             seen += 1
+            if isinstance(text, RecordError):
+                yield number, "", text
+                continue
             try:
                 yield number, text, parse_trajectory(path, number, parse_json_line(path, number, text))
             except RecordError as exc:

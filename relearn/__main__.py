@@ -6,6 +6,7 @@ whichever import it hit. Nothing is written before the verbs run, so that one li
 
 from __future__ import annotations
 
+import signal
 import sys
 
 EXIT_INTERRUPTED = 130  # as relearn.cli.errors says it; that module is not imported yet
@@ -25,6 +26,9 @@ def main() -> None:
     except KeyboardInterrupt:  # between start-up and the verb, where click would say "Aborted!" and exit 1
         sys.stderr.write("error: interrupted (Ctrl-C) before the command began; nothing was done\n")
         raise SystemExit(EXIT_INTERRUPTED) from None
+    finally:
+        # The verb has answered: a Ctrl-C now would land in a package's exit handler as a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ def test_a_compressed_pool_under_another_name_is_one_line_before_anything_is_wri
         for args in (
             ("stats", path),
             ("validate", path),
+            ("view", path, "--print"),
             ("masks", path, "--mode", "positive", "-o", tmp_path / "ds", "--tokenizer", "qwen3.6"),
         ):
             code, _out, err = relearn(*args)
@@ -136,13 +137,33 @@ def test_masks_lists_only_input_problems_and_its_exit_code_says_so(tmp_path: Pat
     write_atomic(tmp_path / "reviews.jsonl", [r.model_dump(mode="json") for r in reviews])
     args = ("masks", tmp_path / "pool.jsonl", "-r", tmp_path / "reviews.jsonl", "--tokenizer", "qwen3.6")
     code, out, err = relearn(*args, "-o", tmp_path / "a")
-    assert code == 0 and "rejected" not in err and "review rejected" in " ".join(out.split()), (out, err)
+    assert code == 0 and "rejected (" not in err and "left out: review rejected" in " ".join(out.split()), (out, err)
     with open(tmp_path / "pool.jsonl", "ab") as pool:
         pool.write(b"[1, 2]\n")  # a line that is no trajectory: an input problem, listed and located
     code, _out, err = relearn(*args, "-o", tmp_path / "b")
     listed = [line.strip() for line in err.splitlines() if line.startswith("  ")]
     assert code == 1 and len(listed) == 1, err
     assert listed[0].startswith(f"unreadable record: {tmp_path / 'pool.jsonl'}:4: ") and not listed[0].endswith(":"), listed
+
+
+def test_a_second_writer_of_one_pool_or_dataset_is_refused_at_once(tmp_path: Path, samples: Path, pool: Path, tok) -> None:  # noqa: ANN001
+    from relearn.ops.outputs import output_lock
+
+    trajectories, reviews = _pool()
+    write_atomic(tmp_path / "p2.jsonl", trajectories)
+    write_atomic(tmp_path / "r2.jsonl", [r.model_dump(mode="json") for r in reviews])
+    for output, command in (
+        (pool, ("import", "codex", samples / CODEX, "-o", pool)),  # would append what the other had not yet written
+        (tmp_path / "r.jsonl", ("review", tmp_path / "p2.jsonl", "-o", tmp_path / "r.jsonl", "--reviewer", "heuristic")),
+        (tmp_path / "ds", ("masks", tmp_path / "p2.jsonl", "-r", tmp_path / "r2.jsonl", "-o", tmp_path / "ds", "--tokenizer", "qwen3.6")),
+    ):
+        with output_lock(output):
+            before = snapshot(tmp_path)
+            code, _out, err = relearn(*command)
+            assert code == 2 and "another relearn command is writing it (pid " in one_error_line(err, str(output)), err
+            assert snapshot(tmp_path) == before
+        code, _out, err = relearn(*command)  # the lock goes with its holder
+        assert code == 0, err
 
 
 # ---------------------------------------------------------------- outputs that cannot be written

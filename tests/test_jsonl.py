@@ -159,3 +159,15 @@ def test_binary_and_corrupt_zstd_are_located_errors(tmp_path: Path) -> None:
     corrupt.write_bytes(b"not zstd at all")
     with pytest.raises(RecordError, match="zstd"):
         list(read_trajectories(corrupt))
+
+
+def test_a_line_that_is_not_utf8_is_its_own_error_and_the_pool_reads_on(tmp_path: Path) -> None:
+    path = tmp_path / "pool.jsonl"
+    lines = [t.model_dump_json().encode() for t in _make(6)]
+    lines[2] = lines[2].replace("日本".encode(), b"\xe6\x97")  # a Latin-1 editor's save, one line
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    errors: list[RecordError] = []
+    back = list(read_trajectories_lenient(path, errors))
+    assert len(back) == 5 and [t.task_id for t in back] == ["task-0", "task-1", "task-3", "task-4", "task-5"]
+    (error,) = errors
+    assert (error.path, error.line) == (str(path), 3) and error.message.startswith("not UTF-8 text (") and "at column" in error.message

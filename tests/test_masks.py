@@ -464,7 +464,7 @@ def test_cli_masks_is_deterministic_and_resumable(relearn_bin: str, tmp_path: Pa
     assert first.returncode == 0, first.stderr
     rows = _rows(first.stdout)
     assert rows["trajectories out"] == "1" and rows["shards (reused)"] == "2 (0)"
-    assert rows["rejected: review rejected"] == "1" and int(rows["excluded (A ∩ E)"]) > 0
+    assert rows["left out: review rejected"] == "1" and int(rows["excluded (A ∩ E)"]) > 0
     stats = json.loads((tmp_path / "a" / "stats.json").read_text())
     assert stats["trajectories_in"] == 3 and stats["trajectories_out"] == 1
     assert stats["rejected"] == {"not verified positive": 1, "review rejected": 1}

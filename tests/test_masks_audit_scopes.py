@@ -135,7 +135,7 @@ def test_flagged_tasks_are_left_out_of_every_mode_counted_unless_kept(tmp_path: 
     )
     words = " ".join(result.stdout.split())
     assert result.exit_code == 0, result.output
-    assert "1 of 3 tasks flagged; 2 successes of them left out" in words and f"rejected: {FLAGGED_BY_AUDIT}" in words
+    assert "1 of 3 tasks flagged; 2 successes of them left out" in words and f"left out: {FLAGGED_BY_AUDIT}" in words
     assert "TER action scope (trained)" in words and "TER minimal scope" in words
 
 

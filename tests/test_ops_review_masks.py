@@ -223,7 +223,7 @@ def test_the_pipeline_file_says_every_option_of_the_verbs_with_their_defaults() 
         TrainConfig(tiny="qwen3"),
         TrainOptions,
         {},
-        {"dataset", "out", "tokenizer", "tiny", "zero", "offload", "sp", "resume", "progress", "plan"},
+        {"dataset", "out", "tokenizer", "chat_template", "tiny", "zero", "offload", "sp", "resume", "progress", "plan"},
     )
     # the pools, model and tokenizer are the pipeline's; ctx, defect scope, context and thinking are [masks]'
     masks_side = {"ctx", "defect_scope", "context", "preserve_thinking", "tokenizer", "chat_template"}

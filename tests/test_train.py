@@ -452,8 +452,19 @@ def test_a_dataset_of_another_tokenizers_ids_is_refused_before_the_model_is_buil
     run = ["--out", str(tmp_path / "run"), "--tiny", "qwen3", "--ctx", "64", "--no-progress", "--epochs", "1"]
     refused = _invoke(str(data), *run, "--tokenizer", "qwen3.6")
     assert refused.exit_code == 2, refused.output
-    assert f"{data}: its token ids are the tokenizer 'qwen3''s" in refused.text and "give --tokenizer the one" in refused.text
+    assert (
+        f"{data}: its token ids are those of qwen3 (relearn masks --tokenizer), not of the tokenizer this run would save with the model (qwen3.6)"
+        in refused.text
+    )
+    assert "give --tokenizer qwen3," in refused.text
     assert not (tmp_path / "run").exists()
-    # The same ids with their own tokenizer train (another chat template would not matter).
-    trained = _invoke(str(data), *run, "--tokenizer", "qwen3")
+    # The same ids with their own tokenizer train (another chat template does not change them),
+    # and the model is saved with the template the dataset was rendered with.
+    trained = _invoke(str(data), *run, "--tokenizer", "qwen3", "--chat-template", "glm4moe_training")
     assert trained.exit_code == 0, trained.output
+    from transformers import AutoTokenizer
+
+    from relearn.masks.tokenizers import resolve_chat_template
+
+    saved = AutoTokenizer.from_pretrained(tmp_path / "run" / "model")
+    assert saved.chat_template == resolve_chat_template("glm4moe_training")

@@ -9,7 +9,7 @@ import typer
 
 from relearn.cli.declared import command
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, out, pairs, print_error, show_nodes, show_problems, show_warnings
-from relearn.ops.masks import rejection_lines, run_masks
+from relearn.ops.masks import SELECTED_OUT, rejection_lines, run_masks
 from relearn.ops.reporting import OpError, RichReporter
 from relearn.verbs.masks import MasksOptions
 
@@ -57,7 +57,8 @@ def summary_rows(stats: dict[str, Any], reused: int) -> list[tuple[str, Any]]:
         ),
         *((f"generated tokens: {name.replace('_', ' ')}", n) for name, n in stats["targets"]["samples"].items()),
         ("audit", audit_line(stats["audit"])),
-        *((f"rejected: {reason}", n) for reason, n in stats["rejected"].items()),
+        # What the mode selected out is left out, not an error (exit 0); an input problem is rejected (exit 1).
+        *((f"{'left out' if reason in SELECTED_OUT else 'rejected'}: {reason}", n) for reason, n in stats["rejected"].items()),
         *((f"excluded tokens: {category}", n) for category, n in stats["excluded_by_category"].items()),
     ]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from relearn.cli.help_layout import EXIT_CODES_STAGES
 from relearn.cli.output import EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, err, grid, out, print_error
@@ -25,7 +26,7 @@ RayArg = Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help=RAY
 def _summary(results: list[StageResult], title: str) -> int:
     rows = [
         (r.name, {"failed": "[red]failed[/red]", "current": "[dim]current[/dim]"}.get(r.status, r.status),
-         f"{r.seconds:.1f}" if r.status == "ran" else "-", counts_text(r.counts) or (r.error or ""))
+         f"{r.seconds:.1f}" if r.status == "ran" else "-", escape(counts_text(r.counts) or (r.error or "")))
         for r in results
     ]  # fmt: skip
     out.print(grid(title, ("stage", "status", "seconds", "counts"), rows, overflow="fold"))
@@ -55,7 +56,7 @@ def run_command(
     with sigterm_as_interrupt():  # every `with Container` removes its container
         results, ctx = run_pipeline(config, err, dry_run=dry_run)
     for note in ctx.notes:
-        err.print(f"[yellow]note:[/yellow] {note}", highlight=False)
+        err.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
     code = _summary(results, f"relearn run {pipeline}")
     if dry_run and config.train is not None:
         _train_plan(ctx)

@@ -18,7 +18,7 @@ import zstandard
 from harness.import_run import ImportFormat, ImportSummary, discover, import_files
 from harness.importers import chat, harbor
 from records.pools import is_zstd, iter_lines
-from relearn.ops.outputs import POOL, check_jsonl_output, check_not_an_input, prepare_parent
+from relearn.ops.outputs import POOL, check_jsonl_output, check_not_an_input, output_lock, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, OpInterrupted, Reporter, check_writable, stage
 from relearn.verbs.importing import ImportOptions, misplaced_fields
 
@@ -55,10 +55,11 @@ def run_import(options: ImportOptions, reporter: Reporter = SILENT) -> ImportSum
     prepare_parent(options.output, reporter)
     size_before = options.output.stat().st_size if options.output.is_file() else 0
     try:
-        return import_reporting(
-            f"importing {options.format}", options.format, files, options.output, reporter,
-            salvage=options.salvage, overwrite=options.overwrite, importer=importer,
-        )  # fmt: skip
+        with output_lock(options.output):  # the pool's ids are read once: a second writer would append them again
+            return import_reporting(
+                f"importing {options.format}", options.format, files, options.output, reporter,
+                salvage=options.salvage, overwrite=options.overwrite, importer=importer,
+            )  # fmt: skip
     except KeyboardInterrupt:
         if options.overwrite:
             raise OpInterrupted(f"{options.output} is as it was (--overwrite swaps the new pool in at the end)", resumes=False) from None

@@ -11,12 +11,12 @@ import msgspec
 
 from envs.audit import read_flagged
 from envs.executor import Needs
-from records.pools import RecordError, is_zstd, iter_lines
+from records.pools import RecordError, is_zstd, iter_line_texts
 from relearn.masks.compile import CONTEXTS, DEFECT_SCOPES, FLAGGED_BY_AUDIT, MODES
 from relearn.masks.shards import FirstLines, build_dataset, load_reviews
 from relearn.masks.template import PREFIX_CHECKS
 from relearn.ops.containers import process_backend
-from relearn.ops.outputs import POOL, REVIEWS, check_dataset_dir, check_jsonl_input, empty_pool, reviews_of_another_pool
+from relearn.ops.outputs import POOL, REVIEWS, check_dataset_dir, check_jsonl_input, empty_pool, output_lock, reviews_of_another_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.verbs.masks import MasksOptions
 
@@ -119,8 +119,10 @@ def _pool_heads(pool: Path, reviewed: Any, flagged: dict[str, str]) -> tuple[int
     records = matched = of_flagged = 0
     first_lines = FirstLines()
     try:
-        for number, text in iter_lines(pool):
+        for number, text in iter_line_texts(pool):
             records += 1
+            if isinstance(text, RecordError):
+                continue  # the compile rejects it, located
             try:
                 head = _HEAD_DECODER.decode(text)
             except (msgspec.DecodeError, UnicodeEncodeError):
@@ -130,7 +132,7 @@ def _pool_heads(pool: Path, reviewed: Any, flagged: dict[str, str]) -> tuple[int
             matched += isinstance(head.id, str) and head.id in reviewed
             of_flagged += isinstance(head.task_id, str) and head.task_id in flagged
     except RecordError:
-        records += 1  # the rest cannot be read (not UTF-8, broken zstd): the compile says where
+        records += 1  # the rest cannot be read (a broken zstd stream): the compile says where
     return records, matched, of_flagged, first_lines
 
 
@@ -182,7 +184,11 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
         tokens += compiled
         reporter.advance(size, tokens=f"{tokens:,}")
 
-    with process_backend(options.ray, Needs(cpus=1), options.workers) as backend, stage(reporter, f"compiling {options.mode} masks", total):
+    with (
+        output_lock(options.output),  # two compiles into one folder would race on its shards' temporary files
+        process_backend(options.ray, Needs(cpus=1), options.workers) as backend,
+        stage(reporter, f"compiling {options.mode} masks", total),
+    ):
         stats, reused = build_dataset(
             options.pool, reviews, tokenizer, options.tokenizer, options.compile_options(flagged), options.output,
             shard_size=options.shard_size, on_record=advance, backend=backend, audit=audit, repeats=first_lines.repeats,

@@ -14,8 +14,14 @@ pool), which the front-ends turn into a warning and exit 1.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import zstandard
@@ -274,3 +280,38 @@ def reviews_of_another_pool(reviews: Path, pool: Path | str, count: int) -> str:
 
 def dataset_of_another_pool(dataset: Path, pool: Path | str, count: int) -> str:
     return f"none of the {count} trajectories of the dataset {dataset} is in {pool}: is it another pool's dataset?"
+
+
+@contextmanager
+def held(lock: Path, busy: Callable[[str], str], *, guards: Path | None = None) -> Iterator[None]:
+    """Hold ``lock`` while the block runs, or raise ``OpError(busy(holder))`` at once. The lock
+    is the kernel's (``flock``), so a process that is killed leaves none behind; the file only
+    says who held it last. A folder on a network file system may not honour it. A lock that
+    cannot be made (a read-only folder) is told as the file it ``guards``, the one the user named."""
+    try:
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(lock, "a+", encoding="utf-8")
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(guards or lock)) from exc
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            raise OpError(busy(handle.read().strip() or "another process")) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {datetime.now(UTC).isoformat(timespec='seconds')}\n")
+        handle.flush()
+        yield
+
+
+def output_lock(output: Path) -> AbstractContextManager[None]:
+    """One writer at a time for an output that is appended to (a pool, a reviews file) or
+    written in parts (a dataset folder): two imports into one pool would each append what the
+    other had not yet written. The lock file lies beside it, ``.NAME.lock``."""
+    return held(
+        output.parent / f".{output.name}.lock",
+        lambda holder: f"{output}: another relearn command is writing it ({holder}); wait for it to end or stop it",
+        guards=output,
+    )

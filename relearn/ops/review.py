@@ -17,7 +17,7 @@ from envs.executor import Needs
 from records.pools import iter_lines
 from records.review import Review, latest_reviews
 from relearn.ops.containers import open_backend
-from relearn.ops.outputs import POOL, REVIEWS, check_jsonl_input, check_jsonl_output, empty_pool, prepare_parent
+from relearn.ops.outputs import POOL, REVIEWS, check_jsonl_input, check_jsonl_output, empty_pool, output_lock, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
 from relearn.verbs.review import AgreeOptions, JudgeBackend, JudgeOptions, ReviewOptions
 
@@ -187,7 +187,7 @@ def run_review(
     total = summary.records = sum(1 for _ in iter_lines(options.pool))
     prepare_parent(options.output, reporter)
     batching = BatchOptions(poll_s=options.poll_interval, on_event=reporter.note) if options.batch else None
-    with open_backend(options.ray, Needs(cpus=0.5)) as backend, stage(reporter, "reviewing", total):
+    with output_lock(options.output), open_backend(options.ray, Needs(cpus=0.5)) as backend, stage(reporter, "reviewing", total):
 
         def done(_review: Review | None, ledger: Ledger) -> None:
             reporter.advance(1, spent=f"${ledger.spent_usd:.4f}")

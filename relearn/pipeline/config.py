@@ -231,9 +231,11 @@ class TrainConfig(table("TrainTable", TrainOptions)):
     need a launcher (torchrun, deepspeed) and stay with the verb. The dataset, run folder and
     tokenizer are the pipeline's."""
 
-    def options(self, dataset: Path, out: Path, init: str, tokenizer: str) -> TrainOptions:
+    def options(self, dataset: Path, out: Path, init: str, tokenizer: str, chat_template: str | None = None) -> TrainOptions:
         """The run's options: trained from ``init`` (the upstream stage's weights)."""
-        return options_of_table(self, TrainOptions, dataset=dataset, out=out, tokenizer=tokenizer, init=init, tiny=None)
+        return options_of_table(
+            self, TrainOptions, dataset=dataset, out=out, tokenizer=tokenizer, chat_template=chat_template, init=init, tiny=None
+        )
 
     @model_validator(mode="after")
     def one_start(self) -> TrainConfig:
@@ -371,8 +373,14 @@ class PipelineConfig(Strict):
 def load_pipeline(path: Path) -> PipelineConfig:
     try:
         data: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except IsADirectoryError:
+        raise PipelineError(f"{path}: is a folder; give the pipeline's .toml file") from None
+    except FileNotFoundError:
+        raise PipelineError(f"{path}: no such pipeline file; check the path") from None
+    except UnicodeDecodeError as exc:
+        raise PipelineError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start:,}); a pipeline file is TOML") from None
     except OSError as exc:
-        raise PipelineError(f"{path}: {exc.strerror or exc}") from None
+        raise PipelineError(f"{path}: {(exc.strerror or str(exc)).lower()}") from None
     except tomllib.TOMLDecodeError as exc:
         raise PipelineError(f"{path}: not valid TOML: {exc}") from None
     try:

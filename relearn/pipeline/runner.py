@@ -25,24 +25,24 @@ twice and move each other's outputs aside.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import shutil
-import socket
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from records.pools import write_text_atomic
+from relearn.ops.outputs import held
 from relearn.ops.reporting import OpError, os_problem
 
 STATE_DIR = ".pipeline"
@@ -204,30 +204,19 @@ def stage_error(exc: Exception) -> str:
     return f"a bug in relearn ({type(exc).__name__}: {exc}); run again with --debug for the traceback and report it"
 
 
-@contextmanager
-def workdir_lock(workdir: Path) -> Iterator[None]:
-    """Hold ``workdir`` for this run, or raise ``OpError`` naming who holds it. The lock is the
-    kernel's (``flock``), so a run that is killed leaves none behind; the file only says who
-    held it last. A folder on a network file system may not honour it."""
-    path = workdir / STATE_DIR / LOCK_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            raise OpError(f"{workdir}: another relearn run is working in this folder ({holder}); wait for it to end or stop it") from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {datetime.now(UTC).isoformat(timespec='seconds')}\n")
-        handle.flush()
-        yield
+def workdir_lock(workdir: Path) -> AbstractContextManager[None]:
+    """Hold ``workdir`` for this run, or raise ``OpError`` naming who holds it (``held``)."""
+    return held(
+        workdir / STATE_DIR / LOCK_FILE,
+        lambda holder: f"{workdir}: another relearn run is working in this folder ({holder}); wait for it to end or stop it",
+    )
 
 
 def run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run: bool = False) -> list[StageResult]:
     """Run what is not current, in order; stop at the first stage that fails. A dry run reads
     the stamps only, so it takes no lock."""
+    if workdir.exists() and not workdir.is_dir():
+        raise OpError(f"{workdir}: the work folder is a file; give workdir a folder (new or one relearn run wrote)")
     with nullcontext() if dry_run else workdir_lock(workdir):
         return _run_stages(stages, workdir, console, dry_run=dry_run)
 
@@ -248,7 +237,7 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
             console.print(f"{head}: current, skipped")
             results.append(StageResult(stage.name, "current", counts=stamp.get("counts", {})))
             continue
-        console.print(f"{head}: {stage.describe} [dim]({reason})[/dim]")
+        console.print(f"{head}: {escape(stage.describe)} [dim]({escape(reason)})[/dim]")
         if dry_run:
             would_run.add(stage.name)
             results.append(StageResult(stage.name, "would run", error=reason))
@@ -258,7 +247,7 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
         if stamp_path.exists():  # stale, not interrupted: its outputs belong to other settings or inputs
             result.moved_aside = _move_aside(stage, workdir)
             for path in result.moved_aside:
-                console.print(f"  [dim]stale output moved to {path}[/dim]")
+                console.print(f"  [dim]stale output moved to {escape(path)}[/dim]")
             stamp_path.unlink()
         started = time.monotonic()
         try:
@@ -267,14 +256,14 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
             result.status, result.error = "failed", stage_error(exc)
             result.seconds = time.monotonic() - started
             results.append(result)
-            console.print(f"  [red]failed:[/red] {result.error}", highlight=False)
+            console.print(f"  [red]failed:[/red] {escape(result.error or '')}", highlight=False)
             break
         result.seconds = time.monotonic() - started
         missing = [p for p in stage.outputs if not p.exists()]
         if missing:
             result.status, result.error = "failed", f"finished without writing {missing[0]}"
             results.append(result)
-            console.print(f"  [red]failed:[/red] {result.error}", highlight=False)
+            console.print(f"  [red]failed:[/red] {escape(result.error or '')}", highlight=False)
             break
         stamp = {
             "stage": stage.name,
@@ -288,6 +277,6 @@ def _run_stages(stages: list[Stage], workdir: Path, console: Console, *, dry_run
             "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         }
         write_text_atomic(stamp_path, json.dumps(stamp, indent=1, sort_keys=True, default=str))
-        console.print(f"  done in {result.seconds:.1f} s: {counts_text(result.counts)}", highlight=False)
+        console.print(f"  done in {result.seconds:.1f} s: {escape(counts_text(result.counts))}", highlight=False)
         results.append(result)
     return results

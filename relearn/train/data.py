@@ -51,10 +51,11 @@ class LoadReport:
     trajectories: int = 0  # distinct trajectory ids among the samples loaded (the normalisation units)
 
 
-def tokenizer_mismatch(dataset: Path, tokenizer: Any) -> str | None:
+def tokenizer_mismatch(dataset: Path, tokenizer: Any, saved_with: str) -> str | None:
     """Why the dataset's token ids are not ``tokenizer``'s: trained anyway, the weights would
     learn one vocabulary and be saved beside another. None when they agree, or when either side
-    cannot tell (no tokenizer to save; a dataset from before masks recorded it)."""
+    cannot tell (no tokenizer to save; a dataset from before masks recorded it). ``saved_with``
+    names the run's tokenizer in the message."""
     stats_path = dataset / "stats.json"
     if tokenizer is None or not stats_path.is_file():
         return None
@@ -65,9 +66,10 @@ def tokenizer_mismatch(dataset: Path, tokenizer: Any) -> str | None:
     expected = stats.get("vocabulary_fingerprint") if isinstance(stats, dict) else None
     if not isinstance(expected, str) or vocabulary_fingerprint(tokenizer) == expected:
         return None
+    compiled_with = stats.get("tokenizer") or "another tokenizer"
     return (
-        f"{dataset}: its token ids are the tokenizer {stats.get('tokenizer')!r}'s, and the tokenizer this run would save with "
-        "the model is another; give --tokenizer the one the dataset was compiled with, or compile the dataset with the model's"
+        f"{dataset}: its token ids are those of {compiled_with} (relearn masks --tokenizer), not of the tokenizer this run "
+        f"would save with the model ({saved_with}); give --tokenizer {compiled_with}, or compile the dataset with the model's"
     )
 
 

@@ -137,7 +137,7 @@ def train(opts: TrainOptions, console: Console | None = None) -> Summary:
     dist = setup_distributed(opts)
     # Before the model is built: weights trained on one vocabulary's ids are never saved with another.
     tokenizer = _load_tokenizer(opts)
-    mismatch = tokenizer_mismatch(opts.dataset, tokenizer)
+    mismatch = tokenizer_mismatch(opts.dataset, tokenizer, opts.tokenizer or f"--init {opts.init}'s")
     if mismatch is not None:
         raise UsageError(mismatch)
     summary = _train(opts, config, dist, console, kernels, tokenizer)
@@ -459,15 +459,19 @@ def _progress(console: Console, show: bool) -> Progress:
 
 
 def _load_tokenizer(opts: TrainOptions) -> Any:
-    if opts.tokenizer is not None:
-        from relearn.masks.tokenizers import load_tokenizer
+    from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template, with_chat_template
 
-        return load_tokenizer(opts.tokenizer)
+    try:
+        template = resolve_chat_template(opts.chat_template) if opts.chat_template is not None else None
+    except (ValueError, OSError) as exc:
+        raise UsageError(f"--chat-template {opts.chat_template}: {exc}") from None
+    if opts.tokenizer is not None:
+        return load_tokenizer(opts.tokenizer, chat_template=opts.chat_template)
     if opts.init is not None:
         try:
             from transformers import AutoTokenizer
 
-            return AutoTokenizer.from_pretrained(opts.init)
+            return with_chat_template(AutoTokenizer.from_pretrained(opts.init), template)
         except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer; that is allowed
             return None
     return None

@@ -24,7 +24,9 @@ SP_HELP = (
     "needs sdpa or flash attention and no --pack; runs on CPU (gloo) too. Refused for models with linear-attention "
     "(Gated DeltaNet) layers, such as Qwen3.5/3.6 and Qwen3-Next: DeepSpeed's Ulysses gives them wrong gradients."
 )
-PIPELINE_NAMES = "the pipeline names it: the masks stage's dataset, the run folder under the work folder, [masks].tokenizer"
+PIPELINE_NAMES = (
+    "the pipeline names it: the masks stage's dataset, the run folder under the work folder, [masks].tokenizer and chat_template"
+)
 LAUNCHER = "needs a launcher (torchrun, deepspeed) over several processes; the pipeline trains in one"
 
 
@@ -48,6 +50,11 @@ class TrainOptions:
     tokenizer: str | None = option(
         None, "Tokenizer saved with the final weights: `qwen3.6` or a folder (default: the --init folder's).",
         front="cli", why=PIPELINE_NAMES,
+    )  # fmt: skip
+    chat_template: str | None = option(
+        None, "The chat template saved with the tokenizer, in place of its own: a Jinja file or the name of a template trl ships "
+        "(give the one the dataset was compiled with, `relearn masks --chat-template`, so the model is served as it was trained).",
+        metavar="NAME|FILE", front="cli", why=PIPELINE_NAMES,
     )  # fmt: skip
     ctx: int = option(
         CONTEXT_TOKENS, "Longest sequence in tokens; longer samples are refused and listed, never cut.", ge=1, metavar="TOKENS"

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from records.pool_index import PoolIndex, ReviewIndex, ReviewSummary, TrajectorySummary
+from records.pools import open_bytes_read
 from records.review import CATEGORIES
 from relearn.masks.compile import CompileOptions
 from relearn.masks.scopes import DefectScope
@@ -348,6 +349,10 @@ def open_catalog(options: ViewOptions) -> Catalog:
         raise UsageError(f"no such pool: {pool}")
     if reviews is not None and not reviews.is_file():
         raise UsageError(f"no such reviews file: {reviews}")
+    for path in (pool, reviews):
+        if path is not None:  # a gzip file, or zstd under another name, is refused by its bytes
+            with open_bytes_read(path):
+                pass
     info = DatasetInfo.load(options.dataset) if options.dataset is not None else None
     if info is not None and scope is not None and info.stats.get("defect_scope", scope) != scope:
         raise UsageError(f"{info.path}: compiled under --defect-scope {info.stats['defect_scope']}, not {scope} (leave the option out)")

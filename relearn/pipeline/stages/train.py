@@ -38,7 +38,9 @@ def run(ctx: Context, variant: str) -> dict[str, Any]:
 
     t = ctx.config.train
     assert t is not None
-    opts = t.options(dataset_dir(ctx, variant), train_dir(ctx, variant), str(upstream_dir(ctx)), ctx.config.masks.tokenizer)
+    opts = t.options(
+        dataset_dir(ctx, variant), train_dir(ctx, variant), str(upstream_dir(ctx)), ctx.config.masks.tokenizer, ctx.config.chat_template()
+    )  # the model is saved with the template its dataset was rendered with
     summary = run_train(opts, console=ctx.console)
     if summary.stopped_by:
         raise KeyboardInterrupt
