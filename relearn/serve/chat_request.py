@@ -100,17 +100,21 @@ def _template_call(call: Any, where: str) -> dict[str, Any]:
     function = call.get("function") if isinstance(call, dict) else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise RequestError(f"{where} must have a function with a string name", param=f"{where}.function")
-    arguments = function.get("arguments")
-    if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
-        arguments = {}
-    elif isinstance(arguments, str):
+    return {**call, "function": {**function, "arguments": request_arguments(function.get("arguments"), f"{where}.function.arguments")}}
+
+
+def request_arguments(raw: Any, where: str) -> dict[str, Any]:
+    """A call's arguments as a request gives them (a JSON object, or its text; none is {})."""
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}
+    if isinstance(raw, str):
         try:
-            arguments = json.loads(arguments)
+            raw = json.loads(raw)
         except ValueError as e:
-            raise RequestError(f"{where}.function.arguments is not valid JSON: {e}", param=f"{where}.function.arguments") from None
-    if not isinstance(arguments, dict):
-        raise RequestError(f"{where}.function.arguments must be a JSON object", param=f"{where}.function.arguments")
-    return {**call, "function": {**function, "arguments": arguments}}
+            raise RequestError(f"{where} is not valid JSON: {e}", param=where) from None
+    if not isinstance(raw, dict):
+        raise RequestError(f"{where} must be a JSON object", param=where)
+    return raw
 
 
 def parse_request(body: Any, model_name: str) -> ChatRequest:

@@ -44,6 +44,7 @@ from records.trajectory import FunctionCall, Message, ToolCall
 from relearn.serve.chat_request import (
     ChatRequest,
     RequestError,
+    request_arguments,
     request_flag,
     request_number,
     sampling_of,
@@ -169,17 +170,7 @@ def _text(content: Any, where: str, *, output: bool = False) -> str:
 
 
 def _arguments(item: dict[str, Any], where: str) -> dict[str, Any]:
-    raw = item.get("arguments")
-    if raw is None or (isinstance(raw, str) and not raw.strip()):
-        return {}
-    if isinstance(raw, str):
-        try:
-            raw = json.loads(raw)
-        except ValueError as e:
-            raise RequestError(f"{where}.arguments is not valid JSON: {e}", param=f"{where}.arguments") from None
-    if not isinstance(raw, dict):
-        raise RequestError(f"{where}.arguments must be a JSON object", param=f"{where}.arguments")
-    return raw
+    return request_arguments(item.get("arguments"), f"{where}.arguments")
 
 
 def _string(item: dict[str, Any], key: str, where: str) -> str:
