@@ -157,7 +157,7 @@ def test_a_second_writer_of_one_pool_or_dataset_is_refused_at_once(tmp_path: Pat
         (tmp_path / "r.jsonl", ("review", tmp_path / "p2.jsonl", "-o", tmp_path / "r.jsonl", "--reviewer", "heuristic")),
         (tmp_path / "ds", ("masks", tmp_path / "p2.jsonl", "-r", tmp_path / "r2.jsonl", "-o", tmp_path / "ds", "--tokenizer", "qwen3.6")),
     ):
-        with output_lock(output):
+        with output_lock(output, folder=output.name == "ds"):
             before = snapshot(tmp_path)
             code, _out, err = relearn(*command)
             assert code == 2 and "another relearn command is writing it (pid " in one_error_line(err, str(output)), err

@@ -185,7 +185,7 @@ def run_masks(options: MasksOptions, reporter: Reporter = SILENT, *, tokenizer: 
         reporter.advance(size, tokens=f"{tokens:,}")
 
     with (
-        output_lock(options.output),  # two compiles into one folder would race on its shards' temporary files
+        output_lock(options.output, folder=True),  # two compiles into one folder would race on its shards' temporary files
         process_backend(options.ray, Needs(cpus=1), options.workers) as backend,
         stage(reporter, f"compiling {options.mode} masks", total),
     ):

@@ -19,7 +19,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -283,17 +283,12 @@ def dataset_of_another_pool(dataset: Path, pool: Path | str, count: int) -> str:
 
 
 @contextmanager
-def held(lock: Path, busy: Callable[[str], str], *, guards: Path | None = None) -> Iterator[None]:
+def held(lock: Path, busy: Callable[[str], str]) -> Iterator[None]:
     """Hold ``lock`` while the block runs, or raise ``OpError(busy(holder))`` at once. The lock
     is the kernel's (``flock``), so a process that is killed leaves none behind; the file only
-    says who held it last. A folder on a network file system may not honour it. A lock that
-    cannot be made (a read-only folder) is told as the file it ``guards``, the one the user named."""
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(lock, "a+", encoding="utf-8")
-    except OSError as exc:
-        raise type(exc)(exc.errno, exc.strerror, str(guards or lock)) from exc
-    with handle:
+    says who held it last. A folder on a network file system may not honour it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+", encoding="utf-8") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -306,12 +301,41 @@ def held(lock: Path, busy: Callable[[str], str], *, guards: Path | None = None) 
         yield
 
 
-def output_lock(output: Path) -> AbstractContextManager[None]:
+@contextmanager
+def output_lock(output: Path, *, folder: bool = False) -> Iterator[None]:
     """One writer at a time for an output that is appended to (a pool, a reviews file) or
-    written in parts (a dataset folder): two imports into one pool would each append what the
-    other had not yet written. The lock file lies beside it, ``.NAME.lock``."""
-    return held(
-        output.parent / f".{output.name}.lock",
-        lambda holder: f"{output}: another relearn command is writing it ({holder}); wait for it to end or stop it",
-        guards=output,
-    )
+    written in parts (a dataset ``folder``): two imports into one pool would each append what
+    the other had not yet written. The lock is the kernel's ``flock`` on the output itself (made
+    here if it is new: the command writes it next), so no file appears beside it and a killed
+    command leaves none behind; the second writer is refused at once, naming the holder's pid."""
+    try:
+        if folder:
+            output.mkdir(parents=True, exist_ok=True)
+            fd = os.open(output, os.O_RDONLY | os.O_DIRECTORY)
+        else:
+            fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise type(exc)(exc.errno, exc.strerror, str(output)) from exc
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OpError(f"{output}: another relearn command is writing it ({lock_holder(fd)}); wait for it to end or stop it") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def lock_holder(fd: int) -> str:
+    """Who holds the flock on ``fd``'s file, as /proc/locks tells it (Linux), in words."""
+    info = os.fstat(fd)
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    try:
+        with open("/proc/locks", encoding="ascii") as locks:
+            for line in locks:
+                fields = line.split()
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode and fields[4].isdigit():
+                    return f"pid {fields[4]} on {socket.gethostname()}"
+    except OSError:
+        pass
+    return "another process"
