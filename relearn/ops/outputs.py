@@ -19,9 +19,8 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import zstandard
@@ -283,47 +282,37 @@ def dataset_of_another_pool(dataset: Path, pool: Path | str, count: int) -> str:
 
 
 @contextmanager
-def held(lock: Path, busy: Callable[[str], str]) -> Iterator[None]:
-    """Hold ``lock`` while the block runs, or raise ``OpError(busy(holder))`` at once. The lock
-    is the kernel's (``flock``), so a process that is killed leaves none behind; the file only
-    says who held it last. A folder on a network file system may not honour it."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+", encoding="utf-8") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            raise OpError(busy(handle.read().strip() or "another process")) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, since {datetime.now(UTC).isoformat(timespec='seconds')}\n")
-        handle.flush()
-        yield
-
-
-@contextmanager
-def output_lock(output: Path, *, folder: bool = False) -> Iterator[None]:
-    """One writer at a time for an output that is appended to (a pool, a reviews file) or
-    written in parts (a dataset ``folder``): two imports into one pool would each append what
-    the other had not yet written. The lock is the kernel's ``flock`` on the output itself (made
-    here if it is new: the command writes it next), so no file appears beside it and a killed
-    command leaves none behind; the second writer is refused at once, naming the holder's pid."""
+def flocked(path: Path, busy: Callable[[str], str], *, folder: bool = False) -> Iterator[None]:
+    """Hold the kernel's ``flock`` on ``path`` (a file, made if it is new, or a ``folder``) while
+    the block runs, or raise ``OpError(busy(holder))`` at once. A process that is killed leaves
+    no lock behind, and no file appears for it; a folder on a network file system may not
+    honour it."""
     try:
         if folder:
-            output.mkdir(parents=True, exist_ok=True)
-            fd = os.open(output, os.O_RDONLY | os.O_DIRECTORY)
+            path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
         else:
-            fd = os.open(output, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     except OSError as exc:
-        raise type(exc)(exc.errno, exc.strerror, str(output)) from exc
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from exc
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise OpError(f"{output}: another relearn command is writing it ({lock_holder(fd)}); wait for it to end or stop it") from None
+            raise OpError(busy(lock_holder(fd))) from None
         yield
     finally:
         os.close(fd)
+
+
+def output_lock(output: Path, *, folder: bool = False) -> AbstractContextManager[None]:
+    """One writer at a time for an output that is appended to (a pool, a reviews file) or
+    written in parts (a dataset ``folder``): two imports into one pool would each append what
+    the other had not yet written. The lock is on the output itself (made here if it is new:
+    the command writes it next), so no file appears beside it."""
+    return flocked(
+        output, lambda holder: f"{output}: another relearn command is writing it ({holder}); wait for it to end or stop it", folder=folder
+    )
 
 
 def lock_holder(fd: int) -> str:

@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from records.pools import write_text_atomic
-from relearn.ops.outputs import held
+from relearn.ops.outputs import flocked
 from relearn.ops.reporting import OpError, os_problem
 
 STATE_DIR = ".pipeline"
@@ -98,9 +98,9 @@ def read_stamp(workdir: Path, name: str) -> dict[str, Any] | None:
         return None
 
 
-def why_stale(stage: Stage, workdir: Path, reads: list[Path] | None = None) -> str | None:
+def why_stale(stage: Stage, workdir: Path, reads: list[Path]) -> str | None:
     """None when the stage is current, else the reason it must run (``reads``: every path it
-    reads, ``read_paths``; None: its own ``reads``)."""
+    reads, ``read_paths``)."""
     stamp = read_stamp(workdir, stage.name)
     if stamp is None:
         left = [path for path in (stage.workspace if stage.workspace is not None else stage.outputs) if path.exists()]
@@ -112,7 +112,7 @@ def why_stale(stage: Stage, workdir: Path, reads: list[Path] | None = None) -> s
         if upstream is None or stamp.get("inputs", {}).get(need) != upstream.get("run_id"):
             return f"{need} was redone"
     if "read" in stamp:  # (a stamp from before inputs were recorded is taken as it is)
-        for path in stage.reads if reads is None else reads:
+        for path in reads:
             change = changed(stamp["read"].get(str(path)), signature(path))
             if change is not None:
                 return f"{path} {change}"
@@ -205,8 +205,9 @@ def stage_error(exc: Exception) -> str:
 
 
 def workdir_lock(workdir: Path) -> AbstractContextManager[None]:
-    """Hold ``workdir`` for this run, or raise ``OpError`` naming who holds it (``held``)."""
-    return held(
+    """Hold ``workdir`` for this run, or raise ``OpError`` naming who holds it (``flocked``)."""
+    (workdir / STATE_DIR).mkdir(parents=True, exist_ok=True)
+    return flocked(
         workdir / STATE_DIR / LOCK_FILE,
         lambda holder: f"{workdir}: another relearn run is working in this folder ({holder}); wait for it to end or stop it",
     )

@@ -169,10 +169,6 @@ def _text(content: Any, where: str, *, output: bool = False) -> str:
     return "\n".join(texts)
 
 
-def _arguments(item: dict[str, Any], where: str) -> dict[str, Any]:
-    return request_arguments(item.get("arguments"), f"{where}.arguments")
-
-
 def _string(item: dict[str, Any], key: str, where: str) -> str:
     value = item.get(key)
     if not isinstance(value, str) or not value:
@@ -252,7 +248,9 @@ def conversation(instructions: str | None, items: Any) -> list[Message]:
         elif kind in CALL_ITEMS:
             call_id, name = _string(item, "call_id", where), _string(item, "name", where)
             if kind == "function_call":
-                call = ToolCall(id=call_id, function=FunctionCall(name=name, arguments=_arguments(item, where)))
+                call = ToolCall(
+                    id=call_id, function=FunctionCall(name=name, arguments=request_arguments(item.get("arguments"), f"{where}.arguments"))
+                )
             else:
                 text = item.get("input")
                 if not isinstance(text, str):

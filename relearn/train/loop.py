@@ -459,22 +459,25 @@ def _progress(console: Console, show: bool) -> Progress:
 
 
 def _load_tokenizer(opts: TrainOptions) -> Any:
-    from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template, with_chat_template
+    from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template
 
     try:
         template = resolve_chat_template(opts.chat_template) if opts.chat_template is not None else None
     except (ValueError, OSError) as exc:
         raise UsageError(f"--chat-template {opts.chat_template}: {exc}") from None
+    tokenizer = None
     if opts.tokenizer is not None:
-        return load_tokenizer(opts.tokenizer, chat_template=opts.chat_template)
-    if opts.init is not None:
+        tokenizer = load_tokenizer(opts.tokenizer)
+    elif opts.init is not None:
         try:
             from transformers import AutoTokenizer
 
-            return with_chat_template(AutoTokenizer.from_pretrained(opts.init), template)
+            tokenizer = AutoTokenizer.from_pretrained(opts.init)
         except Exception:  # noqa: BLE001 - a weights-only folder has no tokenizer; that is allowed
             return None
-    return None
+    if tokenizer is not None and template is not None:
+        tokenizer.chat_template = template  # a fresh object: nobody else holds it
+    return tokenizer
 
 
 def _peak_rss_gib() -> float:
