@@ -188,13 +188,14 @@ class Batch:
     trajectory_supervised: list[int]  # per segment: its trajectory's whole supervised count (the loss's divisor)
     targets: torch.Tensor | None = None  # set with ``shifted``: the token predicted at each position
     shifted: bool = False  # loss_mask/targets already aligned with positions (sequence-parallel shards)
+    real: torch.Tensor | None = None  # bool [B, S] of a shard: not padding (docs is None there); None = all real
 
     def to(self, device: torch.device | str) -> Batch:
         move = lambda t: None if t is None else t.to(device, non_blocking=True)  # noqa: E731
         return Batch(
             move(self.input_ids), move(self.loss_mask), move(self.segments), self.n_segments, move(self.position_ids),
             move(self.docs), self.packed, self.tokens, self.supervised, self.supervised_per_segment, self.trajectory_supervised,
-            move(self.targets), self.shifted,
+            move(self.targets), self.shifted, move(self.real),
         )  # fmt: skip
 
 
@@ -265,6 +266,9 @@ def shard_sequence(batch: Batch, sp: int, sp_rank: int) -> Batch:
     mask = pad_right(batch.loss_mask[:, 1:], pad + 1)
     per = width // sp
     part = slice(sp_rank * per, (sp_rank + 1) * per)
+    # The routers' load-balancing statistics count real tokens only (the rows' padding and the
+    # few tokens added here to make the width divide by sp), as in the unsharded run.
+    real = batch.docs >= 0 if batch.docs is not None else torch.ones(b, s, dtype=torch.bool)
     return Batch(
         input_ids=pad_right(batch.input_ids, pad)[:, part].contiguous(),
         loss_mask=mask[:, part].contiguous(),
@@ -279,4 +283,5 @@ def shard_sequence(batch: Batch, sp: int, sp_rank: int) -> Batch:
         trajectory_supervised=batch.trajectory_supervised,
         targets=targets[:, part].contiguous(),
         shifted=True,
+        real=torch.nn.functional.pad(real, (0, pad), value=False)[:, part].contiguous(),
     )

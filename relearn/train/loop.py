@@ -186,6 +186,10 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console, kernel
             f"{engine_name}{f', sequence parallel {dist.sp}' if dist.sp > 1 else ''}, loss-norm {opts.loss_norm}"
         )
         say(f"{model.aux.describe() if model.aux else _no_aux(model)}; {kernels.describe()}")
+        if model.linear_wrapped:
+            how = [f"split by head over the {dist.sp} ranks of a row"] if dist.sp > 1 else []
+            how += ["restarted at each packed trajectory"] if opts.pack else []
+            say(f"linear-attention (Gated DeltaNet) layers: {' and '.join(how)}")
         if described["frozen"]["parameters"]:
             frozen = described["frozen"]
             say(f"{frozen['class']}: training the language model; {frozen['parameters']:,} other weights frozen and saved as loaded")
@@ -321,7 +325,7 @@ def _inputs(batch: Batch, denominator: float, min_chunks: int) -> dict[str, Any]
     return dict(
         input_ids=batch.input_ids, loss_mask=batch.loss_mask, segments=batch.segments, n_segments=batch.n_segments,
         docs=batch.docs, position_ids=batch.position_ids, packed=batch.packed, denominator=float(denominator), min_chunks=min_chunks,
-        targets=batch.targets, shifted=batch.shifted,
+        targets=batch.targets, shifted=batch.shifted, real=batch.real,
         segment_counts=torch.tensor(batch.trajectory_supervised, dtype=torch.long, device=batch.input_ids.device),
     )  # fmt: skip
 
@@ -420,6 +424,16 @@ def _build(opts: TrainOptions, dist: Dist, total_steps: int) -> tuple[RossLM, Pl
             model_name_or_path=lm, core_attn_implementation=opts.attn, sequence_parallel_size=dist.sp,
             micro_batch_size=opts.batch_trajectories, seq_length_is_variable=True,
         )  # fmt: skip
+    if has_linear_attention(lm.config) and (dist.sp > 1 or opts.pack):
+        # Gated DeltaNet layers by head shards (the same all-to-all as Ulysses, for the recurrence
+        # and its convolution) and restarted at each packed trajectory: relearn.train.linear_sp.
+        from relearn.train.linear_sp import install
+
+        group = mpu.get_sequence_parallel_group() if mpu is not None else None
+        try:
+            install(lm, sp=dist.sp, group=group)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     model = RossLM(lm, norm=opts.loss_norm, chunk=opts.chunk)  # type: ignore[arg-type]
     if mpu is not None:
         model.sp, model.sp_group = dist.sp, mpu.get_sequence_parallel_group()

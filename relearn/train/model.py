@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from relearn.train.linear_sp import SEGMENTS_KWARG, LinearAttentionSP, is_gated_deltanet, packed_segments
 from relearn.train.loss import LossNorm, RouterBalance, masked_loss
 
 QWEN_VOCAB = 248_320  # Qwen3.5/3.6 padded vocabulary: what makes full logits at 64k cost 65 GB
@@ -256,6 +257,10 @@ class RossLM(nn.Module):
         self.balance = RouterBalance(self.aux.top_k) if self.aux else None
         self.sp_group: Any = None  # set under sequence parallelism: the ranks sharing a row
         self.sp = 1
+        # Gated DeltaNet layers: packed rows need them wrapped (relearn.train.linear_sp), which
+        # restart their state at each trajectory from the segments passed down.
+        self.linear_wrapped = any(isinstance(m, LinearAttentionSP) for m in lm.modules())
+        self.linear_bare = any(is_gated_deltanet(m) for m in lm.modules())
         # The last forward's parts, detached (for the metrics): its NLL share and its aux loss.
         self.last_nll = 0.0
         self.last_aux: float | None = None
@@ -286,16 +291,24 @@ class RossLM(nn.Module):
         shifted: bool = False,
         segment_counts: torch.Tensor | None = None,
         aux_weight: float | None = None,
+        real: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``targets`` defaults to ``input_ids`` (teacher forcing); only its supervised positions are read.
         ``shifted``/``segment_counts``: a sequence-parallel shard (see ``relearn.train.data.shard_sequence``).
         ``aux_weight``: what this micro-batch's router aux loss is multiplied by (the step's
-        micro-batches share the coefficient: ``coef / micro-batches``); default the coefficient."""
+        micro-batches share the coefficient: ``coef / micro-batches``); default the coefficient.
+        ``real``: a shard's non-padding tokens (its ``docs`` is None), for the routers' statistics."""
         impl = getattr(self.lm.config, "_attn_implementation", "sdpa") or "sdpa"
         head = self.lm.get_output_embeddings()
         attention = attention_inputs(input_ids, docs, position_ids, packed, impl, head.weight.dtype)
+        if packed and docs is not None and (self.linear_wrapped or self.linear_bare):
+            if self.linear_bare:
+                raise ValueError(
+                    "packed rows through bare Gated DeltaNet layers would carry state across trajectories: install relearn.train.linear_sp first"
+                )
+            attention[SEGMENTS_KWARG] = packed_segments(docs)
         if self.balance is not None:
-            self.balance.start(torch.ones_like(input_ids, dtype=torch.bool) if docs is None else docs >= 0)
+            self.balance.start(real if real is not None else torch.ones_like(input_ids, dtype=torch.bool) if docs is None else docs >= 0)
         try:
             hidden = self.hidden_states(input_ids, **attention)
         finally:

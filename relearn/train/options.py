@@ -21,8 +21,9 @@ class UsageError(ValueError):
 SP_HELP = (
     "Ulysses sequence parallelism (DeepSpeed ALST, UlyssesSPAttentionHF): each group of N ranks shares one sequence, "
     "1/N of the tokens each, exchanging attention heads by all-to-all. Launch N x data-parallel ranks with torchrun; "
-    "needs sdpa or flash attention and no --pack; runs on CPU (gloo) too. Refused for models with linear-attention "
-    "(Gated DeltaNet) layers, such as Qwen3.5/3.6 and Qwen3-Next: DeepSpeed's Ulysses gives them wrong gradients."
+    "needs sdpa or flash attention and no --pack; runs on CPU (gloo) too. Linear-attention (Gated DeltaNet) layers, as "
+    "in Qwen3.5/3.6 and Qwen3-Next, are split the same way, by head, around their convolution and recurrence: their key "
+    "and value head counts must divide by N."
 )
 PIPELINE_NAMES = (
     "the pipeline names it: the masks stage's dataset, the run folder under the work folder, [masks].tokenizer and chat_template"
@@ -71,7 +72,10 @@ class TrainOptions:
     )
     chunk: int = option(1024, "Supervised positions per LM-head chunk (loss memory is ~3 x chunk x vocab x 4 bytes).", ge=1)
     bf16: bool = option(False, "bf16 compute (autocast, or DeepSpeed bf16 with fp32 master weights).", flag_only=True)
-    pack: bool = option(False, "Pack short trajectories up to --ctx; attention never crosses trajectories.", flag_only=True)
+    pack: bool = option(
+        False, "Pack short trajectories up to --ctx; attention never crosses trajectories, and linear-attention (Gated "
+        "DeltaNet) layers restart their state and convolution at each one.", flag_only=True,
+    )  # fmt: skip
     zero: Literal[0, 2, 3] = option(0, "DeepSpeed ZeRO stage (0 and one process: plain PyTorch).", front="cli", why=LAUNCHER)
     offload: bool = option(
         False, "ZeRO-2/3: optimizer state (and ZeRO-3 parameters) in CPU memory.", flag_only=True, front="cli", why=LAUNCHER
@@ -158,13 +162,16 @@ def check_options(opts: TrainOptions, config: Any | None = None) -> None:
         raise UsageError("--warmup must be >= 0")
     if config is None:
         return
-    linear = has_linear_attention(config)
-    if opts.sp > 1 and linear:
-        raise UsageError(
-            f"--sp {opts.sp} refused: {config.model_type} has linear-attention (Gated DeltaNet) layers. DeepSpeed's Ulysses "
-            "sequence parallelism shards only softmax attention, so each rank's DeltaNet layers restart their recurrent state "
-            "from zero: the forward looks right but the gradients are wrong. Use --sp 1."
-        )
+    if opts.sp > 1 and has_linear_attention(config):
+        from relearn.train.linear_sp import head_counts
+
+        counts = head_counts(config)
+        if len(counts) != 2 or any(n % opts.sp for n in counts):
+            heads = f"{counts[0]} key and {counts[1]} value heads" if len(counts) == 2 else "heads of unknown number"
+            raise UsageError(
+                f"--sp {opts.sp} refused: {config.model_type}'s linear-attention (Gated DeltaNet) layers have {heads}; "
+                f"sequence parallelism gives each of the {opts.sp} ranks of a row the same share of both, so both must divide by {opts.sp}"
+            )
     if opts.sp > 1:
         text = getattr(config, "text_config", None) or config
         heads, kv = text.num_attention_heads, getattr(text, "num_key_value_heads", text.num_attention_heads)
@@ -176,8 +183,3 @@ def check_options(opts: TrainOptions, config: Any | None = None) -> None:
             raise UsageError(
                 "--sp > 1 with --pack is refused: Ulysses discards attention masks, so packed trajectories would see each other"
             )
-    if opts.pack and linear:
-        raise UsageError(
-            f"--pack refused: {config.model_type} has linear-attention (Gated DeltaNet) layers, whose recurrent state and "
-            "causal convolution would carry over from one packed trajectory into the next"
-        )

@@ -236,8 +236,10 @@ class Plan:
         return next((p.bytes for p in self.parts if p.name == name), 0)
 
 
-def layer_elements(shape: Shape, kind: str, sparse: bool, kernels: LinearKernels) -> tuple[float, float]:
-    """Per-token saved elements of one decoder layer: (in the compute dtype, in fp32)."""
+def layer_elements(shape: Shape, kind: str, sparse: bool, kernels: LinearKernels, sp: int = 1) -> tuple[float, float]:
+    """Per-token saved elements of one decoder layer: (in the compute dtype, in fp32). Per token
+    of the rank: under ``--sp`` a linear-attention layer runs ``1/sp`` of its heads over ``sp``
+    times the tokens (``relearn.train.linear_sp``), the same elements per local token."""
     h = shape.hidden
     compute = 5.0 * h
     fp32 = 0.0
@@ -251,6 +253,10 @@ def layer_elements(shape: Shape, kind: str, sparse: bool, kernels: LinearKernels
         else:
             conv = 2 * nk * dk + nv * dv
             compute += 2 * conv + 3 * nv * dv + nv * dk * dv / 64
+        if sp > 1:
+            # The head exchange's buffers: the per-head inputs (q, k, v, a, b) sent, and the output
+            # received back before the norm; an estimate from the tensors' sizes, not measured.
+            compute += 2 * nk * dk + 2 * nv * dv + 2 * nv
     if sparse:
         compute += shape.top_k * (2 * h + 4 * shape.expert_intermediate) + 4 * shape.experts + h / 2
         if shape.shared_intermediate:
@@ -271,10 +277,12 @@ def backward_elements(shape: Shape, sparse: bool) -> float:
 def refusals(shape: Shape, s: Setting) -> list[str]:
     """What ``relearn.train.options.check_options`` refuses for this shape today, in its words."""
     found = []
-    if s.sp > 1 and shape.hybrid:
-        found.append(f"--sp {s.sp}: refused for linear-attention (Gated DeltaNet) models today")
-    if s.pack and shape.hybrid:
-        found.append("--pack: refused for linear-attention (Gated DeltaNet) models today")
+    if s.sp > 1 and shape.hybrid and (shape.linear_key_heads % s.sp or shape.linear_value_heads % s.sp):
+        found.append(
+            f"--sp {s.sp}: {shape.linear_key_heads} key / {shape.linear_value_heads} value heads of linear attention do not divide by it"
+        )
+    if s.sp > 1 and s.pack:
+        found.append("--sp > 1 with --pack (Ulysses discards attention masks)")
     if s.offload and s.zero == 0:
         found.append("--offload needs --zero 2 or 3")
     if s.world % s.sp:
@@ -287,7 +295,9 @@ def refusals(shape: Shape, s: Setting) -> list[str]:
 def estimate(shape: Shape, s: Setting) -> Plan:
     """The memory per GPU (or per CPU process) of one optimizer step in the steady state."""
     p = shape.parameters
-    dp = s.dp
+    # ZeRO partitions over every rank, the sequence-parallel ones included (DeepSpeed's
+    # seq_data_parallel_group: sp x data-parallel), not over the data-parallel groups alone.
+    dp = s.world
     ds = s.deepspeed
     ds_bf16 = ds and s.bf16
     wb = 2 if ds_bf16 else 4  # weights (and their gradients) on the device: DeepSpeed bf16, else fp32
@@ -322,7 +332,9 @@ def estimate(shape: Shape, s: Setting) -> Plan:
 
     # Activations of one micro-batch.
     t = math.ceil(s.rows * s.ctx / s.sp)
-    per_layer = [layer_elements(shape, k, sp, s.linear_kernels) for k, sp in zip(shape.layer_kinds, shape.sparse_layers, strict=True)]
+    per_layer = [
+        layer_elements(shape, k, sparse, s.linear_kernels, s.sp) for k, sparse in zip(shape.layer_kinds, shape.sparse_layers, strict=True)
+    ]
     layer_bytes = [t * (c * ab + f * 4) for c, f in per_layer]
     # A layer's backward: its saved tensors recomputed, its MLP/MoE gradients, its output gradient.
     backward_bytes = [t * backward_elements(shape, sp) * ab for sp in shape.sparse_layers]
@@ -412,7 +424,7 @@ LADDER: tuple[dict[str, Any], ...] = (
 def suggest(shape: Shape, base: Setting, capacity: int) -> Plan | None:
     """The first configuration of ``LADDER`` (with ``base``'s size, length and kernels, bf16) that
     relearn accepts for ``shape`` and that fits ``capacity`` bytes per GPU; None when none does."""
-    sps = [1] if shape.hybrid else [1, 2, 4, 8]
+    sps = [1, 2, 4, 8]
     for step in LADDER:
         for sp in sps:
             if base.world % sp:
