@@ -233,10 +233,13 @@ def speed(args: argparse.Namespace, pool: list[Trajectory], reviews: list[Review
     print(f"{'relearn masks, end to end (files -> shards)':52s}{ours_s:9.2f}{tokens / ours_s:12.0f}")
     print(f"{'HF fast tokenizer with offsets alone, one text a call':52s}{limit_s:9.2f}{tokens / limit_s:12.0f}")
     print(f"{'HF fast tokenizer with offsets alone, one batch call':52s}{batch_s:9.2f}{tokens / batch_s:12.0f}")
-    print(f"{f'per-turn re-render ({len(few)} trajectories)':52s}{base_s:9.2f}{base_tokens / base_s:12.0f}")
+    against_baseline = ""
+    if few:
+        print(f"{f'per-turn re-render ({len(few)} trajectories)':52s}{base_s:9.2f}{base_tokens / base_s:12.0f}")
+        against_baseline = f"; {tokens / ours_s / (base_tokens / base_s):.1f}x the per-turn baseline"
     print(
-        f"relearn masks runs at {limit_s / ours_s:.0%} of the tokenizer's throughput one text a call, {batch_s / ours_s:.0%} of its batch throughput;"
-        f" {tokens / ours_s / (base_tokens / base_s):.1f}x the per-turn baseline"
+        f"relearn masks runs at {limit_s / ours_s:.0%} of the tokenizer's throughput one text a call, {batch_s / ours_s:.0%} of its batch throughput"
+        + against_baseline
     )
 
     print("\nscaling (one trajectory compiled): length -> microseconds per token")

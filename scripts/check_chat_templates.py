@@ -9,15 +9,20 @@ consulted: a pool sampled from another tokenizer still checks), and the same con
 rendered by ``apply_chat_template(..., return_assistant_tokens_mask=True)``, the mask TRL's
 ``assistant_only_loss`` trains. One line per family:
 
-    family  kept/total  ids identical  A outside TRL's mask  tokens only in TRL's mask
+    family  kept/total  ids identical  A outside TRL's mask (+ its stop markers)  tokens only in TRL's mask
 
 ``kept``: compiled (the rest are refused, with the three commonest reasons below the line);
 ``ids identical``: of those kept, how many have the same token ids as transformers' render;
-``A outside``: tokens relearn supervises that TRL's mask does not (must be 0); ``only in TRL``:
-the decoded tokens TRL's mask has and A lacks, the commonest first (tokens the model never
-generates: the generation prompt's, the newline after an end of turn). The tables in
-docs/masks.md come from this script. Exit 1 when a kept trajectory's ids differ or A has a token
-outside TRL's mask.
+``A outside``: tokens relearn supervises that TRL's mask does not (must be 0), apart from the
+tokens of a turn's stop marker (one the probe found the template ending a generated turn with,
+so one the model generates to stop, such as DiffusionGemma's ``<|tool_response>`` after a call),
+which are counted on their own, by marker and turns (a ``_training`` template that leaves its
+model's stop token outside ``{% generation %}`` trains a model that never learns to stop there);
+``only in TRL``: the decoded tokens TRL's mask has and A lacks, the commonest first (tokens the
+model never generates: the generation prompt's, the newline after an end of turn). Both renders
+are given the same messages: a turn in a shape the template refuses is adapted for both
+(``relearn.masks.adapt``). The tables in docs/masks.md come from this script. Exit 1 when a kept
+trajectory's ids differ or A has a token outside TRL's mask that is not a stop marker.
 """
 
 from __future__ import annotations
@@ -38,8 +43,9 @@ sys.path.insert(0, str(ROOT))
 from records.pools import RecordError, iter_pool  # noqa: E402
 from records.trajectory import Trajectory  # noqa: E402
 from relearn.masks.compile import compile_one  # noqa: E402
-from relearn.masks.template import RenderError, probe, render, template_input  # noqa: E402
+from relearn.masks.template import RenderError, Turn, probe, render, template_input  # noqa: E402
 from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template, trl_chat_templates, with_chat_template  # noqa: E402
+from relearn.masks.tokens import encode_render  # noqa: E402
 
 TRAINING = "_training"
 
@@ -53,6 +59,8 @@ class FamilyCheck:
     kept: int = 0
     ids_identical: int = 0
     a_outside: int = 0  # tokens of A outside TRL's mask, over the kept trajectories with identical ids
+    # Of A outside TRL's mask, the tokens of a turn's stop marker: marker -> [tokens, turns].
+    a_stops: dict[str, list[int]] = field(default_factory=dict)
     only_trl: Counter[str] = field(default_factory=Counter)  # decoded token -> count
     refused: Counter[str] = field(default_factory=Counter)  # reason -> trajectories
     seconds: float = 0.0
@@ -63,9 +71,10 @@ class FamilyCheck:
 
     def line(self, shown: int) -> str:
         only = ", ".join(f"{token!r} {n}" for token, n in self.only_trl.most_common(shown)) or "none"
+        stops = "".join(f" (+ stop {marker!r}: {tokens} tokens in {turns} turns)" for marker, (tokens, turns) in self.a_stops.items())
         return (
             f"{self.family}: kept {self.kept}/{self.total}, ids identical {self.ids_identical}/{self.kept}, "
-            f"A outside TRL's mask {self.a_outside}, only in TRL's mask: {only} ({self.seconds:.1f} s)"
+            f"A outside TRL's mask {self.a_outside}{stops}, only in TRL's mask: {only} ({self.seconds:.1f} s)"
         )
 
 
@@ -92,13 +101,14 @@ def check_family(family: str, pool: list[Trajectory], base: Any, template_kwargs
     for trajectory in pool:
         try:
             rendered = render(trajectory, tokenizer, template_kwargs=template_kwargs, shape=shape)
-            sample = compile_one(rendered, trajectory, [], tokenizer, trajectory.id, exclude=False, recorded_ids=False)
+            encoded = encode_render(tokenizer, rendered, False)
+            sample = compile_one(rendered, trajectory, [], tokenizer, trajectory.id, exclude=False, encoded=encoded, recorded_ids=False)
         except Exception as exc:  # noqa: BLE001 - a refusal of any kind is a figure of the check, with its reason
             reason = str(exc) if isinstance(exc, RenderError) else f"{type(exc).__name__}: {exc}"
             result.refused[reason[:120]] += 1
             continue
         result.kept += 1
-        chat = template_input(trajectory)
+        chat = template_input(trajectory, shape=shape)
         theirs = tokenizer.apply_chat_template(
             chat.chat, tools=chat.tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True, **template_kwargs
         )
@@ -108,10 +118,29 @@ def check_family(family: str, pool: list[Trajectory], base: Any, template_kwargs
         result.ids_identical += 1
         trl_mask = np.asarray(theirs["assistant_masks"], dtype=np.uint8)
         a = np.asarray(sample.eligible_mask, dtype=np.uint8)
-        result.a_outside += int(((a == 1) & (trl_mask == 0)).sum())
+        outside = (a == 1) & (trl_mask == 0)
+        for marker, (lo, hi) in stop_spans(rendered.text, rendered.turns, shape.stops):
+            at_stop = outside & (encoded.offsets[:, 0] < hi) & (encoded.offsets[:, 1] > lo)
+            if at_stop.any():
+                counts = result.a_stops.setdefault(marker, [0, 0])
+                counts[0] += int(at_stop.sum())
+                counts[1] += 1
+                outside &= ~at_stop
+        result.a_outside += int(outside.sum())
         result.only_trl.update(tokenizer.decode([int(i)]) for i in ids[(a == 0) & (trl_mask == 1)])
     result.seconds = time.perf_counter() - started
     return result
+
+
+def stop_spans(text: str, turns: list[Turn], stops: tuple[str, ...]) -> list[tuple[str, tuple[int, int]]]:
+    """Each turn's stop marker (the longest of ``stops`` it ends with) and its characters."""
+    out = []
+    for turn in turns:
+        ending = [stop for stop in stops if text.startswith(stop, turn.end - len(stop)) and turn.end - len(stop) >= turn.start]
+        if ending:
+            stop = max(ending, key=len)
+            out.append((stop, (turn.end - len(stop), turn.end)))
+    return out
 
 
 def read_pool(path: Path) -> list[Trajectory]:

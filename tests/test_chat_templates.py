@@ -10,17 +10,22 @@ model never generates (the newline after ``<|im_end|>``, what the generation pro
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from relearn.masks.adapt import JOIN
 from relearn.masks.compile import compile_one
-from relearn.masks.template import RenderError, render, template_input
+from relearn.masks.template import RenderError, probe, render, template_input
 from relearn.masks.tokenizers import load_tokenizer, resolve_chat_template, with_chat_template
+from relearn.masks.tokens import encode_render
 from relearn.ops.masks import run_masks
 from relearn.verbs.masks import MasksOptions
-from tests.test_review_heuristic import load_labelled
+from tests.test_review_heuristic import PATCH, load_labelled, patch, shell, trajectory
+
+KW = {"preserve_thinking": True}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +53,12 @@ def _runs(ids: np.ndarray, where: np.ndarray) -> list[list[int]]:
 
 
 def _a_and_trl(tok, t):  # noqa: ANN001, ANN202
-    rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
+    shape = probe(tok, KW)
+    rendered = render(t, tok, template_kwargs=KW, shape=shape)
     sample = compile_one(rendered, t, [], tok, t.id, exclude=False, recorded_ids=False)
-    conversation = template_input(t)
+    # Transformers renders the very messages relearn rendered (a turn the template refuses as
+    # it is, adapted for both).
+    conversation = template_input(t, shape=shape)
     out = tok.apply_chat_template(
         conversation.chat, tools=conversation.tools, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
         preserve_thinking=True,
@@ -81,8 +89,9 @@ def test_a_is_the_trl_mask_on_the_same_ids_but_for_tokens_never_generated(family
         try:
             sample, ids, trl_mask = _a_and_trl(tok, t)
         except RenderError as exc:
-            # Only gpt-oss refuses, itself: a calling turn with both text and reasoning.
-            assert family == "gptoss_training" and "Cannot pass both content and thinking" in str(exc), (family, str(exc))
+            # Only gpt-oss refuses: its template writes one call per turn, so a turn's later
+            # calls are not rendered and cannot be told apart.
+            assert family == "gptoss_training" and "cannot be told apart" in str(exc), (family, str(exc))
             continue
         kept += 1
         assert np.array_equal(ids, sample.input_ids)
@@ -170,3 +179,91 @@ def test_the_builtin_qwen3_compiles_tool_calling_trajectories(labelled) -> None:
     for t in labelled:
         rendered = render(t, tok, template_kwargs={"preserve_thinking": True})
         assert all(len(turn.calls) == len(t.messages[turn.message_index].tool_calls or []) for turn in rendered.turns)
+
+
+def _covered(sample, encoded, lo: int, hi: int) -> bool:  # noqa: ANN001
+    """Whether every character of ``[lo, hi)`` lies in a token of A."""
+    inside = np.zeros(hi - lo, dtype=bool)
+    for (start, end), eligible in zip(encoded.offsets, sample.eligible_mask, strict=True):
+        if eligible and end > lo and start < hi:
+            inside[max(start, lo) - lo : min(end, hi) - lo] = True
+    return bool(inside.all())
+
+
+def test_gptoss_is_given_a_calling_turn_with_text_and_reasoning_as_one_analysis_message(qwen36) -> None:  # noqa: ANN001
+    tok = with_chat_template(qwen36, resolve_chat_template("gptoss_training"))
+    step = shell("cat calc.py", output="def add(a, b):\n    return a - b\n", reasoning="The bug is in calc.py.")
+    step[0]["content"] = "Let me read calc.py."
+    # No final answer: the template keeps each calling turn's analysis (it drops them before one).
+    t = trajectory(step, shell("ls", output="calc.py\n"), final=None)
+    shape = probe(tok, KW)
+    assert shape.merge_calling_text  # found by the shape: it raises on the turn as it is
+    with pytest.raises(RenderError, match="Cannot pass both content and thinking"):
+        render(t, tok, template_kwargs=KW, shape=replace(shape, merge_calling_text=False))
+    rendered = render(t, tok, template_kwargs=KW, shape=shape)
+    # Reasoning, then the text (harmony's analysis, then the preamble), then the call.
+    analysis = "<|channel|>analysis<|message|>The bug is in calc.py." + JOIN + "Let me read calc.py.<|end|>"
+    assert analysis + "<|start|>assistant to=functions.shell<|channel|>commentary json" in rendered.text
+    turn = rendered.turns[0]
+    assert set(turn.fields) == {"reasoning_content", "content"} and not turn.left_out and len(turn.calls) == 1
+    sample, ids, trl_mask = _a_and_trl(tok, t)
+    assert np.array_equal(ids, sample.input_ids)
+    assert not ((sample.eligible_mask == 1) & (trl_mask == 0)).any()
+    # Every character the model generated in the turn is supervised: both texts and the call.
+    encoded = encode_render(tok, rendered, False)
+    for span in turn.fields.values():
+        assert _covered(sample, encoded, span.start, span.start + span.kept)
+    # (through its ``<|call|>`` but for that marker's last ``>``, which this tokenizer, not knowing
+    # the marker, joins with the tool message's ``<`` into one token straddling the turn's end).
+    assert _covered(sample, encoded, turn.calls[0].region[0], turn.end - 1)
+    # A template that renders the shape is given the messages unchanged.
+    qwen = with_chat_template(qwen36, resolve_chat_template("qwen3_6_training"))
+    qwen_shape = probe(qwen, KW)
+    assert not qwen_shape.merge_calling_text
+    assert template_input(t, shape=qwen_shape).chat == template_input(t).chat
+
+
+def test_gptoss_a_call_without_arguments_after_text_is_in_a_header_and_all(qwen36) -> None:  # noqa: ANN001
+    # OpenHands' ``finish`` takes no arguments: the turn is the text's analysis message, then
+    # ``<|start|>assistant to=functions.finish...{}<|call|>``, which the model generates too.
+    tok = with_chat_template(qwen36, resolve_chat_template("gptoss_training"))
+    finish = {"id": "call_f", "type": "function", "function": {"name": "finish", "arguments": {}}}
+    last = [{"role": "assistant", "generated": True, "content": "Done: the tests pass.", "tool_calls": [finish]}]
+    t = trajectory(shell("ls", output="calc.py\n"), last, final=None)
+    rendered = render(t, tok, template_kwargs=KW, shape=probe(tok, KW))
+    turn = rendered.turns[-1]
+    assert rendered.text[turn.start : turn.end].endswith(
+        "<|end|><|start|>assistant to=functions.finish<|channel|>commentary json<|message|>{}<|call|>"
+    )
+    sample, ids, trl_mask = _a_and_trl(tok, t)
+    assert np.array_equal(ids, sample.input_ids)
+    a = sample.eligible_mask
+    assert not ((a == 1) & (trl_mask == 0)).any()
+    # A holds the call, its ``<|start|>assistant to=`` header and all ...
+    header = rendered.text.rindex("<|start|>assistant to=functions.finish")
+    assert _covered(sample, encode_render(tok, rendered, False), header, turn.end - 1)
+    # ... and all TRL's mask has beyond A is each turn's given ``<|start|>assistant`` (or the
+    # part of it after the ``><`` this tokenizer makes of a marker's end and the next one's start).
+    for run in _runs(ids, (a == 0) & (trl_mask == 1)):
+        assert "<|start|>assistant".endswith(tok.decode(run).lstrip("><")), tok.decode(run)
+
+
+def test_diffusion_gemma_trains_the_tool_response_marker_its_model_stops_a_call_with(qwen36) -> None:  # noqa: ANN001
+    # Gemma 4 ends a calling turn by generating ``<|tool_response>`` (id 50, one of the three
+    # ids of DiffusionGemma's generation_config.json ``eos_token_id``); the tool's answer
+    # follows it. TRL's ``_training`` template leaves it outside ``{% generation %}``; A keeps
+    # it, as it keeps every template's stop, and that is the only difference.
+    tok = with_chat_template(qwen36, resolve_chat_template("diffusion_gemma_training"))
+    t = trajectory(patch(PATCH), final="Fixed.")
+    shape = probe(tok, KW)
+    assert "<|tool_response>" in shape.stops
+    rendered = render(t, tok, template_kwargs=KW, shape=shape)
+    turn = rendered.turns[0]
+    assert rendered.text[turn.start : turn.end].endswith("<tool_call|><|tool_response>")
+    sample, ids, trl_mask = _a_and_trl(tok, t)
+    assert np.array_equal(ids, sample.input_ids)
+    encoded = encode_render(tok, rendered, False)
+    outside = (sample.eligible_mask == 1) & (trl_mask == 0)
+    assert outside.any()
+    marker = turn.end - len("<|tool_response>")
+    assert all(start < turn.end and end > marker for start, end in encoded.offsets[outside]), tok.decode(ids[outside])

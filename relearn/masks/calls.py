@@ -21,7 +21,9 @@ onto rendered characters even where the template escapes them.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Any
 
 _QUERY = {"role": "user", "content": "q"}
@@ -63,6 +65,56 @@ def call_starts(render: Callable[[list[dict[str, Any]], bool], str], message: di
     if any(s >= len(turns[k + 1]) for k, s in enumerate(starts)) or starts != sorted(starts):
         return None
     return turns[-1], starts
+
+
+def learn_heads(render: Callable[[list[dict[str, Any]], bool], str]) -> tuple[str, str] | None:
+    """What the template writes from a call's start to its function's name, for a turn's first
+    call and for a later one (``<tool_call>\n<function=``, ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>``),
+    learned once from a probe turn with text and two calls by the diff of ``call_starts``. A turn
+    whose calls are found by these heads needs no renders of its own (``starts_by_heads``).
+    None when the probe cannot be diffed or a head is empty."""
+    probe = {
+        "role": "assistant",
+        "content": "Pr0beText",
+        "tool_calls": [_probe_call(0, _HEAD_NAMES[0]), _probe_call(1, _HEAD_NAMES[1])],
+    }
+    found = call_starts(render, probe)
+    if found is None:
+        return None
+    alone, starts = found
+    heads = []
+    for start, name in zip(starts, _HEAD_NAMES, strict=True):
+        at = alone.find(name, start)
+        head = alone[start:at].lstrip() if at >= 0 else ""
+        if not head:
+            return None
+        heads.append(head)
+    return heads[0], heads[1]
+
+
+_HEAD_NAMES = ("pr0be_first", "pr0be_second")
+
+
+def _probe_call(number: int, name: str) -> dict[str, Any]:
+    return {"id": f"call_{number}", "type": "function", "function": {"name": name, "arguments": {"a": "Pr0beValue"}}}
+
+
+def starts_by_heads(text: str, heads: tuple[str, str], names: list[str], start: int, end: int) -> list[int] | None:
+    """Where each call starts in ``text[start:end]`` (a turn from the end of its text): its
+    head and name found in order, each after the last. None when one is missing: the turn is
+    then located by rendering it (``call_starts``). A head inside an earlier call's argument
+    value is found there, but that call's value then straddles the next region and cannot be
+    located in its own, so the caller's region check refuses it and falls back too."""
+    found = []
+    at = start
+    for number, name in enumerate(names):
+        mark = heads[0 if number == 0 else 1] + name
+        at = text.find(mark, at, end)
+        if at < 0:
+            return None
+        found.append(at)
+        at += len(mark)
+    return found
 
 
 def align(alone: str, offsets: list[int], turn: str) -> list[int | None] | None:
@@ -115,7 +167,14 @@ _TAG_REACH = 32
 def json_widths(value: str) -> list[int]:
     """How many characters of ``json.dumps(value, ensure_ascii=False)`` (between its quotes)
     each character of ``value`` takes."""
-    return [len(json.dumps(c, ensure_ascii=False)) - 2 for c in value]
+    widths = [1] * len(value)
+    for escaped in _JSON_ESCAPED.finditer(value):
+        widths[escaped.start()] = len(json.dumps(escaped.group(), ensure_ascii=False)) - 2
+    return widths
+
+
+# The characters ``json.dumps(..., ensure_ascii=False)`` escapes (its own ESCAPE pattern).
+_JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')
 
 
 def _repr_widths(value: str) -> list[int] | None:
@@ -126,46 +185,51 @@ def _repr_widths(value: str) -> list[int] | None:
 
 
 def _positions(at: int, widths: list[int]) -> list[int]:
-    out = []
-    for width in widths:
-        out.append(at)
-        at += width
-    return out
+    """Where each character starts when each takes its width, the first at ``at``."""
+    return list(accumulate(widths[:-1], initial=at)) if widths else []
 
 
-def value_forms(value: Any) -> list[tuple[str, list[int] | None]]:
-    """The ways a template may write an argument value, each with the rendered offset of every
-    character of the value relative to the form's start (None: one for one). For a string:
-    raw, JSON-escaped (between quotes), a Python literal; for anything else its JSON (the
-    defect offsets index ``json.dumps(value)``), then its Python literal as a whole."""
+# A form of a value as a template writes it, and how to get each character's offset in it
+# (None: one for one). The offsets are computed only for the form that is found first.
+Form = tuple[str, Callable[[], list[int]] | None]
+
+
+def value_forms(value: Any) -> list[Form]:
+    """The ways a template may write an argument value. For a string: raw, JSON-escaped
+    (between quotes), a Python literal; for anything else its JSON (the defect offsets index
+    ``json.dumps(value)``), then its Python literal as a whole."""
     if not isinstance(value, str):
         text = json.dumps(value, ensure_ascii=False)
-        forms: list[tuple[str, list[int] | None]] = [(text, None)]
+        forms: list[Form] = [(text, None)]
         if repr(value) != text:
-            forms.append((repr(value), [0] * len(text)))
+            forms.append((repr(value), lambda: [0] * len(text)))
         return forms
     forms = [(value, None)]
     escaped = json.dumps(value, ensure_ascii=False)
     if escaped[1:-1] != value:
-        forms.append((escaped, [p + 1 for p in _positions(0, json_widths(value))]))
-    widths = _repr_widths(value)
-    if widths is not None and repr(value)[1:-1] != value:
-        forms.append((repr(value), [p + 1 for p in _positions(0, widths)]))
+        forms.append((escaped, lambda: _positions(1, json_widths(value))))
+    shown = repr(value)
+    if shown[1:-1] != value:
+        widths = _repr_widths(value)
+        if widths is not None:
+            forms.append((shown, lambda: _positions(1, widths)))
     return forms
 
 
 def find_value(text: str, value: Any, start: int, end: int) -> tuple[int, int, list[int]] | None:
     """The earliest form of ``value`` in ``text[start:end]``: (where the form starts, where it
     ends, the rendered position of each character of the value)."""
-    best: tuple[int, int, list[int]] | None = None
+    best: tuple[int, str, Callable[[], list[int]] | None] | None = None
     for form, offsets in value_forms(value):
         at = text.find(form, start, end)
-        if at < 0 or (best is not None and at >= best[0]):
-            continue
-        count = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False))
-        positions = list(range(at, at + count)) if offsets is None else [at + o for o in offsets]
-        best = (at, at + len(form), positions)
-    return best
+        if at >= 0 and (best is None or at < best[0]):
+            best = (at, form, offsets)
+    if best is None:
+        return None
+    at, form, offsets = best
+    count = len(value) if isinstance(value, str) else len(form)
+    positions = list(range(at, at + count)) if offsets is None else [at + o for o in offsets()]
+    return at, at + len(form), positions
 
 
 def json_map_of(arguments: dict[str, Any], keys: dict[str, int], values: dict[str, list[int]]) -> dict[int, int]:
@@ -184,13 +248,27 @@ def json_map_of(arguments: dict[str, Any], keys: dict[str, int], values: dict[st
         pos += len(key_json) + 2  # ": "
         shown = values[key]
         if isinstance(value, str):
-            pos += 1
-            for char_at, width in zip(shown, json_widths(value), strict=True):
-                for j in range(width):
-                    out[pos + j] = char_at
-                pos += width
-            pos += 1
+            pos = _map_string(out, value, shown, pos + 1) + 1
         else:
             out.update(zip(range(pos, pos + len(shown)), shown, strict=True))
             pos += len(shown)
     return out
+
+
+def _map_string(out: dict[int, int], value: str, shown: list[int], pos: int) -> int:
+    """Map the JSON characters of ``value`` (between its quotes, from ``pos``) onto ``shown``,
+    each character's rendered position: runs JSON writes as themselves one for one, each
+    escape's several characters all onto its one character. Returns the position after."""
+    done = 0
+    for escaped in _JSON_ESCAPED.finditer(value):
+        run = escaped.start() - done
+        out.update(zip(range(pos, pos + run), shown[done : escaped.start()], strict=True))
+        pos += run
+        width = len(json.dumps(escaped.group(), ensure_ascii=False)) - 2
+        for j in range(width):
+            out[pos + j] = shown[escaped.start()]
+        pos += width
+        done = escaped.end()
+    run = len(value) - done
+    out.update(zip(range(pos, pos + run), shown[done:], strict=True))
+    return pos + run

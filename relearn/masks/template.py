@@ -32,7 +32,7 @@ from typing import Any, Literal, get_args
 
 from harness.exporters.hf_chat import chat_messages_with_sources
 from records.trajectory import Message, Trajectory
-from relearn.masks import calls
+from relearn.masks import adapt, calls
 
 PrefixCheck = Literal["every", "header", "off"]
 PREFIX_CHECKS: tuple[PrefixCheck, ...] = get_args(PrefixCheck)
@@ -131,6 +131,12 @@ class TemplateShape:
     # What a generation prompt may hold that the rendered turn after it does not (seen by
     # probing): the prompt's own ``<think>\n``, DeepSeek-V3's ``<｜tool▁outputs▁end｜>``.
     prompt_tails: tuple[str, ...] = ()
+    # What the template writes before a turn's first call's name and before a later one's
+    # (``calls.learn_heads``); None when they could not be learned.
+    call_heads: tuple[str, str] | None = None
+    # The template refuses a calling turn with both text and reasoning and writes them merged
+    # into one reasoning text (gpt-oss): ``adapt.adapt_chat`` gives it turns in that shape.
+    merge_calling_text: bool = False
 
     @property
     def role_header(self) -> str:
@@ -185,7 +191,12 @@ def probe(tokenizer: Any, template_kwargs: dict[str, Any]) -> TemplateShape:
     for marker, handover in HANDOVER_STOPS.items():
         if marker in template:
             stops = handover
-    return TemplateShape(prompt, stops[0], stops, opener, tails)
+    try:
+        heads = calls.learn_heads(_turn_render(tokenizer, None, template_kwargs))
+    except RenderError:
+        heads = None
+    merge = adapt.refuses_calling_text(_turn_render(tokenizer, None, template_kwargs))
+    return TemplateShape(prompt, stops[0], stops, opener, tails, heads, merge)
 
 
 def _probe_turns(
@@ -292,9 +303,37 @@ def _map_run(json_map: dict[int, int], json_pos: int, shown_at: int, length: int
 _JSON_ESCAPED = re.compile(r'[\x00-\x1f\\"]')
 
 
-def _locate_calls(text: str, turn: Turn, message: Message, chat_message: dict[str, Any], cursor: int, turn_render: TurnRender) -> None:
-    """Each call's region (``calls.call_starts``: the turn rendered alone with its first k calls,
-    diffed) and, inside it, each argument's key and value as the template writes them."""
+def _locate_calls(
+    text: str,
+    turn: Turn,
+    message: Message,
+    chat_message: dict[str, Any],
+    cursor: int,
+    turn_render: TurnRender,
+    heads: tuple[str, str] | None,
+) -> None:
+    """Each call's region and, inside it, each argument's key and value as the template writes
+    them. The regions start where the template's call heads (learned once per template) and
+    the calls' names are found in order; a turn where they are not, or where the calls so cut
+    do not each hold their arguments, is located by rendering it alone with its first k calls
+    and diffing (``calls.call_starts``): n + 2 small renders, which would double the time
+    ``relearn masks`` takes if every turn paid them."""
+    names = [call.function.name for call in message.tool_calls or []]
+    found = calls.starts_by_heads(text, heads, names, cursor, turn.end) if heads else None
+    if found is not None:
+        try:
+            _place_calls(text, turn, message, found)
+            for number in range(len(turn.calls)):
+                _check_region(turn, number, turn.message_index)
+            return
+        except RenderError:
+            turn.calls.clear()
+    _place_calls(text, turn, message, _rendered_call_starts(text, turn, chat_message, cursor, turn_render))
+
+
+def _rendered_call_starts(text: str, turn: Turn, chat_message: dict[str, Any], cursor: int, turn_render: TurnRender) -> list[int]:
+    """Where each call starts in ``text``, from renders of the turn alone with 0..n calls,
+    placed in the turn's conversation (``calls.align``)."""
     index = turn.message_index
     found = calls.call_starts(turn_render, chat_message)
     if found is None:
@@ -310,7 +349,13 @@ def _locate_calls(text: str, turn: Turn, message: Message, chat_message: dict[st
     # alone (None) starts.
     starts = [cursor if s is None else max(turn.start + s, cursor) for s in placed]
     # The whitespace that parts a call from the text before it is not the call's.
-    starts = [s + len(text[s : turn.end]) - len(text[s : turn.end].lstrip()) for s in starts]
+    return [s + len(text[s : turn.end]) - len(text[s : turn.end].lstrip()) for s in starts]
+
+
+def _place_calls(text: str, turn: Turn, message: Message, starts: list[int]) -> None:
+    """Each call's arguments found in its region, from ``starts[number]`` to the next call's start
+    (the last call's, to the turn's end)."""
+    index = turn.message_index
     for number, call in enumerate(message.tool_calls or []):
         lo, hi = starts[number], starts[number + 1] if number + 1 < len(starts) else turn.end
         name_at = text.find(call.function.name, lo, hi)
@@ -346,7 +391,9 @@ def _locate_calls(text: str, turn: Turn, message: Message, chat_message: dict[st
 TurnRender = Callable[[list[dict[str, Any]], bool], str]
 
 
-def _locate_fields(text: str, turn: Turn, message: Message, chat_message: dict[str, Any], turn_render: TurnRender) -> None:
+def _locate_fields(
+    text: str, turn: Turn, message: Message, chat_message: dict[str, Any], turn_render: TurnRender, heads: tuple[str, str] | None
+) -> None:
     index = turn.message_index
     cursor = turn.start
     reasoning, cursor = _field_span(text, message.reasoning_content, turn, cursor, "reasoning_content")
@@ -356,7 +403,7 @@ def _locate_fields(text: str, turn: Turn, message: Message, chat_message: dict[s
     if content is not None:
         turn.fields["content"] = content
     if message.tool_calls:
-        _locate_calls(text, turn, message, chat_message, cursor, turn_render)
+        _locate_calls(text, turn, message, chat_message, cursor, turn_render, heads)
     for number in range(len(turn.calls)):
         _check_region(turn, number, index)
 
@@ -432,12 +479,15 @@ def context_segments(trajectory: Trajectory) -> list[list[int]]:
     return segments
 
 
-def template_input(trajectory: Trajectory, indexes: list[int] | None = None) -> TemplateInput:
+def template_input(trajectory: Trajectory, indexes: list[int] | None = None, shape: TemplateShape | None = None) -> TemplateInput:
     """The template input of the messages at ``indexes`` (default: all), with sources given as
-    indexes into the whole trajectory."""
+    indexes into the whole trajectory; with ``shape``, each turn in a shape the template refuses
+    given to it as it asks (``adapt``), so that what is compared with transformers' mask and
+    what is compiled are the same render."""
     messages = normalised_messages(trajectory)
     chosen = list(range(len(messages))) if indexes is None else indexes
     chat, local = chat_messages_with_sources([messages[i] for i in chosen])
+    chat = adapt.adapt_chat(chat, shape is not None and shape.merge_calling_text)
     return TemplateInput(messages, chat, [chosen[s] for s in local], nfc(trajectory.tools) or None)
 
 
@@ -462,7 +512,7 @@ def render(
     """
     kwargs = dict(template_kwargs or {})
     shape = shape or probe(tokenizer, kwargs)
-    conversation = template_input(trajectory, segment)
+    conversation = template_input(trajectory, segment, shape)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     text = _render(tokenizer, chat, tools, kwargs)
     turn_render = _turn_render(tokenizer, tools, kwargs)
@@ -529,7 +579,10 @@ def _locate_turn(
     """The turn from ``start`` through its stop marker, its fields located. A turn that is
     several messages of the template (gpt-oss writes the analysis, then the call or the
     answer, each opening with ``<|start|>assistant``) runs on to a later stop while its
-    fields are not all found and the text after the stop opens another of its messages."""
+    fields are not all found, or its calls' names are not all written in it (a call without
+    arguments has no field to miss: ``{}`` after a text turn ended the turn at the text's
+    ``<|end|>``, leaving the call the model generated, its ``<|start|>assistant to=`` header
+    and all, out of A), and the text after the stop opens another of its messages."""
     stop = shape.turn_end(text, start)
     if stop is None:
         raise RenderError("locate", f"message {source}: no end-of-turn token {shape.end_of_turn!r}")
@@ -538,10 +591,10 @@ def _locate_turn(
         turn: Turn | None = Turn(source, start, stop[1])
         error = None
         try:
-            _locate_fields(text, turn, message, chat_message, turn_render)  # type: ignore[arg-type]
+            _locate_fields(text, turn, message, chat_message, turn_render, shape.call_heads)  # type: ignore[arg-type]
         except RenderError as exc:
             turn, error = None, exc
-        if turn is not None and not turn.left_out:
+        if turn is not None and not turn.left_out and _holds_calls(text, turn, message):
             return turn
         first = first or turn
         later = shape.turn_end(text, stop[1])
@@ -551,6 +604,23 @@ def _locate_turn(
             assert error is not None
             raise error
         stop = later
+
+
+def _holds_calls(text: str, turn: Turn, message: Message) -> bool:
+    """Whether each call's function name is written in the turn, in order, outside its located
+    text: every template writes the name (``<function=NAME>``, ``"name": "NAME"``,
+    ``to=functions.NAME``, ``call:NAME{``), wherever it puts the calls against the text."""
+    spans = [(span.start, span.start + span.kept) for span in turn.fields.values()]
+    at = turn.start
+    for call in message.tool_calls or []:
+        name = call.function.name
+        at = text.find(name, at, turn.end)
+        while at >= 0 and any(lo <= at < hi for lo, hi in spans):
+            at = text.find(name, at + 1, turn.end)
+        if at < 0:
+            return False
+        at += len(name)
+    return True
 
 
 def per_turn_renders(
@@ -568,7 +638,7 @@ def per_turn_renders(
     as harnesses that send only text back gave them."""
     kwargs = dict(template_kwargs or {})
     shape = shape or probe(tokenizer, kwargs)
-    conversation = template_input(trajectory, segment)
+    conversation = template_input(trajectory, segment, shape)
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     history = chat if history_reasoning else [_without_reasoning(m) for m in chat]
     out = []
@@ -584,7 +654,7 @@ def per_turn_renders(
             raise RenderError("locate", f"message {source}: no end-of-turn token")
         text = full[: stop[1]]
         turn = Turn(source, len(prefix), len(text))
-        _locate_fields(text, turn, messages[source], chat[chat_index], _turn_render(tokenizer, tools, kwargs))
+        _locate_fields(text, turn, messages[source], chat[chat_index], _turn_render(tokenizer, tools, kwargs), shape.call_heads)
         out.append(Rendered(text, [turn], messages, shape.end_of_turn))
     return out
 

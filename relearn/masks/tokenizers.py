@@ -126,7 +126,9 @@ def with_chat_template(tokenizer: PreTrainedTokenizerFast, template: str | None)
         return tokenizer
     import copy
 
-    copied = copy.deepcopy(tokenizer)
+    # A shallow copy: the template is an attribute of the copy's own, and the vocabulary and
+    # the Rust tokenizer they share are only read (a deep copy took seconds).
+    copied = copy.copy(tokenizer)
     copied.chat_template = template
     return copied
 
