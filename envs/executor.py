@@ -329,12 +329,16 @@ def run_units(
     on_result: Callable[[U, R], None],
     on_error: Callable[[U, BaseException, int], bool],
     admit: Callable[[U], bool] | None = None,
+    hold: Callable[[], bool] | None = None,
 ) -> UnitRun[U]:
     """Run ``fn`` over ``units`` on ``backend``, calling back in this (the driver's)
     thread: ``on_result(unit, record)``, or ``on_error(unit, exception, tries)`` which
     returns True to run the unit again (it goes to the back of the queue). ``admit`` is
-    asked before each start; once it says no, nothing more starts. On any exception here
-    (Ctrl-C) the units in flight are cancelled before it propagates.
+    asked before each start; once it says no, nothing more starts. While ``hold`` says yes,
+    nothing new starts until a unit in flight ends (a caller that writes results in the
+    units' order holds back while its reorder window is full); with nothing in flight it is
+    not asked, so it can never stall the run. On any exception here (Ctrl-C) the units in
+    flight are cancelled before it propagates.
 
     ``units`` is read lazily, as slots free up: a stage can pass a generator over a pool of
     any size and hold only the units in flight (and those waiting for a retry)."""
@@ -359,6 +363,8 @@ def run_units(
     try:
         while not stopped or running:
             while not stopped and len(running) < max(1, backend.slots()):
+                if hold is not None and running and hold():
+                    break
                 waiting = next_unit()
                 if waiting is None:
                     break

@@ -160,8 +160,8 @@ class CallCache:
                 self.entries[entry["key"]] = entry
         self._writer = JsonlWriter(path, fsync=True)
         self._lock = threading.Lock()
-        # Answers a batch paid for in this run and no Review has accounted for yet: the
-        # first Review to read one carries its cost (a later read is a free cache hit).
+        # Answers a batch paid for in this run and no Review has read yet: the first read is
+        # the batch's answer arriving (counted as batched), a later read a cache hit.
         self._unattributed: set[str] = set()
 
     def get(self, key: str) -> dict[str, Any] | None:
@@ -300,10 +300,12 @@ class Judge:
             if parsed is not None and defer is not None:
                 return parsed, None, 0.0  # a review to be thrown away: it accounts for nothing
             if parsed is not None:
-                if cache.attribute(request.key):
-                    return parsed, None, float(entry.get("cost_usd") or 0.0)
-                ledger.cached += 1
-                return parsed, None, 0.0
+                # The Review costs what its answers cost, whenever they were paid (the ledger
+                # says what this run paid): a review killed before it was written and made
+                # again from the cache is the same line a lone run writes.
+                if not cache.attribute(request.key):
+                    ledger.cached += 1
+                return parsed, None, float(entry.get("cost_usd") or 0.0)
         if defer is not None:
             defer.append(request)
             return None, DEFERRED, 0.0
@@ -321,7 +323,8 @@ class Judge:
             cost += spent
             parsed, problem = self.parse(message.content or "", schema)
             if parsed is not None:
-                cache.put(request.key, {"text": message.content or "", "cost_usd": spent, "model": request.spec.model})
+                # What the answer cost, its unusable attempts included: what a Review using it costs.
+                cache.put(request.key, {"text": message.content or "", "cost_usd": cost, "model": request.spec.model})
                 return parsed, None, cost
         return None, problem, cost
 

@@ -38,6 +38,7 @@ from records.pools import JsonlWriter, read_trajectories_lenient
 from records.review import CATEGORIES, Defect, Review, field_text
 from records.trajectory import Trajectory, is_verified_positive
 from review.grounding import ground
+from review.in_order import InOrder
 from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, prompt
 from review.resume import reviewed_ids
 from review.run import ReviewSummary
@@ -308,7 +309,7 @@ def review_single_turn_pool(
         except ValueError as exc:  # not a single-turn rollout
             return Review(trajectory_id=trajectory.id, decision="reject", reason=f"not_single_turn: {exc}", cost_usd=0.0)
 
-    def finished(_trajectory: Trajectory, result: Review | str) -> None:
+    def write(result: Review | str) -> None:
         if isinstance(result, str):
             summary.not_reviewed += 1
             summary.errors.append(result)
@@ -320,13 +321,19 @@ def review_single_turn_pool(
         if on_done:
             on_done(result)
 
+    # Written in the pool's order whatever order the workers finish in (review.in_order).
+    order: InOrder[Trajectory] = InOrder()
+
+    def finished(trajectory: Trajectory, result: Review | str) -> None:
+        order.done(trajectory, lambda: write(result))
+
     def failed(_trajectory: Trajectory, exc: BaseException, _tries: int) -> bool:
         raise exc  # ``one`` turns every failure it expects into a record
 
     runner = LocalBackend(workers)
     try:
         with JsonlWriter(output, fsync=True) as writer:
-            run_units(runner, todo, one, on_result=finished, on_error=failed)
+            run_units(runner, order.numbered(todo), one, on_result=finished, on_error=failed, hold=lambda: order.full(workers))
     finally:
         runner.close()
         cache.close()

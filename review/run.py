@@ -25,6 +25,7 @@ from records.review import Review
 from records.trajectory import Trajectory, is_verified_positive
 from review.batch import BatchError, BatchOptions, BatchState, BatchSummary, batch_prefill
 from review.heuristic import heuristic_review
+from review.in_order import InOrder
 from review.judges import JUDGE_ERROR, CallCache, Judge, Ledger, SpendCapReached, review_trajectory
 from review.resume import reviewed_ids
 
@@ -175,12 +176,22 @@ def review_pool(
         if remote:
             fresh = (dataclasses.replace(judges[0]), dataclasses.replace(judges[1])) if judges else None  # without their clients
             work = NodeReview(fresh, include_suspicious, dict(cache.entries) if cache else {})
+        order: InOrder[Trajectory] = InOrder()
         try:
             with JsonlWriter(output, fsync=True) as writer:
                 stop = False
 
+                def write(review: Review) -> Callable[[], None]:
+                    def now() -> None:
+                        writer.write(review.model_dump(mode="json"))
+                        summary.count(review)
+                        if on_done:
+                            on_done(review, ledger)
+
+                    return now
+
                 def finished(trajectory: Trajectory, answer: Review | tuple[Review, dict[str, dict[str, Any]], dict[str, float]]) -> None:
-                    if isinstance(answer, tuple):  # from a node: its judge answers and spend join ours
+                    if isinstance(answer, tuple):  # from a node: its judge answers and spend join ours at once
                         review, answers, spend = answer
                         for key, entry in answers.items():
                             if cache is not None and key not in cache.entries:
@@ -188,31 +199,26 @@ def review_pool(
                         ledger.add(spend)
                     else:
                         review = answer
-                    writer.write(review.model_dump(mode="json"))
-                    summary.count(review)
-                    if on_done:
-                        on_done(review, ledger)
+                    # The review waits for the ones before it in the pool: the file is in the
+                    # pool's order whatever the judges' latencies (its answers are cached already).
+                    order.done(trajectory, write(review))
 
                 def failed(trajectory: Trajectory, exc: BaseException, tries: int) -> bool:
                     nonlocal stop
                     if isinstance(exc, NodeLost) and tries <= NODE_RETRIES:
                         return True  # the node running it died: review it elsewhere
                     if isinstance(exc, PolicyError):  # the judge endpoint failed after retries
-                        finished(
-                            trajectory,
-                            Review(
-                                trajectory_id=trajectory.id,
-                                decision="reject",
-                                reason=f"{JUDGE_ERROR}: judge call failed: {exc}",
-                                cost_usd=0.0,
-                            ),
+                        failure = Review(
+                            trajectory_id=trajectory.id, decision="reject", reason=f"{JUDGE_ERROR}: judge call failed: {exc}", cost_usd=0.0
                         )
+                        order.done(trajectory, write(failure))
                         return False
                     if not isinstance(exc, SpendCapReached):
                         raise exc
                     summary.not_reviewed += 1
                     summary.errors.append(f"{trajectory.id}: {exc}")
                     stop = True
+                    order.done(trajectory)
                     if on_done:
                         on_done(None, ledger)
                     return False
@@ -224,7 +230,13 @@ def review_pool(
                         stop = True
                     return not stop
 
-                left = run_units(runner, todo(counted=True), work, on_result=finished, on_error=failed, admit=admit)
+                def hold() -> bool:
+                    # At most about the work in flight waits behind a slow review, never the pool.
+                    return order.full(runner.slots())
+
+                units = order.numbered(todo(counted=True))
+                left = run_units(runner, units, work, on_result=finished, on_error=failed, admit=admit, hold=hold)
+                order.drain()
                 summary.not_reviewed += len(left.not_started)
                 summary.per_node = left.per_node
         finally:

@@ -133,3 +133,16 @@ def test_validate_reports_broken_pools(relearn_bin: str, tmp_path: Path) -> None
     assert "'c9' answers no call" in both
     assert f"{pool}:3: major version" in both or f"{pool}:3: Value error, schema_version" in both
     assert f"{pool}:4: invalid JSON" in both
+
+
+def test_validate_names_both_lines_of_a_repeated_id(relearn_bin: str, tmp_path: Path) -> None:
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    record = {"schema_version": "1.0", "id": "t-1", "messages": [{"role": "assistant", "content": "x", "generated": True}]}
+    other = dict(record, id="t-2")
+    first.write_text(json.dumps(other) + "\n" + json.dumps(record) + "\n")
+    second.write_text(json.dumps(record) + "\n")
+    result = run(relearn_bin, "validate", str(first), str(second))
+    assert result.returncode == 1
+    # A path may be folded by the terminal's width: compare without the line breaks.
+    text = "".join((result.stdout + result.stderr).split())
+    assert f"{second}:1:t-1:repeatedtrajectoryid,firstat{first}:2".replace(" ", "") in text

@@ -223,3 +223,18 @@ def test_the_checks(tmp_path: Path) -> None:
     (interrupted / "mine.txt").write_text("x")
     with pytest.raises(OpError, match="did not write"):
         check_dataset_dir(interrupted)
+    # Cut between its first shard and that shard's stats.json: the shard's columns say whose it is.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from relearn.masks.rows import SCHEMA
+
+    first = tmp_path / "first"
+    first.mkdir()
+    pq.write_table(SCHEMA.empty_table(), first / "shard-00000.parquet")
+    check_dataset_dir(first)
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(pa.table({"x": [1]}), other / "shard-00000.parquet")
+    with pytest.raises(OpError, match="did not write"):
+        check_dataset_dir(other)

@@ -396,7 +396,8 @@ def test_run_validate_streams_and_finds_repeated_ids(samples: Path, tmp_path: Pa
     write_atomic(tmp_path / "twice.jsonl", [trajectory, trajectory])
     summary = run_validate(ValidateOptions([pool, tmp_path / "twice.jsonl"]))
     assert (summary.trajectories, summary.clean) == (3, False)
-    assert summary.problems == [f"id {trajectory.id!r} appears 3 times"]
+    twice = tmp_path / "twice.jsonl"
+    assert summary.problems == [f"{twice}:{n}: {trajectory.id}: repeated trajectory id, first at {pool}:1" for n in (1, 2)]
     assert summary.formats == {"openhands": 3}
     assert run_validate(ValidateOptions([pool])).clean
     with pytest.raises(OpError, match="nope.jsonl: no such pool file"):

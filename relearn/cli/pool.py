@@ -37,7 +37,7 @@ def validate(options: ValidateOptions) -> None:
     show_problems("problems", summary.problems)
     rows: list[tuple[str, object]] = [
         ("trajectories", summary.trajectories), ("unreadable records", len(summary.unreadable)),
-        ("trajectories with problems", summary.with_problems),
+        ("trajectories with problems", summary.with_problems), ("repeated trajectory ids", summary.repeated),
         *((f"from {name}", count) for name, count in summary.formats.most_common()),
         *((f"exit {name}", count) for name, count in summary.exit_status.most_common()),
     ]  # fmt: skip

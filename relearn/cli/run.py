@@ -23,13 +23,51 @@ if TYPE_CHECKING:
 RayArg = Annotated[str | None, typer.Option("--ray", metavar="ADDRESS", help=RAY_HELP)]
 
 
-def _summary(results: list[StageResult], title: str) -> int:
-    rows = [
-        (r.name, {"failed": "[red]failed[/red]", "current": "[dim]current[/dim]"}.get(r.status, r.status),
-         f"{r.seconds:.1f}" if r.status == "ran" else "-", escape(counts_text(r.counts) or (r.error or "")))
-        for r in results
-    ]  # fmt: skip
-    out.print(grid(title, ("stage", "status", "seconds", "counts"), rows, overflow="fold"))
+def _is_path(text: str) -> bool:
+    """A word a person may copy: a path (a slash among letters), which a table cell would fold."""
+    return "/" in text and any(c.isalpha() for c in text) and not any(c.isspace() for c in text)
+
+
+def _summary(results: list[StageResult], title: str) -> list[str]:
+    """Print the table; print under it, whole, what a cell would fold (paths, and an error
+    that names one): the cell says "below". Returns the lines printed under the table."""
+    below: list[str] = []
+
+    def under(line: str) -> None:
+        if line not in below:
+            below.append(line)
+
+    rows = []
+    for r in results:
+        counts: dict[str, object] = {}
+        for key, value in r.counts.items():
+            if isinstance(value, Path | str) and _is_path(str(value)):
+                under(f"{key}: {value}")
+                value = "below"
+            counts[key] = value
+        cell = counts_text(counts)
+        if not cell and r.error:
+            cell = r.error
+            if any(_is_path(word) for word in r.error.split()):
+                under(f"{r.name} failed: {r.error}")
+                cell = "below"
+        status = {"failed": "[red]failed[/red]", "current": "[dim]current[/dim]"}.get(r.status, r.status)
+        rows.append((r.name, status, f"{r.seconds:.1f}" if r.status == "ran" else "-", escape(cell)))
+    # The title names the pipeline file or the demo's folder: over the table where it fits, else
+    # a line of its own (never folded).
+    table = grid(title, ("stage", "status", "seconds", "counts"), rows, overflow="fold")
+    if len(title) <= out.width:
+        table.min_width = len(title)  # a title wider than the table would be folded to its width
+    else:
+        table.title = None
+        out.print(title, soft_wrap=True, highlight=False, markup=False)
+    out.print(table)
+    for line in below:
+        out.print(line, soft_wrap=True, highlight=False, markup=False)  # copied whole, at any width
+    return below
+
+
+def _code(results: list[StageResult]) -> int:
     return EXIT_FAILED if any(r.status == "failed" for r in results) else EXIT_OK
 
 
@@ -57,11 +95,13 @@ def run_command(
         results, ctx = run_pipeline(config, err, dry_run=dry_run)
     for note in ctx.notes:
         err.print(f"[yellow]note:[/yellow] {escape(note)}", highlight=False)
-    code = _summary(results, f"relearn run {pipeline}")
+    below = _summary(results, f"relearn run {pipeline}")
+    code = _code(results)
     if dry_run and config.train is not None:
         _train_plan(ctx)
-    if code == EXIT_OK and not dry_run:
-        out.print(f"report: {config.workdir / 'report' / 'report.md'}", soft_wrap=True, highlight=False)  # a path copied whole
+    report = f"report: {config.workdir / 'report' / 'report.md'}"
+    if code == EXIT_OK and not dry_run and report not in below:
+        out.print(report, soft_wrap=True, highlight=False, markup=False)  # a path copied whole
     raise typer.Exit(EXIT_PARTIAL if code == EXIT_OK and ctx.notes else code)
 
 
@@ -114,7 +154,8 @@ def demo_command(
     except (FileNotFoundError, RuntimeError) as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_FAILED) from None
-    code = _summary(results, f"relearn demo -> {out_dir}")
+    _summary(results, f"relearn demo -> {out_dir}")
+    code = _code(results)
     if code != EXIT_OK:
         raise typer.Exit(code)
     out.print("\n".join(artifacts(config.workdir)), highlight=False, soft_wrap=True)  # paths and commands copied whole

@@ -186,9 +186,21 @@ def check_dataset_dir(path: Path, *, flag: str = "-o") -> None:
     names = {p.name for p in path.iterdir()}
     if not names or _masks_stats(path / "stats.json"):
         return
-    if names and all(n.startswith("shard-") or n.startswith(".") for n in names) and any(n.endswith(".stats.json") for n in names):
-        return  # an interrupted run: its finished shards, no stats.json yet
+    if names and all(n.startswith("shard-") or n.startswith(".") for n in names):
+        if any(n.endswith(".stats.json") for n in names) or any(_is_shard(path / n) for n in sorted(names) if n.endswith(".parquet")):
+            return  # an interrupted run: its finished shards, no stats.json yet
     raise OpError(f"{flag} {path}: a folder `relearn masks` did not write (no dataset stats.json); {NEW_FOLDER_HINT}")
+
+
+def _is_shard(path: Path) -> bool:
+    """A Parquet file with a dataset shard's columns: a run stopped between its first shard and
+    that shard's stats.json left only this."""
+    import pyarrow.parquet as pq
+
+    try:
+        return {"sample_id", "input_ids", "loss_mask"} <= set(pq.read_schema(path).names)
+    except (OSError, ValueError):  # pyarrow's ArrowInvalid is a ValueError
+        return False
 
 
 def _masks_stats(path: Path) -> bool:

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from records.pools import RecordError, read_trajectories_lenient
+from records.pools import RecordError, iter_pool
 from records.trajectory import Trajectory, tool_call_pairs
 from relearn.ops.outputs import POOL, check_jsonl_input, empty_pool
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
@@ -18,8 +18,9 @@ from relearn.verbs.validate import ValidateOptions
 class ValidateSummary:
     trajectories: int = 0
     with_problems: int = 0
+    repeated: int = 0  # lines whose trajectory id an earlier line (of any pool given) has
     unreadable: list[RecordError] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # "POOL: ID: field: what", then repeated ids
+    problems: list[str] = field(default_factory=list)  # "POOL:LINE: ID: field: what", then repeated ids
     formats: Counter[str] = field(default_factory=Counter)  # the source format ("relearn": our own)
     exit_status: Counter[str] = field(default_factory=Counter)
     empty: list[Path] = field(default_factory=list)  # pools without a single record
@@ -56,23 +57,27 @@ def run_validate(options: ValidateOptions, reporter: Reporter = SILENT) -> Valid
             raise OpError(f"{pool}: no such pool file; check the path")
         check_jsonl_input(pool, POOL, flag="POOL")
     summary = ValidateSummary()
-    seen: set[str] = set()
-    repeated: Counter[str] = Counter()
+    # Each id's first place (which pool, which line): a repeat names both lines. Ids are what
+    # memory holds, with two small ints each, never the trajectories.
+    first: dict[str, tuple[int, int]] = {}
+    repeats: list[str] = []
     with stage(reporter, "validating", total=len(options.pools)):
-        for pool in options.pools:
+        for number, pool in enumerate(options.pools):
             before = summary.trajectories, len(summary.unreadable)
-            for trajectory in read_trajectories_lenient(pool, summary.unreadable):
+            for line, trajectory in iter_pool(pool, summary.unreadable):
                 summary.trajectories += 1
-                if trajectory.id in seen:
-                    repeated[trajectory.id] += 1
-                seen.add(trajectory.id)
+                seen = first.setdefault(trajectory.id, (number, line))
+                if seen != (number, line):
+                    where = f"{options.pools[seen[0]]}:{seen[1]}"
+                    summary.repeated += 1
+                    repeats.append(f"{pool}:{line}: {trajectory.id}: repeated trajectory id, first at {where}")
                 found = check_trajectory(trajectory)
-                summary.problems.extend(f"{pool}: {trajectory.id}: {p}" for p in found)
+                summary.problems.extend(f"{pool}:{line}: {trajectory.id}: {p}" for p in found)
                 summary.with_problems += bool(found)
                 summary.formats[trajectory.source.format if trajectory.source else "relearn"] += 1
                 summary.exit_status[trajectory.exit_status.value] += 1
             if (summary.trajectories, len(summary.unreadable)) == before:
                 summary.empty.append(pool)
             reporter.advance(1, trajectories=summary.trajectories)
-    summary.problems.extend(f"id {i!r} appears {n + 1} times" for i, n in repeated.items())
+    summary.problems.extend(repeats)
     return summary
