@@ -6,8 +6,13 @@
   equal one process taking the whole row, for tiny Qwen3.5-MoE-text and Qwen3-Next models at a
   length of several of the rule's 64-token chunks; and ``relearn train --sp 2 --zero 3`` trains and
   saves, its losses those of one process.
+* ``--sp 4`` over four gloo ranks: the same shapes with 4 key / 8 value heads of linear attention,
+  at odd lengths of three and four chunks; loss, aux loss and gradients equal one process's.
 * ``--pack``: a packed row's loss and gradients equal the same samples run one by one; the
   recurrent state and the convolution window restart at each trajectory.
+* The released checkpoints' multimodal shape (``Qwen3_5MoeForConditionalGeneration``): ``--sp 2
+  --zero 3`` and ``--pack`` log the single-process / unpacked losses and save the model multimodal,
+  its vision weights byte-identical.
 
 The two-rank checks run this file as a script under torchrun (``worker``).
 """
@@ -39,6 +44,18 @@ from tests.test_train_hybrid import causal_lm, grads, qwen3_next, qwen35_text
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = {"qwen3.5-moe": qwen35_text, "qwen3-next": qwen3_next}
 LENGTHS = {"qwen3.5-moe": 150, "qwen3-next": 131}  # several 64-token chunks; one odd, so sp pads it
+
+
+def four_heads(config: Any) -> Any:
+    """The same tiny shape with 4 linear-attention key heads and 8 value heads: --sp 4 gives each
+    rank one key head and two value heads (one value head per key head's group of two)."""
+    config.linear_num_key_heads, config.linear_num_value_heads = 4, 8
+    return config
+
+
+# For --sp 4: lengths of several 64-token chunks of the reference rule, odd (padded to a multiple of 4).
+MODELS_SP4 = {"qwen3.5-moe": lambda: four_heads(qwen35_text()), "qwen3-next": lambda: four_heads(qwen3_next())}
+LENGTHS_SP4 = {"qwen3.5-moe": 261, "qwen3-next": 203}
 LOSS_TOL = 1e-5
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-6
 
@@ -155,25 +172,31 @@ def test_pack_end_to_end_equals_unpacked(tmp_path: Path) -> None:
 # --- two gloo ranks ----------------------------------------------------------------------------
 
 
-def torchrun(*args: str, timeout: int = 420) -> subprocess.CompletedProcess[str]:
+def torchrun(*args: str, timeout: int = 420, ranks: int = 2) -> subprocess.CompletedProcess[str]:
     from tests.test_train_deepspeed import TORCHRUN, extensions_dir
 
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(extensions_dir()), "PYTHONPATH": str(ROOT)}
     env.update(NO_COLOR="1", OMP_NUM_THREADS="1")
-    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", *args]
+    cmd = [str(TORCHRUN), "--standalone", "--nproc_per_node", str(ranks), *args]
     result = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"torchrun failed ({result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-6000:]}"
     return result
 
 
 @pytest.mark.slow  # torchrun starts two processes
-def test_sp2_loss_and_gradients_equal_one_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sp", [2, 4])
+def test_sp_loss_and_gradients_equal_one_process(sp: int, tmp_path: Path) -> None:
+    """``sp`` gloo ranks share one row (2: the tiny models' 2 key / 4 value heads; 4: the same
+    shapes with 4 / 8), at lengths of several 64-token chunks, one of them odd; the loss, the aux
+    loss and every gradient equal one process's."""
     out = tmp_path / "report.json"
-    torchrun("-m", "tests.test_train_sp_hybrid", str(out))
+    torchrun("-m", "tests.test_train_sp_hybrid", str(out), ranks=sp, timeout=600)
     report = json.loads(out.read_text())
-    assert set(report) == set(MODELS)
+    lengths = LENGTHS if sp == 2 else LENGTHS_SP4
+    assert set(report) == set(lengths)
     for name, r in report.items():
-        assert r["linear_layers_wrapped"] == 1 and r["tokens"] == LENGTHS[name]
+        padded = -(-lengths[name] // sp) * sp  # shard_sequence pads the row to a multiple of sp
+        assert r["linear_layers_wrapped"] == 1 and r["tokens"] == lengths[name] and r["sp"] == sp and r["padded"] == padded
         assert abs(r["loss_sp"] - r["loss_single"]) < LOSS_TOL, (name, r)
         assert r["aux_sp"] == pytest.approx(r["aux_single"], abs=LOSS_TOL)
         assert r["grad_mismatches"] == [], (name, r["grad_mismatches"][:5])
@@ -203,6 +226,80 @@ def test_train_sp2_zero3_end_to_end_matches_one_process(tmp_path: Path) -> None:
     assert (tmp_path / "sp2" / "model" / "model.safetensors").is_file()
 
 
+# --- the released checkpoints' multimodal shape ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def mm_long(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """A tiny ``Qwen3_5MoeForConditionalGeneration`` start (vision tower, real vocabulary, aux loss
+    on) and four rows of 70-140 tokens: each longer than one of the rule's 64-token chunks."""
+    from tests.test_train_hybrid import multimodal_folder
+
+    root = tmp_path_factory.mktemp("mm_sp")
+    return multimodal_folder(root / "init"), write_dataset(root / "data", random_rows(4, seed=48, lengths=(70, 140)))
+
+
+def assert_saved_multimodal(init: Path, out: Path) -> None:
+    """``out``'s model is the start's class, its vision tower byte for byte the start's, and its
+    language model trained."""
+    from safetensors.torch import load_file
+
+    saved = json.loads((out / "model" / "config.json").read_text())
+    assert saved["architectures"] == ["Qwen3_5MoeForConditionalGeneration"] and "vision_config" in saved
+    before, after = load_file(init / "model.safetensors"), load_file(out / "model" / "model.safetensors")
+    assert before.keys() == after.keys()
+    vision = [k for k in before if k.startswith("model.visual.")]
+    assert len(vision) > 10
+    for k in vision:
+        assert before[k].dtype == after[k].dtype and torch.equal(before[k].view(torch.uint8), after[k].view(torch.uint8)), k
+    linear = [k for k in before if ".linear_attn." in k]
+    assert linear and any(not torch.equal(before[k], after[k]) for k in linear)  # the wrapped layers were trained and saved
+
+
+@pytest.mark.slow  # three runs with the 248k-token head: ~50 s here
+def test_multimodal_pack_equals_unpacked_and_is_saved_multimodal(mm_long: tuple[Path, Path], tmp_path: Path) -> None:
+    """``--pack`` on the multimodal start: the packed step's NLL is the unpacked run's over the same
+    samples (lr 0; the aux loss is a per-micro-batch statistic, so it is logged but not compared),
+    and, trained with a learning rate, the model is saved multimodal with its vision tower intact."""
+    init, data = mm_long
+    common = dict(dataset=data, init=str(init), epochs=1, chunk=8, ctx=512, progress=False)
+    train(TrainOptions(out=tmp_path / "packed", pack=True, lr=0.0, **common))  # type: ignore[arg-type]
+    train(TrainOptions(out=tmp_path / "plain", grad_accum=4, lr=0.0, **common))  # type: ignore[arg-type]
+    packed, plain = read_metrics(tmp_path / "packed"), read_metrics(tmp_path / "plain")
+    assert len(packed) == len(plain) == 1 and packed[0]["trajectories"] == 4, (packed, plain)
+    assert abs(packed[0]["nll"] - plain[0]["nll"]) < LOSS_TOL, (packed, plain)
+    assert packed[0]["aux_loss"] > 0
+    out = tmp_path / "trained"
+    train(TrainOptions(out=out, pack=True, lr=5e-3, warmup=1, **common))  # type: ignore[arg-type]
+    assert_saved_multimodal(init, out)
+
+
+@pytest.mark.slow  # torchrun starts two DeepSpeed processes
+def test_multimodal_sp2_zero3_matches_one_process(mm_long: tuple[Path, Path], tmp_path: Path) -> None:
+    """``relearn train --sp 2 --zero 3`` from the multimodal start: every step's loss, NLL and aux
+    loss equal one process taking the same rows, and the gathered model is saved multimodal with
+    its vision weights byte-identical."""
+    from tests.test_train_deepspeed import assert_close
+
+    init, data = mm_long
+    common = dict(init=str(init), epochs=1, lr=5e-3, warmup=1, chunk=8, ctx=256, progress=False)
+    train(TrainOptions(dataset=data, out=tmp_path / "single", grad_accum=2, **common))  # type: ignore[arg-type]
+    flags = ["--init", str(init), "--epochs", "1", "--lr", "5e-3", "--warmup", "1", "--chunk", "8", "--ctx", "256", "--no-progress"]
+    result = torchrun("-m", "relearn.cli.train", str(data), "--out", str(tmp_path / "sp2"), *flags, "--zero", "3", "--sp", "2", "--grad-accum", "2")  # fmt: skip
+    said = " ".join(result.stderr.split())
+    assert "sequence parallel 2" in said and "split by head over the 2 ranks" in said
+    ours, ref = read_metrics(tmp_path / "sp2"), read_metrics(tmp_path / "single")
+    assert len(ours) == 2
+    for key in ("loss", "nll", "aux_loss"):
+        assert_close([m[key] for m in ours], [m[key] for m in ref])
+    # The first step is the same weights on the same rows; the second follows one update (AdamW
+    # over a 248k-row head), where fp32 sums taken in another order leave ~1e-5 of relative noise.
+    assert abs(ours[0]["loss"] - ref[0]["loss"]) < LOSS_TOL, (ours, ref)
+    assert abs(ours[1]["loss"] - ref[1]["loss"]) < 2e-5 * abs(ref[1]["loss"]), (ours, ref)
+    assert_saved_multimodal(init, tmp_path / "sp2")
+    assert_saved_multimodal(init, tmp_path / "single")
+
+
 def worker(out: Path) -> None:
     """One rank of the two-rank check: the reference on the whole row first (before Ulysses takes
     over sdpa), then the same row half per rank; rank 0 writes the comparison."""
@@ -212,12 +309,13 @@ def worker(out: Path) -> None:
 
     torch.set_num_threads(1)
     deepspeed.init_distributed(dist_backend="gloo")
-    rank = dist.get_rank()
+    rank, sp = dist.get_rank(), dist.get_world_size()
+    makers, lengths = (MODELS, LENGTHS) if sp == 2 else (MODELS_SP4, LENGTHS_SP4)
     models, batches, single = {}, {}, {}
-    for name, make in MODELS.items():
+    for name, make in makers.items():
         lm = causal_lm(make())
         models[name] = copy.deepcopy(lm)  # the one sharded (one RossLM per model: each hooks the routers)
-        row = sample(LENGTHS[name], 11, name)
+        row = sample(lengths[name], 11, name)
         batch = collate([row], [(0,)])
         ross = RossLM(lm, norm="token", chunk=16)
         loss = ross(**ross_inputs(batch, float(row.supervised)))
@@ -230,15 +328,16 @@ def worker(out: Path) -> None:
     for name, lm in models.items():
         if mpu is None:  # the tiny configs share their softmax-attention shape
             mpu = UlyssesSPAttentionHF.register_with_transformers(
-                model_name_or_path=lm, core_attn_implementation="sdpa", sequence_parallel_size=2, micro_batch_size=1,
+                model_name_or_path=lm, core_attn_implementation="sdpa", sequence_parallel_size=sp, micro_batch_size=1,
                 seq_length_is_variable=True,
             )  # fmt: skip
         group = mpu.get_sequence_parallel_group()
-        wrapped = install(lm, sp=2, group=group)
+        wrapped = install(lm, sp=sp, group=group)
         ross = RossLM(lm, norm="token", chunk=16)
-        ross.sp, ross.sp_group = 2, group
+        ross.sp, ross.sp_group = sp, group
         batch, denominator = batches[name]
-        loss = ross(**ross_inputs(shard_sequence(batch, 2, rank), denominator))
+        shard = shard_sequence(batch, sp, rank)
+        loss = ross(**ross_inputs(shard, denominator))
         loss.backward()
         total = loss.detach().clone()
         dist.all_reduce(total, group=group)
@@ -254,7 +353,8 @@ def worker(out: Path) -> None:
                 mismatches.append([key, err])
         report[name] = {
             "tokens": batch.input_ids.shape[1], "linear_layers_wrapped": wrapped, "loss_single": ref_loss, "loss_sp": total.item(),
-            "aux_single": ref_aux, "aux_sp": ross.last_aux * 2 if ross.last_aux is not None else None,
+            "sp": sp, "padded": shard.input_ids.shape[1] * sp,
+            "aux_single": ref_aux, "aux_sp": ross.last_aux * sp if ross.last_aux is not None else None,
             "grads_total": len(ref_grads), "grads_compared": len(ref_grads.keys() & summed.keys()), "grad_mismatches": mismatches,
             "max_grad_error": max(float((summed[k] - g).abs().max()) for k, g in ref_grads.items() if k in summed),
             "rank0_alone_max_error": max(float((local[k] - g).abs().max()) for k, g in ref_grads.items() if k in local),
