@@ -140,4 +140,6 @@ def test_the_window_holds_about_the_work_in_flight_not_the_pool() -> None:
         run_units(backend, order.numbered(units), work, on_result=finished, on_error=lambda *_: False, hold=lambda: order.full(4))
     finally:
         backend.close()
-    assert written == units and most <= 4
+    # Full at 4 waiting, nothing new starts; the 3 already running beside the slow one may
+    # still finish and wait too: the bound is the window plus the work in flight, never the pool.
+    assert written == units and most <= 4 + 3
