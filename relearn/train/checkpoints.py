@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -149,17 +150,86 @@ _SAFETENSORS_DTYPES = {
 }  # fmt: skip
 
 
-def source_dtypes(folder: Path) -> dict[str, torch.dtype]:
-    """Each tensor's dtype in a folder's safetensors files, from their headers (no weight is read)."""
-    dtypes: dict[str, torch.dtype] = {}
+def _headers(folder: Path) -> dict[str, dict[str, Any]]:
+    """Each safetensors file's header in a folder, by file name (no weight is read)."""
+    headers = {}
     for path in sorted(folder.glob("*.safetensors")):
         with open(path, "rb") as f:
             size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size))
+            headers[path.name] = json.loads(f.read(size))
+    return headers
+
+
+def source_dtypes(folder: Path) -> dict[str, torch.dtype]:
+    """Each tensor's dtype in a folder's safetensors files, from their headers (no weight is read)."""
+    dtypes: dict[str, torch.dtype] = {}
+    for header in _headers(folder).values():
         for name, spec in header.items():
             if name != "__metadata__" and spec.get("dtype") in _SAFETENSORS_DTYPES:
                 dtypes[name] = _SAFETENSORS_DTYPES[spec["dtype"]]
     return dtypes
+
+
+def ignored_at_load(lm: Any, init: Path) -> dict[str, str]:
+    """The tensors of the --init checkpoint that the model class drops at load by design (its
+    ``_keys_to_ignore_on_load_unexpected``: Qwen3.5/3.6's and Qwen3-Next's multi-token-prediction
+    layer ``mtp.*``), each with the file holding it. They are not the model's, but a server
+    (vLLM's MTP speculative decoding) reads them from the saved folder."""
+    patterns = [re.compile(p) for p in getattr(lm, "_keys_to_ignore_on_load_unexpected", None) or ()]
+    if not patterns:
+        return {}
+    return {
+        name: file
+        for file, header in _headers(init).items()
+        for name in header
+        if name != "__metadata__" and any(p.search(name) for p in patterns)
+    }
+
+
+def _carry_ignored(init: Path, saved: Path, carried: dict[str, str]) -> list[str]:
+    """Add the ``carried`` tensors of ``init`` that ``saved`` lacks, byte for byte in their stored
+    dtype, as one more shard of ``saved``. The shards are renumbered ``model-0000i-of-0000n``
+    and the index names every tensor: transformers reads a lone ``model.safetensors`` before an
+    index, so the single-file form cannot take a second file. They go around
+    ``save_pretrained`` because it would rewrite their names (the reverse of its load-time
+    conversions splits any ``experts.gate_up_proj``), and a class that ignores them cannot
+    convert them on the way in. Returns the names added."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    index_path = saved / "model.safetensors.index.json"
+    headers = _headers(saved)
+    if index_path.exists():
+        index = json.loads(index_path.read_text())
+        weight_map: dict[str, str] = dict(index["weight_map"])
+        metadata = dict(index.get("metadata") or {})
+    elif "model.safetensors" in headers:
+        weight_map = {n: "model.safetensors" for n in headers["model.safetensors"] if n != "__metadata__"}
+        metadata = {}
+    else:
+        return []
+    missing = sorted(n for n in carried if n not in weight_map)
+    if not missing:
+        return []
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted({carried[n] for n in missing}):
+        # safe_open gives each tensor in its stored dtype, and save_file writes its bytes as they are.
+        with safe_open(str(init / file), framework="pt") as f:
+            tensors.update((n, f.get_tensor(n)) for n in missing if carried[n] == file)
+    files = list(dict.fromkeys(weight_map.values()))
+    total = len(files) + 1
+    renamed = {old: f"model-{i:05d}-of-{total:05d}.safetensors" for i, old in enumerate(files, start=1)}
+    for old, new in renamed.items():
+        os.replace(saved / old, saved / new)
+    last = f"model-{total:05d}-of-{total:05d}.safetensors"
+    save_file(tensors, saved / last, metadata={"format": "pt"})
+    weight_map = {n: renamed[f] for n, f in weight_map.items()} | {n: last for n in missing}
+    sizes = [
+        spec["data_offsets"][1] - spec["data_offsets"][0] for h in _headers(saved).values() for n, spec in h.items() if n != "__metadata__"
+    ]
+    metadata["total_size"] = sum(sizes)
+    index_path.write_text(json.dumps({"metadata": metadata, "weight_map": dict(sorted(weight_map.items()))}, indent=2) + "\n")
+    return missing
 
 
 def carry_over(init: Path, saved: Path, with_tokenizer: bool) -> list[str]:
@@ -205,9 +275,10 @@ def save_final(
     """Hugging Face folder (``save_pretrained``) that transformers and vLLM load, plus the tokenizer.
 
     Saved as the model it started from: a multimodal ``--init`` (``Qwen3_5MoeForConditionalGeneration``)
-    is saved whole, its untrained weights as loaded, and the files of ``init`` that are not
-    weights (processor configs; the tokenizer's when ``own_tokenizer``, i.e. no ``--tokenizer``
-    replaced it) are carried over."""
+    is saved whole, its untrained weights as loaded; the tensors of ``init`` that its class
+    ignores at load (the ``mtp.*`` layer) are added byte for byte; and the files of ``init`` that
+    are not weights (processor configs; the tokenizer's when ``own_tokenizer``, i.e. no
+    ``--tokenizer`` replaced it) are carried over."""
     full = engine.full_state_dict()  # collective under ZeRO-3
     final = out / MODEL_DIR
     if dist.main:
@@ -236,6 +307,7 @@ def save_final(
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
         if init is not None:
+            _carry_ignored(Path(init), tmp, ignored_at_load(model.lm, Path(init)))
             carry_over(Path(init), tmp, with_tokenizer=own_tokenizer)
         old = out / f".{MODEL_DIR}.old"
         shutil.rmtree(old, ignore_errors=True)

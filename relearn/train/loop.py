@@ -47,6 +47,7 @@ from relearn.train.checkpoints import (
     MODEL_DIR,
     RUN_FILE,
     TrainerState,
+    ignored_at_load,
     latest_checkpoint,
     load_checkpoint,
     run_identity,
@@ -193,6 +194,13 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console, kernel
         if described["frozen"]["parameters"]:
             frozen = described["frozen"]
             say(f"{frozen['class']}: training the language model; {frozen['parameters']:,} other weights frozen and saved as loaded")
+        carried = ignored_at_load(model.lm, Path(opts.init)) if opts.init else {}
+        if carried:
+            # The MTP layer: not the model's, so untrained, but a server's speculative decoding reads it.
+            kinds = ", ".join(sorted({n.split(".", 1)[0] + ".*" for n in carried}))
+            say(
+                f"{len(carried)} tensors of --init that {type(model.lm).__name__} ignores at load ({kinds}) are saved with the model as stored"
+            )
 
     stop_at = min(total_steps, opts.max_steps) if opts.max_steps is not None else total_steps
     totals = _Totals()
