@@ -20,8 +20,8 @@ which are counted on their own, by marker and turns (a ``_training`` template th
 model's stop token outside ``{% generation %}`` trains a model that never learns to stop there);
 ``only in TRL``: the decoded tokens TRL's mask has and A lacks, the commonest first (tokens the
 model never generates: the generation prompt's, the newline after an end of turn). Both renders
-are given the same messages: a turn in a shape the template refuses is adapted for both
-(``relearn.masks.adapt``). The tables in docs/masks.md come from this script. Exit 1 when a kept
+are given the same messages: a turn in a shape the template refuses or misplaces is adapted for
+both (``relearn.masks.adapt``: gpt-oss's merged analysis, DiffusionGemma's text then calls). The tables in docs/masks.md come from this script. Exit 1 when a kept
 trajectory's ids differ or A has a token outside TRL's mask that is not a stop marker.
 """
 

@@ -10,6 +10,7 @@ turn whose argument holds the next call's head and name verbatim.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from relearn.masks.tokenizers import load_tokenizer, trl_chat_templates, with_ch
 from tests.test_review_heuristic import load_labelled
 
 # The families issue 48 names: each compiles some of these trajectories (the others may refuse
-# them all for reasons of their own, e.g. Gemma 4 renders a call's arguments in no form known).
+# them all for reasons of their own, e.g. DeepSeek-R1-Distill does not write a turn's calls).
 NAMED_BY_THE_ISSUE = {
     "qwen3_training", "qwen3_6_training", "glm4moe_training", "deepseekv3_training", "gptoss_training",
     "nemotron_3_nano_training", "qwen2_5_training", "lfm2_v2_training",
@@ -121,3 +122,23 @@ def test_a_trajectory_whose_calls_the_heads_find_is_rendered_once(qwen36, trajec
     renders.clear()
     render(trajectories[2], qwen36, template_kwargs={"preserve_thinking": True}, shape=shape)
     assert len(renders) > 1
+
+
+def test_a_value_in_a_syntax_of_its_own_is_found_by_its_leaves() -> None:
+    # Gemma writes ``{b:[<|"|>x "y"<|"|>,2],a:null}`` for {"b": ["x \"y\"", 2], "a": None}:
+    # no whole form matches, each leaf does, its keys bare and sorted.
+    from relearn.masks import calls
+
+    value = {"b": ['x "y"', 2], "a": None}
+    text = 'k:{a:null,b:[<|"|>x "y"<|"|>,2]}'
+    start, end, positions = calls.find_by_leaves(text, value, 2, len(text))  # type: ignore[misc]
+    as_json = json.dumps(value, ensure_ascii=False)
+    assert len(positions) == len(as_json)
+    for needle in ("null", "2", "x "):
+        at = as_json.index(needle)
+        assert "".join(text[positions[at + i]] for i in range(len(needle))) == needle
+    quote = as_json.index('\\"y')
+    assert text[positions[quote]] == text[positions[quote + 1]] == '"'
+    assert text[start:end] == 'a:null,b:[<|"|>x "y"<|"|>,2'
+    # A leaf the text lacks: not found, never placed elsewhere.
+    assert calls.find_by_leaves(text, {"b": ["z"]}, 2, len(text)) is None

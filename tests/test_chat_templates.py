@@ -9,6 +9,7 @@ model never generates (the newline after ``<|im_end|>``, what the generation pro
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -267,3 +268,82 @@ def test_diffusion_gemma_trains_the_tool_response_marker_its_model_stops_a_call_
     assert outside.any()
     marker = turn.end - len("<|tool_response>")
     assert all(start < turn.end and end > marker for start, end in encoded.offsets[outside]), tok.decode(ids[outside])
+
+
+def _gemma_turn() -> list[dict]:
+    """A calling turn with reasoning and text whose arguments are not in sorted key order and
+    hold a list (DiffusionGemma writes keys sorted and strings between ``<|"|>`` marks)."""
+    step = shell(["bash", "-lc", 'grep -n "def add" calc.py'], output="1:def add(a, b):\n", reasoning="Find add first.")
+    call = step[0]["tool_calls"][0]["function"]
+    call["arguments"] = {"workdir": "/testbed", "command": call["arguments"]["command"]}
+    step[0]["content"] = "Let me find add."
+    return step
+
+
+def test_diffusion_gemma_lists_sorted_keys_and_the_text_before_the_call(qwen36) -> None:  # noqa: ANN001
+    tok = with_chat_template(qwen36, resolve_chat_template("diffusion_gemma_training"))
+    t = trajectory(_gemma_turn(), final="Fixed.")
+    shape = probe(tok, KW)
+    # Given as one message, the template writes the text after the tool's response, where its
+    # model writes what it says after reading it; given as text then calls, before the call.
+    assert shape.split_calling_text
+    as_one = render(t, tok, template_kwargs=KW, shape=replace(shape, split_calling_text=False)).text
+    assert as_one.index("Let me find add.") > as_one.index("<tool_response|>")
+    rendered = render(t, tok, template_kwargs=KW, shape=shape)
+    turn = rendered.turns[0]
+    written = '<|channel>thought\nFind add first.\n<channel|>Let me find add.<|tool_call>call:shell{command:[<|"|>bash<|"|>,'
+    assert rendered.text[turn.start :].startswith(written)
+    assert rendered.text[turn.start : turn.end].endswith('<|"|>}<tool_call|><|tool_response>')
+    assert set(turn.fields) == {"reasoning_content", "content"} and not turn.left_out
+    # Every JSON character of each argument's value maps onto the character showing it, the
+    # keys found in the template's (sorted) order though the call holds them otherwise.
+    call, arguments = turn.calls[0], t.messages[2].tool_calls[0].function.arguments  # type: ignore[index]
+    as_json = json.dumps(arguments, ensure_ascii=False)
+    for needle in ("def add", "/testbed", "-lc"):
+        at = as_json.index(needle)
+        shown = [rendered.text[call.json_to_render[at + i]] for i in range(len(needle))]
+        assert "".join(shown) == needle, (needle, shown)
+    # An escape's two JSON characters (``\"``) both map onto the one quote the template shows.
+    escape = as_json.index('\\"def')
+    assert call.json_to_render[escape] == call.json_to_render[escape + 1]
+    assert rendered.text[call.json_to_render[escape]] == '"'
+    sample, ids, trl_mask = _a_and_trl(tok, t)
+    assert np.array_equal(ids, sample.input_ids)
+    encoded = encode_render(tok, rendered, False)
+    # A holds the reasoning, the text and the call, in the order the model generated them.
+    assert _covered(sample, encoded, turn.start, turn.end - len("<|tool_response>"))
+    # Nothing of A outside TRL's mask but the stop after the call.
+    marker = turn.end - len("<|tool_response>")
+    outside = (sample.eligible_mask == 1) & (trl_mask == 0)
+    assert all(start < turn.end and end > marker for start, end in encoded.offsets[outside]), tok.decode(ids[outside])
+    # A template that writes a calling turn's text before its calls is given it unsplit.
+    qwen = with_chat_template(qwen36, resolve_chat_template("qwen3_6_training"))
+    assert not probe(qwen, KW).split_calling_text
+
+
+def test_qwen3_5_nothink_a_reasoned_turn_follows_the_thinking_prompt(qwen36) -> None:  # noqa: ANN001
+    # The NoThink template prompts with an empty think block; a turn that holds reasoning was
+    # generated after its prompt with thinking on (``<think>\n``), which the render continues.
+    tok = with_chat_template(qwen36, resolve_chat_template("qwen3_5_nothink_training"))
+    t = trajectory(shell("ls", output="calc.py\n", reasoning="List the files."), shell("cat calc.py", output="x\n"), final="Done.")
+    shape = probe(tok, KW)
+    assert shape.generation_prompt.endswith("<think>\n\n</think>\n\n") and shape.thinking_prompt.endswith("<think>\n")
+    rendered = render(t, tok, template_kwargs=KW, shape=shape)
+    reasoned, plain = rendered.turns[0], rendered.turns[1]
+    assert rendered.text[: reasoned.start].endswith("<|im_start|>assistant\n<think>\n")
+    assert rendered.text[reasoned.start :].startswith("List the files.\n</think>")
+    assert rendered.text[: plain.start].endswith("<think>\n\n</think>\n\n")
+    sample, ids, trl_mask = _a_and_trl(tok, t)
+    assert np.array_equal(ids, sample.input_ids)
+    assert not ((sample.eligible_mask == 1) & (trl_mask == 0)).any()
+    # Without the thinking prompt the reasoned turn is refused: it does not follow the prompt.
+    with pytest.raises(RenderError, match="prefix"):
+        render(t, tok, template_kwargs=KW, shape=replace(shape, thinking_prompt=None))
+
+
+def test_deepseek_r1_distill_refuses_a_turn_whose_calls_it_does_not_write(qwen36) -> None:  # noqa: ANN001
+    # Its template drops a message's calls when it has content (and fails on content none).
+    tok = with_chat_template(qwen36, resolve_chat_template("deepseek_r1_distill_training"))
+    t = trajectory(patch(PATCH, content="Patching calc.py."), final="Fixed.")
+    with pytest.raises(RenderError, match="does not write this turn's tool calls"):
+        render(t, tok, template_kwargs=KW, shape=probe(tok, KW))

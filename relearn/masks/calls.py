@@ -218,14 +218,15 @@ def value_forms(value: Any) -> list[Form]:
 
 def find_value(text: str, value: Any, start: int, end: int) -> tuple[int, int, list[int]] | None:
     """The earliest form of ``value`` in ``text[start:end]``: (where the form starts, where it
-    ends, the rendered position of each character of the value)."""
+    ends, the rendered position of each character of the value). A list or an object written
+    in none of the whole forms is found by its leaves (``find_by_leaves``)."""
     best: tuple[int, str, Callable[[], list[int]] | None] | None = None
     for form, offsets in value_forms(value):
         at = text.find(form, start, end)
         if at >= 0 and (best is None or at < best[0]):
             best = (at, form, offsets)
     if best is None:
-        return None
+        return find_by_leaves(text, value, start, end) if isinstance(value, (list, dict)) and value else None
     at, form, offsets = best
     count = len(value) if isinstance(value, str) else len(form)
     positions = list(range(at, at + count)) if offsets is None else [at + o for o in offsets()]
@@ -272,3 +273,78 @@ def _map_string(out: dict[int, int], value: str, shown: list[int], pos: int) -> 
     run = len(value) - done
     out.update(zip(range(pos, pos + run), shown[done:], strict=True))
     return pos + run
+
+
+def _leaves(value: Any, at: int, sort_keys: bool) -> list[tuple[int, str, Any]]:
+    """The leaves of ``value`` as ``json.dumps(value, ensure_ascii=False)`` writes them from
+    ``at``: (where the leaf's JSON starts, its JSON, the leaf: an object's key or a scalar),
+    listed in the order a template writes them: the value's own, or with every object's keys
+    sorted (Jinja's ``dictsort``)."""
+    out: list[tuple[int, str, Any]] = []
+
+    def walk(item: Any, pos: int) -> int:
+        if isinstance(item, list):
+            pos += 1
+            for number, element in enumerate(item):
+                pos = walk(element, pos + (2 if number else 0))
+            return pos + 1
+        if isinstance(item, dict):
+            pos += 1
+            entries = []
+            for number, (key, element) in enumerate(item.items()):
+                pos += 2 if number else 0
+                key_json = json.dumps(key, ensure_ascii=False)
+                entry = [(pos, key_json, key)]
+                start = len(out)
+                pos = walk(element, pos + len(key_json) + 2)
+                entry += out[start:]
+                del out[start:]
+                entries.append((key, entry))
+            for _key, entry in sorted(entries, key=lambda e: e[0]) if sort_keys else entries:
+                out.extend(entry)
+            return pos + 1
+        shown = json.dumps(item, ensure_ascii=False)
+        out.append((pos, shown, item))
+        return pos + len(shown)
+
+    walk(value, at)
+    return out
+
+
+def find_by_leaves(text: str, value: Any, start: int, end: int) -> tuple[int, int, list[int]] | None:
+    """A list or object a template writes in a syntax of its own (Gemma's ``[<|"|>a<|"|>,1]``,
+    its objects' keys bare and sorted): each leaf found in order after the last, a string as
+    itself, anything else as its JSON, in the value's key order or else with keys sorted.
+    Each JSON character of a leaf maps onto the character showing it (an escape's several
+    onto its one); the brackets, quotes, commas and colons between leaves, which such a
+    syntax writes otherwise, onto the last leaf character before them (the first leaf's
+    for those that open the value). The value runs from its first leaf to the end of its last."""
+    width = len(json.dumps(value, ensure_ascii=False))
+    for sort_keys in (False, True):
+        shown: list[int | None] = [None] * width
+        at = start
+        found = True
+        for pos, leaf_json, leaf in _leaves(value, 0, sort_keys):
+            raw = leaf if isinstance(leaf, str) else leaf_json
+            hit = text.find(raw, at, end)
+            if hit < 0 or (not raw and hit != at):
+                found = False
+                break
+            if isinstance(leaf, str):
+                row = pos + 1
+                for char_at, char_width in zip(range(hit, hit + len(leaf)), json_widths(leaf), strict=True):
+                    shown[row : row + char_width] = [char_at] * char_width
+                    row += char_width
+            else:
+                shown[pos : pos + len(raw)] = range(hit, hit + len(raw))
+            at = hit + len(raw)
+        if not found:
+            continue
+        first = min((p for p in shown if p is not None), default=start)
+        last = first
+        positions = []
+        for p in shown:
+            last = last if p is None else p
+            positions.append(last)
+        return first, at, positions
+    return None

@@ -117,8 +117,10 @@ class ShardStats:
 # 3 has ross-nomask validate the defects as ross does, so both hold the same trajectories;
 # 4 counts the excluded tokens under both defect scopes (shards before it lack the count);
 # 5 trains recorded ids and compiles under the context as sent (earlier shards re-tokenised
-# the render and trusted the template's history).
-BUILD = 6
+# the render and trusted the template's history); 7 gives DiffusionGemma a calling turn with text
+# as text then calls (shards before it rendered the text after the tool's response, left out of
+# A) and maps arguments a template writes in a syntax of its own (Gemma's lists) leaf by leaf.
+BUILD = 7
 
 
 def options_hash(options: CompileOptions, tokenizer_name: str, template: str) -> str:

@@ -137,6 +137,15 @@ class TemplateShape:
     # The template refuses a calling turn with both text and reasoning and writes them merged
     # into one reasoning text (gpt-oss): ``adapt.adapt_chat`` gives it turns in that shape.
     merge_calling_text: bool = False
+    # The generation prompt with ``enable_thinking=True`` where it differs from ``generation_prompt``
+    # (Qwen3.5 NoThink prompts with an empty think block, ``<think>\n\n</think>\n\n``, and with
+    # thinking on with ``<think>\n``): the prompt a turn that holds reasoning was generated after.
+    thinking_prompt: str | None = None
+    # The template writes a calling message's text after the call's response, and before the
+    # call when given the text and the calls as two messages (DiffusionGemma):
+    # ``adapt.adapt_chat`` splits such turns, and a turn is then the run of chat messages of
+    # one trajectory message.
+    split_calling_text: bool = False
 
     @property
     def role_header(self) -> str:
@@ -195,8 +204,24 @@ def probe(tokenizer: Any, template_kwargs: dict[str, Any]) -> TemplateShape:
         heads = calls.learn_heads(_turn_render(tokenizer, None, template_kwargs))
     except RenderError:
         heads = None
-    merge = adapt.refuses_calling_text(_turn_render(tokenizer, None, template_kwargs))
-    return TemplateShape(prompt, stops[0], stops, opener, tails, heads, merge)
+    turn_render = _turn_render(tokenizer, None, template_kwargs)
+    merge = adapt.refuses_calling_text(turn_render)
+    thinking = _thinking_prompt(tokenizer, template_kwargs, query, prompt)
+    return TemplateShape(prompt, stops[0], stops, opener, tails, heads, merge, thinking, adapt.writes_calling_text_after_calls(turn_render))
+
+
+def _thinking_prompt(tokenizer: Any, kwargs: dict[str, Any], query: list[dict[str, Any]], prompt: str) -> str | None:
+    """The generation prompt the template writes with thinking switched on, where the caller did
+    not set the switch and it differs from ``prompt``; None otherwise."""
+    if "enable_thinking" in kwargs:
+        return None
+    try:
+        bare = tokenizer.apply_chat_template(query, tokenize=False, enable_thinking=True, **kwargs)
+        prompted = tokenizer.apply_chat_template(query, tokenize=False, add_generation_prompt=True, enable_thinking=True, **kwargs)
+    except Exception:  # noqa: BLE001 - a template that refuses the switch has no such prompt
+        return None
+    thinking = prompted[len(bare) :] if prompted.startswith(bare) else ""
+    return thinking if thinking and thinking != prompt else None
 
 
 def _probe_turns(
@@ -337,6 +362,14 @@ def _rendered_call_starts(text: str, turn: Turn, chat_message: dict[str, Any], c
     index = turn.message_index
     found = calls.call_starts(turn_render, chat_message)
     if found is None:
+        query = {"role": "user", "content": "q"}
+        bare = {key: value for key, value in chat_message.items() if key != "tool_calls"}
+        if turn_render([query, chat_message], False) == turn_render([query, bare], False):
+            # DeepSeek-R1-Distill drops a message's calls when it has content (and fails to
+            # render one whose content is none): the render lacks what the model generated.
+            raise RenderError(
+                "locate", f"message {index}: the template does not write this turn's tool calls (rendered alone, it drops them)"
+            )
         raise RenderError(
             "locate",
             f"message {index}: the template's tool calls cannot be told apart (rendered alone, the turn does not grow call by call)",
@@ -355,35 +388,77 @@ def _rendered_call_starts(text: str, turn: Turn, chat_message: dict[str, Any], c
 def _place_calls(text: str, turn: Turn, message: Message, starts: list[int]) -> None:
     """Each call's arguments found in its region, from ``starts[number]`` to the next call's start
     (the last call's, to the turn's end)."""
-    index = turn.message_index
     for number, call in enumerate(message.tool_calls or []):
         lo, hi = starts[number], starts[number + 1] if number + 1 < len(starts) else turn.end
         name_at = text.find(call.function.name, lo, hi)
         at = lo if name_at < 0 else name_at + len(call.function.name)
-        keys: dict[str, int] = {}
-        shown: dict[str, list[int]] = {}
-        values: dict[str, Span] = {}
-        escaped: dict[str, list[int]] = {}
-        for key, value in call.function.arguments.items():
-            key_at = text.find(key, at, hi)
-            if key_at < 0:
-                raise RenderError("locate", f"message {index}: tool call {number} argument {key!r} not found in its rendered call")
-            keys[key] = key_at
-            place = calls.find_value(text, value, key_at + len(key), hi)
-            if place is None:
-                raise RenderError(
-                    "locate", f"message {index}: tool call {number} argument {key!r} is rendered in no form known (raw, JSON, Python)"
-                )
-            form_at, at, positions = place
-            shown[key] = positions
-            if not positions:
-                values[key] = Span(form_at, 0, 0)
-            elif positions == list(range(positions[0], positions[0] + len(positions))):
-                values[key] = Span(positions[0], 0, len(positions))
-            else:
-                escaped[key] = positions
+        placed = _place_arguments(text, call.function.arguments, at, hi, turn.message_index, number)
+        keys, shown, values, escaped = placed.keys, placed.shown, placed.values, placed.escaped
         json_map = calls.json_map_of(call.function.arguments, keys, shown)
         turn.calls.append(ArgumentSpans(values, json_map, (lo, hi), escaped))
+
+
+@dataclass
+class _Arguments:
+    """One call's arguments as found in its region (``_place_arguments``)."""
+
+    keys: dict[str, int] = field(default_factory=dict)  # where each key is rendered
+    shown: dict[str, list[int]] = field(default_factory=dict)  # each value character's position
+    values: dict[str, Span] = field(default_factory=dict)
+    escaped: dict[str, list[int]] = field(default_factory=dict)
+    end: int = 0  # where the last value found ends
+
+
+def _place_arguments(text: str, arguments: dict[str, Any], at: int, hi: int, index: int, number: int) -> _Arguments:
+    """The arguments found in ``text[at:hi]`` in the order the template writes them: the call's
+    own, or sorted by key (Jinja's ``dictsort``: DiffusionGemma). The sorted order is tried
+    where the call's order fails, or succeeds only by passing over another key before the
+    first (a key found inside the text of a value); of the orders that place every argument,
+    the one ending first is the template's, since a wrong order that succeeds must reach past
+    the arguments' block to find its last key."""
+    order = list(arguments)
+    ranked = sorted(order)
+    try:
+        first: _Arguments | None = _place_in_order(text, arguments, order, at, hi, index, number)
+    except RenderError as exc:
+        if ranked == order:
+            raise
+        first, error = None, exc
+    if ranked == order or (first is not None and not any(text.find(key, at, first.keys[order[0]]) >= 0 for key in order[1:])):
+        assert first is not None
+        return first
+    try:
+        other = _place_in_order(text, arguments, ranked, at, hi, index, number)
+    except RenderError:
+        if first is None:
+            raise error from None
+        return first
+    return other if first is None or other.end < first.end else first
+
+
+def _place_in_order(text: str, arguments: dict[str, Any], order: list[str], at: int, hi: int, index: int, number: int) -> _Arguments:
+    found = _Arguments(end=at)
+    for key in order:
+        value = arguments[key]
+        key_at = text.find(key, at, hi)
+        if key_at < 0:
+            raise RenderError("locate", f"message {index}: tool call {number} argument {key!r} not found in its rendered call")
+        found.keys[key] = key_at
+        place = calls.find_value(text, value, key_at + len(key), hi)
+        if place is None:
+            raise RenderError(
+                "locate", f"message {index}: tool call {number} argument {key!r} is rendered in no form known (raw, JSON, Python)"
+            )
+        form_at, at, positions = place
+        found.shown[key] = positions
+        if not positions:
+            found.values[key] = Span(form_at, 0, 0)
+        elif positions == list(range(positions[0], positions[0] + len(positions))):
+            found.values[key] = Span(positions[0], 0, len(positions))
+        else:
+            found.escaped[key] = positions
+    found.end = at
+    return found
 
 
 # Renders a conversation (messages, whether to add the generation prompt) with one
@@ -487,8 +562,20 @@ def template_input(trajectory: Trajectory, indexes: list[int] | None = None, sha
     messages = normalised_messages(trajectory)
     chosen = list(range(len(messages))) if indexes is None else indexes
     chat, local = chat_messages_with_sources([messages[i] for i in chosen])
-    chat = adapt.adapt_chat(chat, shape is not None and shape.merge_calling_text)
-    return TemplateInput(messages, chat, [chosen[s] for s in local], nfc(trajectory.tools) or None)
+    chat, origins = adapt.adapt_chat(chat, shape is not None and shape.merge_calling_text, shape is not None and shape.split_calling_text)
+    return TemplateInput(messages, chat, [chosen[local[o]] for o in origins], nfc(trajectory.tools) or None)
+
+
+def _turn_parts(sources: list[int]) -> list[tuple[int, int]]:
+    """Each run of chat messages from one trajectory message (a turn ``adapt`` split in two):
+    (its first chat index, its last)."""
+    runs: list[tuple[int, int]] = []
+    for index, source in enumerate(sources):
+        if runs and sources[runs[-1][1]] == source:
+            runs[-1] = (runs[-1][0], index)
+        else:
+            runs.append((index, index))
+    return runs
 
 
 def render(
@@ -518,13 +605,17 @@ def render(
     turn_render = _turn_render(tokenizer, tools, kwargs)
     turns: list[Turn] = []
     cursor = 0
-    for chat_index, source in enumerate(sources):
+    # A turn split in two (``adapt``) is located once, from its first part's prompt and with its
+    # last part, the one that holds the calls (what ``_rendered_call_starts`` renders alone).
+    for first_index, chat_index in _turn_parts(sources):
+        source = sources[chat_index]
         message = messages[source]
         if chat[chat_index]["role"] != "assistant":
             continue
         if not shape.keeps_prompt and prefix_check != "every":
             if message.generated:
-                start = _start_after_prompt(text, _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True), cursor, shape, source)
+                given = _render(tokenizer, chat[:first_index], tools, kwargs, prompt=True)
+                start = _start_after_prompt(text, given, cursor, shape, source, bool((message.reasoning_content or "").strip()))
                 turns.append(_locate_turn(text, start, message, chat[chat_index], shape, turn_render, source))
                 cursor = turns[-1].end
             continue
@@ -537,7 +628,7 @@ def render(
             cursor = opening + len(shape.role_header) if stop is None else stop[1]
             continue
         if prefix_check == "every":
-            prefix = _render(tokenizer, chat[:chat_index], tools, kwargs, prompt=True)
+            prefix = _render(tokenizer, chat[:first_index], tools, kwargs, prompt=True)
             if not text.startswith(prefix):
                 raise RenderError(
                     "prefix",
@@ -557,13 +648,23 @@ def render(
     return Rendered(text, turns, messages, shape.end_of_turn)
 
 
-def _start_after_prompt(text: str, given: str, cursor: int, shape: TemplateShape, source: int) -> int:
+def _start_after_prompt(text: str, given: str, cursor: int, shape: TemplateShape, source: int, reasoned: bool = False) -> int:
     """Where a generated turn starts in ``text`` for a template whose past turns do not keep
     the whole generation prompt: after what ``text`` shares with ``given`` (the history and
     prompt the model was given), moved back to the start of a marker shared only in part.
     What ``given`` holds beyond that must be what the probe saw a prompt hold that its turn
     does not (the prompt's own ``<think>\n``); anything else means the template rewrote the
-    history, and the turn would start inside it."""
+    history, and the turn would start inside it.
+
+    A turn that holds reasoning (``reasoned``) was generated after a prompt that opened the
+    reasoning, whatever the template prompts with by default: where the template's prompt with
+    thinking on (``shape.thinking_prompt``) differs, the turn must continue that prompt exactly
+    (Qwen3.5 NoThink writes a past turn ``<think>\nREASONING\n</think>\n\n``, which continues
+    its thinking prompt ``<think>\n`` and not its default ``<think>\n\n</think>\n\n``)."""
+    if reasoned and shape.thinking_prompt is not None and given.endswith(shape.generation_prompt):
+        thinking = given[: len(given) - len(shape.generation_prompt)] + shape.thinking_prompt
+        if text.startswith(thinking, 0) and len(thinking) >= cursor:
+            return len(thinking)
     start = calls._tag_start(given, calls.common_prefix(given, text))
     rest = given[start:]
     if start < cursor or not any(tail.endswith(rest) for tail in shape.prompt_tails):
@@ -642,11 +743,15 @@ def per_turn_renders(
     messages, chat, sources, tools = conversation.messages, conversation.chat, conversation.sources, conversation.tools
     history = chat if history_reasoning else [_without_reasoning(m) for m in chat]
     out = []
-    for chat_index, source in enumerate(sources):
+    for first_index, chat_index in _turn_parts(sources):
+        source = sources[chat_index]
         if chat[chat_index]["role"] != "assistant" or not messages[source].generated:
             continue
-        prefix = _render(tokenizer, history[:chat_index], tools, kwargs, prompt=True)
-        full = _render(tokenizer, [*history[:chat_index], chat[chat_index]], tools, kwargs)
+        prefix = _render(tokenizer, history[:first_index], tools, kwargs, prompt=True)
+        full = _render(tokenizer, [*history[:first_index], *chat[first_index : chat_index + 1]], tools, kwargs)
+        if not full.startswith(prefix) and (messages[source].reasoning_content or "").strip() and shape.thinking_prompt is not None:
+            # Generated after the prompt that opens the reasoning (``_start_after_prompt``).
+            prefix = prefix.removesuffix(shape.generation_prompt) + shape.thinking_prompt
         if not full.startswith(prefix):
             raise RenderError("prefix", f"message {source}: the turn does not continue its own prompt")
         stop = shape.turn_end(full, len(prefix))
