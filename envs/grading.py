@@ -240,7 +240,23 @@ def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
             out.results.setdefault(test, []).append((number, status))
             if owner and test != owner and not UNITTEST_ID.fullmatch(test):
                 out.owners[number] = owner
+            elif (whole := _whole_parametrised_id(stripped, test)) is not None:
+                out.owners[number] = whole
     return out
+
+
+def _whole_parametrised_id(line: str, test: str) -> str | None:
+    """The whole pytest id a result line prints where the parser kept only its part before a
+    space (``test_x[foo, bar-expected2]`` named ``test_x[foo,``, as in the Verified rows of
+    pylint-dev__pylint-8898): two parameter sets that share that part are two tests, not one
+    test reported twice. None when ``test`` is not cut inside its brackets."""
+    if test.count("[") <= test.count("]"):
+        return None
+    at = line.find(test)
+    if at < 0:
+        return None
+    close = line.find("]", at + len(test))
+    return line[at : close + 1] if close >= 0 else None
 
 
 def shared_names_fold(statuses: dict[str, str], lines: LineResults, tests: list[str]) -> dict[str, str]:
@@ -332,12 +348,14 @@ def _check_canary(phases: Phases, task: Task, statuses: dict[str, str], junit: d
 
 
 def _lookup(test: str, statuses: dict[str, str]) -> str | None:
-    """A test's status; a truncated parametrised id (SWE-bench Verified has some) matches by
-    prefix when every match agrees, as swebench's grading does."""
+    """A test's status; a truncated parametrised id (SWE-bench Verified has some: the parser
+    cut the id at its first space) matches the ids it was cut from, and like a name several
+    tests share (``shared_names_fold``) passes only when every one of them passed."""
     if test in statuses:
         return statuses[test]
     if test.count("[") > test.count("]"):
-        found = {outcome_class(s): s for k, s in statuses.items() if k.startswith(test)}
-        if len(found) == 1:
-            return next(iter(found.values()))
+        prefixed = {k: s for k, s in statuses.items() if k.startswith(test)}
+        cut_here = {k: s for k, s in prefixed.items() if len(k) > len(test) and k[len(test)].isspace()}
+        found = {outcome_class(s): s for s in (cut_here or prefixed).values()}
+        return next((found[cls] for cls in ("failed", "passed", "skipped") if cls in found), None)
     return None

@@ -309,6 +309,25 @@ def _grade(verdict: dict) -> dict:
     }
 
 
+def _not_right(result: dict) -> str:
+    """Why a row is not graded right, from the row alone: the gold patch's listed tests that
+    failed and swebench's grade of the same output (which tells a verifier's fault from a run
+    that really failed), or the patch that resolved though it must not."""
+    if result["outcome"] != "graded wrong":
+        return result["outcome"]
+    graded = result["graded"]
+    gold = graded.get("gold", {})
+    if not gold.get("resolved"):
+        counts = ", ".join(f"{k} {v[0]}/{sum(v)}" for k in ("FAIL_TO_PASS", "PASS_TO_PASS") if (v := gold.get(k)) is not None)
+        why = gold.get("error") or "; ".join(gold.get("disagreements") or []) or counts or "no verdict"
+        official = f"; swebench's grade of the same output: {gold['official']}" if gold.get("official") else ""
+        return f"gold unresolved ({why}){official}"
+    resolved = [name for name in ("empty", "wrong") if graded.get(name, {}).get("resolved")]
+    if resolved:
+        return f"{' and '.join(resolved)} patch resolved"
+    return "gold resolved with a listed test not passing"
+
+
 def _last(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip() and not set(line.strip()) <= set("─━│┃┏┓┗┛┡┩└┘┌┐╇╈")]
     return " / ".join(lines[-3:])[-600:]
@@ -329,7 +348,9 @@ def table(results: list[dict]) -> str:
         compared = [g for r in built for g in r["graded"].values() if g.get("official")]
         same = [g for g in compared if (g["official"] == "resolved") == bool(g["resolved"])]
         versions = lambda rs: ", ".join(sorted({r["version"] for r in rs}, key=lambda v: [int(x) for x in re.findall(r"\d+", v)]))  # noqa: E731
-        failed = "; ".join(f"{r['instance_id']} ({r['version']}): {r['outcome']}" for r in mine if r["outcome"] != "graded right") or "none"
+        failed = (
+            "; ".join(f"{r['instance_id']} ({r['version']}): {_not_right(r)}" for r in mine if r["outcome"] != "graded right") or "none"
+        )
         agree = f"{len(same)} of {len(compared)} patches" if compared else "not compared"
         lines.append(f"| `{repo}` | {len(mine)} ({versions(mine)}) | {len(built)} | {len(gold)} | {len(right)} | {agree} | {failed} |")
     return "\n".join(lines)

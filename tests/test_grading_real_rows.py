@@ -212,3 +212,57 @@ def test_a_canary_stopped_before_it_ran_is_not_called_tampering() -> None:
         verdict = SimpleNamespace(disagreements=[], error=None)
         _check_canary(phases, task, {}, report, 1, verdict)  # type: ignore[arg-type]
         assert verdict.error is None and any("tampered" in d for d in verdict.disagreements)
+
+
+# pylint-dev__pylint-8898's tests/config/test_config.py: four parameter sets, two of which
+# ("foo, bar" and "foo, bar{1,3}") the rows' log parser names alike, cut at the space.
+CUT_ID = "tests/config/test_config.py::test_csv_regex_comma_in_quantifier[foo,"
+PARAMETER_SETS = {
+    "[foo-expected0]": "PASSED",
+    "[foo,bar-expected1]": "PASSED",
+    "[foo, bar-expected2]": "PASSED",
+    "[foo, bar{1,3}-expected3]": None,
+}
+
+
+def _pytest_run(task: Task, phases: Phases, outcomes: dict[str, str]) -> tuple[str, bytes]:
+    """The log (``pytest -rA``'s short summary) and the xunit1 report of a run where each
+    listed test passed but for ``outcomes`` (test id -> FAILED), the canary as it must end."""
+    tests = {t: "PASSED" for t in [*task.FAIL_TO_PASS, *task.PASS_TO_PASS] if t != CUT_ID}
+    function = CUT_ID.rsplit("[", 1)[0]
+    tests |= {function + params: status or outcomes.get("expected3", "PASSED") for params, status in PARAMETER_SETS.items()}
+    tests |= {t: outcomes[t] for t in outcomes if t in tests}
+    tests |= {canary_id(phases, name): "FAILED" if end == "failed" else "PASSED" for name, end in phases.canary.items()}
+    log = "\n".join([f"{status} {test}" for test, status in tests.items()] + ["==== 1 failed, 30 passed in 3.21s ===="])
+    cases = []
+    for test, status in tests.items():
+        path, *inner, name = test.split("::")
+        classname = ".".join([path.removesuffix(".py").replace("/", "."), *inner])
+        body = '<failure message="assert">assert</failure>' if status == "FAILED" else ""
+        cases.append(f'<testcase file="{path}" classname="{classname}" name="{name}">{body}</testcase>')
+    return log, f'<?xml version="1.0"?><testsuites><testsuite name="pytest">{"".join(cases)}</testsuite></testsuites>'.encode()
+
+
+def test_a_parametrised_id_the_parser_cuts_at_a_space_is_two_tests_not_one_reported_twice(verified: dict[str, Task]) -> None:
+    """pylint-dev__pylint-8898 lists `...[foo,`: the log parser splits a result line at spaces,
+    so `[foo, bar-expected2]` and `[foo, bar{1,3}-expected3]` both read as it. The line check
+    took them for one test with two contradictory lines, and the report had no such id
+    ("the report says missing"): a gold run where only one of them failed could not be graded
+    as the official harness grades it. The name now passes only when both passed."""
+    task = verified["pylint-dev__pylint-8898"]
+    assert CUT_ID in task.PASS_TO_PASS
+    phases = split_eval_script(task.eval_script or "", task.workdir, tests=[*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
+    assert phases is not None and phases.pytest
+    spec = swebench_test_spec(task, task.base_commit or "")
+
+    verdict = _verdict(task)
+    log, report = _pytest_run(task, phases, {})
+    grade(spec, task, phases, log, 1, report, verdict)  # 1: the canary fails by design
+    assert verdict.error is None and verdict.disagreements == [] and verdict.resolved
+
+    # The empty patch's run: the fix's test and one of the two cut sets fail.
+    verdict = _verdict(task)
+    log, report = _pytest_run(task, phases, {task.FAIL_TO_PASS[0]: "FAILED", "expected3": "FAILED"})
+    grade(spec, task, phases, log, 1, report, verdict)
+    assert verdict.error is None and verdict.disagreements == [] and not verdict.resolved
+    assert verdict.tests is not None and verdict.tests["PASS_TO_PASS"]["failure"] == [CUT_ID]
