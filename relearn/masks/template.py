@@ -348,12 +348,12 @@ def _locate_calls(
     if found is not None:
         try:
             _place_calls(text, turn, message, found)
-            for number in range(len(turn.calls)):
-                _check_region(turn, number, turn.message_index)
+            _check_regions(turn)
             return
         except RenderError:
             turn.calls.clear()
     _place_calls(text, turn, message, _rendered_call_starts(text, turn, chat_message, cursor, turn_render))
+    _check_regions(turn)
 
 
 def _rendered_call_starts(text: str, turn: Turn, chat_message: dict[str, Any], cursor: int, turn_render: TurnRender) -> list[int]:
@@ -469,7 +469,6 @@ TurnRender = Callable[[list[dict[str, Any]], bool], str]
 def _locate_fields(
     text: str, turn: Turn, message: Message, chat_message: dict[str, Any], turn_render: TurnRender, heads: tuple[str, str] | None
 ) -> None:
-    index = turn.message_index
     cursor = turn.start
     reasoning, cursor = _field_span(text, message.reasoning_content, turn, cursor, "reasoning_content")
     content, cursor = _field_span(text, message.content, turn, cursor, "content")
@@ -479,8 +478,11 @@ def _locate_fields(
         turn.fields["content"] = content
     if message.tool_calls:
         _locate_calls(text, turn, message, chat_message, cursor, turn_render, heads)
+
+
+def _check_regions(turn: Turn) -> None:
     for number in range(len(turn.calls)):
-        _check_region(turn, number, index)
+        _check_region(turn, number, turn.message_index)
 
 
 def _check_region(turn: Turn, number: int, index: int) -> None:
