@@ -151,3 +151,31 @@ def test_zero3_saves_the_mtp_weights_too(init: Path, tmp_path: Path) -> None:
     assert all(after[k] == before[k] for k in before if k.startswith("mtp."))
     assert after["lm_head.weight"] != before["lm_head.weight"]
     assert loading_info(out / "model") == loading_info(init)
+
+
+def test_the_init_folder_may_be_gone_by_the_save(init: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the save takes from --init (the MTP tensors, the files a server needs) is copied into
+    the run folder at the start: a start folder moved or cleaned during a long run loses nothing."""
+    import shutil
+
+    import relearn.train.loop as loop
+
+    moved = tmp_path / "init"
+    shutil.copytree(init, moved)
+    (moved / "LICENSE").write_text("licence text carried with the weights\n")
+    real_save = loop.save_final
+
+    def save_after_the_start_is_gone(*args: Any, **kwargs: Any) -> Path:
+        shutil.rmtree(moved)
+        return real_save(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "save_final", save_after_the_start_is_gone)
+    data = write_dataset(tmp_path / "data", random_rows(1, seed=58, lengths=(16, 24)))
+    out = tmp_path / "run"
+    train(TrainOptions(dataset=data, out=out, init=str(moved), epochs=1, lr=5e-3, chunk=8, ctx=64, progress=False))
+    assert not moved.exists()
+    before, after = stored(init), stored(out / "model")
+    assert before.keys() == after.keys()
+    assert all(after[k] == before[k] for k in before if k.startswith("mtp."))
+    assert (out / "model" / "LICENSE").read_text() == "licence text carried with the weights\n"
+    assert not (out / "model" / "dtypes.json").exists() and not (out / "model" / "ignored-at-load.safetensors").exists()

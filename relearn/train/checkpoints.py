@@ -31,6 +31,10 @@ LATEST = "latest"
 METRICS = "metrics.jsonl"
 RUN_FILE = "run.json"
 MODEL_DIR = "model"
+CARRY_DIR = ".init-carry"  # what the final save takes from --init, copied at the start
+_IGNORED_FILE = "ignored-at-load.safetensors"
+_DTYPES_FILE = "dtypes.json"
+_FILES_DIR = "files"
 
 
 @dataclass
@@ -160,16 +164,6 @@ def _headers(folder: Path) -> dict[str, dict[str, Any]]:
     return headers
 
 
-def source_dtypes(folder: Path) -> dict[str, torch.dtype]:
-    """Each tensor's dtype in a folder's safetensors files, from their headers (no weight is read)."""
-    dtypes: dict[str, torch.dtype] = {}
-    for header in _headers(folder).values():
-        for name, spec in header.items():
-            if name != "__metadata__" and spec.get("dtype") in _SAFETENSORS_DTYPES:
-                dtypes[name] = _SAFETENSORS_DTYPES[spec["dtype"]]
-    return dtypes
-
-
 def ignored_at_load(lm: Any, init: Path) -> dict[str, str]:
     """The tensors of the --init checkpoint that the model class drops at load by design (its
     ``_keys_to_ignore_on_load_unexpected``: Qwen3.5/3.6's and Qwen3-Next's multi-token-prediction
@@ -186,8 +180,47 @@ def ignored_at_load(lm: Any, init: Path) -> dict[str, str]:
     }
 
 
-def _carry_ignored(init: Path, saved: Path, carried: dict[str, str]) -> list[str]:
-    """Add the ``carried`` tensors of ``init`` that ``saved`` lacks, byte for byte in their stored
+def stage_carry(lm: Any, init: Path, out: Path, with_tokenizer: bool) -> Path:
+    """Copy into the run folder, at the start of a run, what the final save takes from --init
+    besides the model's own weights: the tensors its class ignores at load (``mtp.*``), byte for
+    byte in one safetensors file; the files a server needs (processor configs, the tokenizer's
+    when it is --init's own, the licence); and every tensor's stored dtype. A run lasts hours or
+    days, and the folder it started from may be moved or cleaned before the save: the save then
+    reads only the run folder. Written once per run folder (a resumed run reuses it), beside its
+    name and renamed into place."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    staged = out / CARRY_DIR
+    if staged.is_dir():
+        return staged
+    tmp = out / f"{CARRY_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    carried = ignored_at_load(lm, init)
+    tensors: dict[str, torch.Tensor] = {}
+    for file in sorted(set(carried.values())):
+        # safe_open gives each tensor in its stored dtype, and save_file writes its bytes as they are.
+        with safe_open(str(init / file), framework="pt") as f:
+            tensors.update((n, f.get_tensor(n)) for n, held_in in carried.items() if held_in == file)
+    if tensors:
+        save_file(tensors, tmp / _IGNORED_FILE, metadata={"format": "pt"})
+    (tmp / _FILES_DIR).mkdir()
+    carry_over(init, tmp / _FILES_DIR, with_tokenizer)
+    dtypes = {n: spec["dtype"] for h in _headers(init).values() for n, spec in h.items() if n != "__metadata__"}
+    (tmp / _DTYPES_FILE).write_text(json.dumps(dtypes, sort_keys=True))
+    os.replace(tmp, staged)
+    return staged
+
+
+def staged_dtypes(staged: Path) -> dict[str, torch.dtype]:
+    """The stored dtype of each tensor of --init, as ``stage_carry`` recorded it."""
+    names = json.loads((staged / _DTYPES_FILE).read_text())
+    return {n: _SAFETENSORS_DTYPES[d] for n, d in names.items() if d in _SAFETENSORS_DTYPES}
+
+
+def _carry_ignored(staged: Path, saved: Path) -> list[str]:
+    """Add the staged ignored-at-load tensors that ``saved`` lacks, byte for byte in their stored
     dtype, as one more shard of ``saved``. The shards are renumbered ``model-0000i-of-0000n``
     and the index names every tensor: transformers reads a lone ``model.safetensors`` before an
     index, so the single-file form cannot take a second file. They go around
@@ -197,6 +230,9 @@ def _carry_ignored(init: Path, saved: Path, carried: dict[str, str]) -> list[str
     from safetensors import safe_open
     from safetensors.torch import save_file
 
+    source = staged / _IGNORED_FILE
+    if not source.exists():
+        return []
     index_path = saved / "model.safetensors.index.json"
     headers = _headers(saved)
     if index_path.exists():
@@ -208,14 +244,11 @@ def _carry_ignored(init: Path, saved: Path, carried: dict[str, str]) -> list[str
         metadata = {}
     else:
         return []
-    missing = sorted(n for n in carried if n not in weight_map)
+    with safe_open(str(source), framework="pt") as f:
+        missing = sorted(n for n in f.keys() if n not in weight_map)  # noqa: SIM118 - safe_open has no __iter__
+        tensors = {n: f.get_tensor(n) for n in missing}
     if not missing:
         return []
-    tensors: dict[str, torch.Tensor] = {}
-    for file in sorted({carried[n] for n in missing}):
-        # safe_open gives each tensor in its stored dtype, and save_file writes its bytes as they are.
-        with safe_open(str(init / file), framework="pt") as f:
-            tensors.update((n, f.get_tensor(n)) for n in missing if carried[n] == file)
     files = list(dict.fromkeys(weight_map.values()))
     total = len(files) + 1
     renamed = {old: f"model-{i:05d}-of-{total:05d}.safetensors" for i, old in enumerate(files, start=1)}
@@ -248,14 +281,14 @@ def carry_over(init: Path, saved: Path, with_tokenizer: bool) -> list[str]:
     return copied
 
 
-def _as_loaded(model: RossLM, full: dict[str, torch.Tensor] | None, init: Path | None) -> dict[str, torch.Tensor] | None:
+def _as_loaded(model: RossLM, full: dict[str, torch.Tensor] | None, staged: Path | None) -> dict[str, torch.Tensor] | None:
     """The state dict to save: the frozen weights (a vision tower) in the dtype the --init
     checkpoint stored them in, so that they are saved byte for byte as they were (a bf16
     checkpoint trained in fp32 would otherwise come back with an fp32 vision tower)."""
     frozen = [name for name, p in model.lm.named_parameters() if not p.requires_grad]
-    if not frozen or init is None:
+    if not frozen or staged is None:
         return full
-    dtypes = source_dtypes(init)
+    dtypes = staged_dtypes(staged)
     state = full if full is not None else model.lm.state_dict()
     changes = {n: state[n].to(dtypes[n]) for n in frozen if n in state and n in dtypes and state[n].dtype != dtypes[n]}
     if not changes:
@@ -269,23 +302,24 @@ def save_final(
     out: Path,
     dist: Dist,
     tokenizer: Any,
-    init: str | None = None,
+    staged: Path | None = None,
     own_tokenizer: bool = True,
 ) -> Path:
     """Hugging Face folder (``save_pretrained``) that transformers and vLLM load, plus the tokenizer.
 
     Saved as the model it started from: a multimodal ``--init`` (``Qwen3_5MoeForConditionalGeneration``)
-    is saved whole, its untrained weights as loaded; the tensors of ``init`` that its class
-    ignores at load (the ``mtp.*`` layer) are added byte for byte; and the files of ``init`` that
+    is saved whole, its untrained weights as loaded; the tensors of --init that its class
+    ignores at load (the ``mtp.*`` layer) are added byte for byte; and the files of --init that
     are not weights (processor configs; the tokenizer's when ``own_tokenizer``, i.e. no
-    ``--tokenizer`` replaced it) are carried over."""
+    ``--tokenizer`` replaced it) are carried over. All of these come from ``staged``, the copy
+    ``stage_carry`` made at the start, so the --init folder may be gone by now."""
     full = engine.full_state_dict()  # collective under ZeRO-3
     final = out / MODEL_DIR
     if dist.main:
         tmp = out / f".{MODEL_DIR}.tmp"
         shutil.rmtree(tmp, ignore_errors=True)
         model.lm.config.use_cache = True  # restore the inference default in the saved config
-        state = _as_loaded(model, full, Path(init) if init else None)
+        state = _as_loaded(model, full, staged)
         # transformers reverts on save the key conversions it recorded at load; loaded under
         # ZeRO-3 (zero.Init) it records legacy renamings and a PrefixChange as well, and the
         # saved names came out doubled (model.language_model.model.language_model.layers...,
@@ -301,14 +335,14 @@ def save_final(
         finally:
             model.lm._weight_conversions = conversions
         model.lm.config.use_cache = False
-        if init is not None and own_tokenizer:
+        if staged is not None and own_tokenizer:
             # --init's own tokenizer files are copied as they are (below), not re-serialised.
             tokenizer = None
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        if init is not None:
-            _carry_ignored(Path(init), tmp, ignored_at_load(model.lm, Path(init)))
-            carry_over(Path(init), tmp, with_tokenizer=own_tokenizer)
+        if staged is not None:
+            _carry_ignored(staged, tmp)
+            carry_over(staged / _FILES_DIR, tmp, with_tokenizer=True)  # the tokenizer's are staged only when they are --init's
         old = out / f".{MODEL_DIR}.old"
         shutil.rmtree(old, ignore_errors=True)
         if final.exists():

@@ -42,6 +42,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from records.pools import write_text_atomic
 from relearn.masks.rows import ShardRow
 from relearn.train.checkpoints import (
+    CARRY_DIR,
     CHECKPOINTS,
     METRICS,
     MODEL_DIR,
@@ -53,6 +54,7 @@ from relearn.train.checkpoints import (
     run_identity,
     save_checkpoint,
     save_final,
+    stage_carry,
     truncate_metrics,
 )
 from relearn.train.data import (
@@ -195,6 +197,8 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console, kernel
             frozen = described["frozen"]
             say(f"{frozen['class']}: training the language model; {frozen['parameters']:,} other weights frozen and saved as loaded")
         carried = ignored_at_load(model.lm, Path(opts.init)) if opts.init else {}
+        if opts.init:
+            stage_carry(model.lm, Path(opts.init), opts.out, with_tokenizer=opts.tokenizer is None)
         if carried:
             # The MTP layer: not the model's, so untrained, but a server's speculative decoding reads it.
             kinds = ", ".join(sorted({n.split(".", 1)[0] + ".*" for n in carried}))
@@ -239,7 +243,15 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console, kernel
         say(f"stopped by signal {signal.Signals(stopped_by).name} after step {state.global_step}; checkpoint written, rerun to continue")
     # On a signal there may be little time left (a preemption's grace period): the checkpoint is enough.
     model_dir = (
-        save_final(engine, model, opts.out, dist, tokenizer, init=opts.init, own_tokenizer=opts.tokenizer is None)
+        save_final(
+            engine,
+            model,
+            opts.out,
+            dist,
+            tokenizer,
+            staged=opts.out / CARRY_DIR if opts.init else None,
+            own_tokenizer=opts.tokenizer is None,
+        )
         if stopped_by is None
         else None
     )
