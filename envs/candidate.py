@@ -56,6 +56,7 @@ from envs.allowlist import content_problems, diff_problems, new_top_level
 from envs.allowlist import path_problem as by_name_problem
 from envs.code_scan import scan_source, scan_text
 from envs.docker_backend import Container
+from envs.frameworks import REGISTRY
 
 PATCH_PATH = "/tmp/relearn/candidate.diff"
 STAMP_PATH = "/tmp/relearn/before-apply"
@@ -76,20 +77,17 @@ STARTUP_FILES = re.compile(
 # is used even beside its .py, a sourceless .pyc in place of a missing one.
 COMPILED = re.compile(r"(^|/)__pycache__(/|$)|\.py[co]$|\.(so|pyd|dylib)$|\.so\.[0-9.]+$")
 PYTHON_SOURCE = re.compile(r"\.pyw?$")
-# Top-level names a repository must not add: the test machinery, and the standard library,
-# which the work directory on sys.path (``python -m pytest``, rootdir conftest insertion)
-# would shadow for pytest itself.
-SHADOWED = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "exceptiongroup", "tomli"}) | frozenset(
-    sys.stdlib_module_names
-)
-# Files whose bytes decide which tests run and how, wherever they are in the tree.
-CONFIG_NAMES = frozenset(
-    {"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml",
-     "runtests.py", ".coveragerc", ".gitattributes"}
-)  # fmt: skip
-ALWAYS_SUSPICIOUS = frozenset({"conftest.py", "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "runtests.py", ".coveragerc"})
+# Top-level names a repository must not add: the test machinery (each framework's, from
+# ``envs.frameworks``), and the standard library, which the work directory on sys.path
+# (``python -m pytest``, rootdir conftest insertion) would shadow for the runner itself.
+SHADOWED = REGISTRY.shadowed | frozenset(sys.stdlib_module_names)
+# Files whose bytes decide which tests run and how, wherever they are in the tree: every
+# framework's configuration, and how git reads the tree.
+CONFIG_NAMES = REGISTRY.config_files | {".gitattributes"}
+ALWAYS_SUSPICIOUS = REGISTRY.always_suspicious
 CONFTEST = re.compile(r"(^|/)conftest\.py$")
-SECTIONED_CONFIG = {"tox.ini": "pytest", "setup.cfg": "tool:pytest"}
+# Shared configuration files -> the key paths of the frameworks' sections in them.
+SECTIONED_CONFIG = REGISTRY.config_sections
 # Added non-test lines that reach into the test machinery or the grader's output.
 SUSPICIOUS = re.compile(
     r"\b_pytest\b|pluginmanager|hookimpl|\bpytest_(runtest|collection|sessionfinish|report|terminal|configure)|gc\.get_objects"
@@ -256,24 +254,31 @@ def suspicious_lines(patch: str) -> list[str]:
     return found[:20]
 
 
-def pytest_section(name: str, text: str | None) -> object:
-    """The part of a config file pytest reads (None when it has none); ``...`` when the file
-    does not parse (then pytest's reading of it cannot be predicted either). Used only to
-    say whether a restored file's pytest section changed, never to decide the restore."""
+def framework_sections(name: str, text: str | None) -> object:
+    """The parts of a shared config file the test frameworks read (``SECTIONED_CONFIG``: a
+    tuple, one entry per framework's section, None where it has none); ``...`` when the file
+    does not parse (then the framework's reading of it cannot be predicted either). Used only
+    to say whether a restored file's sections changed, never to decide the restore."""
     if text is None:
         return None
-    if name == "pyproject.toml":
+    if name.endswith(".toml"):
         try:
-            return tomllib.loads(text).get("tool", {}).get("pytest")
+            table = tomllib.loads(text)
         except tomllib.TOMLDecodeError:
             return ...
+        return tuple(_toml_section(table, path) for path in SECTIONED_CONFIG[name])
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
         parser.read_string(text)
     except configparser.Error:
         return ...
-    section = SECTIONED_CONFIG[name]
-    return dict(parser.items(section)) if parser.has_section(section) else None
+    return tuple(dict(parser.items(path[0])) if parser.has_section(path[0]) else None for path in SECTIONED_CONFIG[name])
+
+
+def _toml_section(table: object, path: tuple[str, ...]) -> object:
+    for key in path:
+        table = table.get(key) if isinstance(table, dict) else None
+    return table
 
 
 def _decides_tests(touched: list[str], protected: set[str], runner_files: frozenset[str]) -> dict[str, str]:
@@ -402,11 +407,13 @@ def _restore(
                 continue  # an existing package's __init__: package code, scanned like the rest
             out.suspicious.append(f"{path}: the patch adds a package marker above the tests (it would run before them on import)")
         elif kind == "config":
-            if name in ALWAYS_SUSPICIOUS or name not in (*SECTIONED_CONFIG, "pyproject.toml"):
+            if name in ALWAYS_SUSPICIOUS or name not in SECTIONED_CONFIG:
                 if name != ".gitattributes":
                     out.suspicious.append(f"{path}: the patch changes the tests' configuration, plugins or runner")
             elif _section_changed(name, old, new):
-                out.suspicious.append(f"{path}: the patch changes pytest's section (or a reading of it pytest may not share)")
+                out.suspicious.append(
+                    f"{path}: the patch changes a test framework's section (or a reading of it the framework may not share)"
+                )
         chosen.append(path)
     if not chosen:
         return
@@ -421,7 +428,7 @@ def _restore(
 
 def _section_changed(name: str, old: bytes | None, new: bytes | None) -> bool:
     decode = lambda data: None if data is None else data.decode("utf-8", errors="replace")  # noqa: E731
-    before, after = pytest_section(name, decode(old)), pytest_section(name, decode(new))
+    before, after = framework_sections(name, decode(old)), framework_sections(name, decode(new))
     return before is ... or after is ... or before != after or (new is not None and b"\r" in new)
 
 

@@ -51,6 +51,11 @@ import re
 import threading
 import tokenize
 
+from envs.frameworks import REGISTRY
+
+# What each test framework declares package code must not reach (``envs.frameworks``): its
+# modules, its test-call machinery, its result objects, its hooks, the words that name it.
+INTERNALS = REGISTRY.internals
 # Attribute paths (after aliases are resolved) that reach into the run itself.
 DOTTED = {
     "sys._getframe": "frame inspection",
@@ -104,44 +109,25 @@ DOTTED = {
     "site.addsitedir": "adds a site folder (its .pth files run)",
     "types.CodeType": "builds a code object",
     "types.FunctionType": "builds a function from a code object",
-    "unittest.TestCase": "reaches unittest's test machinery",
-    "unittest.TestResult": "reaches unittest's test machinery",
-    "unittest.TextTestResult": "reaches unittest's test machinery",
-    "unittest.TextTestRunner": "reaches unittest's test machinery",
-    "unittest.TestSuite": "reaches unittest's test machinery",
-    "unittest.TestLoader": "reaches unittest's test machinery",
-    "unittest.defaultTestLoader": "reaches unittest's test machinery",
-    "unittest.TestProgram": "reaches unittest's test machinery",
-    "unittest.main": "reaches unittest's test machinery",
+    **INTERNALS.paths,
 }
 # Modules whose mere import (or any attribute of) from package code reaches the test run.
-MODULES = {
-    "_pytest": "the test framework's internals",
-    "pytest": "the test framework",
-    "pluggy": "the test framework's plugin system",
-    "builtins": "builtins",
-    "ctypes": "raw memory access",
-    "unittest.result": "unittest's result machinery",
-    "unittest.runner": "unittest's result machinery",
-    "unittest.case": "unittest's test cases",
-    "unittest.loader": "unittest's test loader",
-    "unittest.suite": "unittest's test suites",
-    "unittest.main": "unittest's test program",
-}
+MODULES = {**INTERNALS.modules, "builtins": "builtins", "ctypes": "raw memory access"}
+# Top-level packages whose import is reported as such.
+IMPORTED = ("builtins", "ctypes", *INTERNALS.imported)
 # Attribute names that only frames, tracebacks and code objects have.
 FRAME_ATTRIBUTES = {"f_back", "f_locals", "f_globals", "f_code", "f_lineno", "f_trace", "tb_frame", "gi_frame", "co_filename"}
-# Attribute names of unittest's result objects that decide what a run reports.
-RESULT_ATTRIBUTES = {"addFailure", "addError", "addSuccess", "addExpectedFailure", "wasSuccessful", "failures", "errors"}
+# Attribute names of the runners' result objects that decide what a run reports.
+RESULT_ATTRIBUTES = INTERNALS.results
 # Attribute names of the runners' test call, and the walk that reaches classes without a name.
 RUNNER_ATTRIBUTES = {
     "__subclasses__": "walks the class hierarchy (reaches classes, the runner's among them, without importing them)",
-    "_callTestMethod": "reaches unittest's test call",
-    "_callSetUp": "reaches unittest's test call",
-    "_callTearDown": "reaches unittest's test call",
-    "_outcome": "reaches unittest's test outcome",
-    "runtest": "reaches pytest's test call",
-    "pytest_plugins": "names pytest plugins to load",
+    **INTERNALS.attributes,
 }
+# Module-level names that mean something to a runner (``pytest_plugins``).
+RUNNER_NAMES = INTERNALS.names
+# Bases a getattr with a name built at run time must not be called on.
+DYNAMIC_BASES = ("sys", "builtins", "inspect", "gc", *INTERNALS.packages, "os")
 NAMES = {
     "__import__": "a dynamic import",
     "__builtins__": "builtins",
@@ -150,7 +136,9 @@ NAMES = {
     "compile": "compiles code built at run time",
 }
 RUNS_CODE = ("exec", "eval", "compile")
-STRING_WORDS = ("junit", "conftest", "pytest", "unittest", ">>>>> ", "_calltestmethod", "__subclasses__")
+# Function names a runner calls as hooks wherever the module is loaded as a plugin (``pytest_``).
+HOOK_PREFIXES = REGISTRY.hook_prefixes
+STRING_WORDS = (*INTERNALS.words, ">>>>> ", "__subclasses__")
 # Where Python's tokenizer ends a line (and nowhere else: not at \f, \v, \x1c-\x1e, \x85,
 # U+2028, U+2029, which str.splitlines also breaks at).
 LINE_END = re.compile(r"\r\n|\r|\n")
@@ -235,7 +223,7 @@ def _defined_names(tree: ast.AST) -> frozenset[str]:
 def _is_framework(path: str) -> bool:
     """The repository is the test framework itself (pytest's own tasks): its code names it."""
     parts = path.split("/")
-    return any(part in ("_pytest", "pytest", "pluggy", "unittest") for part in parts[:-1])
+    return any(part in INTERNALS.packages for part in parts[:-1])
 
 
 def _decode(data: bytes | None) -> tuple[str | None, str]:
@@ -374,7 +362,7 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def _check_import(self, node: ast.AST, name: str) -> None:
-        if name.split(".")[0] in ("builtins", "ctypes", "_pytest", "pluggy") and not self.framework:
+        if name.split(".")[0] in IMPORTED and not self.framework:
             self._flag(node, f"imports {name}")
         elif name in ("atexit", "linecache") or name.startswith("importlib.machinery") or name.startswith("importlib.abc"):
             self._flag(node, f"imports {name}")
@@ -397,8 +385,8 @@ class _Scanner(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
-        if node.id in RUNNER_ATTRIBUTES and node.id == "pytest_plugins" and not self.framework:
-            self._flag(node, RUNNER_ATTRIBUTES[node.id])
+        if node.id in RUNNER_NAMES and not self.framework:
+            self._flag(node, RUNNER_NAMES[node.id])
         elif node.id in NAMES and not (node.id in RUNS_CODE and node.id in self.defined):
             self._flag(node, NAMES[node.id])
         elif node.id in self.aliases:
@@ -410,7 +398,7 @@ class _Scanner(ast.NodeVisitor):
             name = fold(node.args[1])
             base = self._dotted(node.args[0])
             if name is None:
-                if base and (base.split(".")[0] in ("sys", "builtins", "inspect", "gc", "_pytest", "pytest", "unittest", "os")):
+                if base and (base.split(".")[0] in DYNAMIC_BASES):
                     self._flag(node, f"{func} on {base} with a name built at run time")
             elif base:
                 self._check_path(node, f"{base}.{name}")
@@ -462,8 +450,9 @@ class _Scanner(ast.NodeVisitor):
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._check_comparison(node)
-        if node.name.startswith("pytest_") and not self.framework:
-            self._flag_line(node, f"defines a pytest hook ({node.name}): pytest calls it wherever the module is loaded as a plugin")
+        runner = next((name for prefix, name in HOOK_PREFIXES.items() if node.name.startswith(prefix)), None)
+        if runner is not None and not self.framework:
+            self._flag_line(node, f"defines a {runner} hook ({node.name}): {runner} calls it wherever the module is loaded as a plugin")
         self.generic_visit(node)
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]

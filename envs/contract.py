@@ -24,9 +24,10 @@ import docker
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
+from envs.frameworks import REGISTRY
 from envs.images import image_exists
 from envs.tasks import Task
-from envs.test_run import ENV_WORDS, PYTEST_CALL, commands
+from envs.test_run import ENV_WORDS, commands
 
 CHECK_TIMEOUT_S = 300.0
 
@@ -64,8 +65,8 @@ def script_parts(script: str) -> tuple[list[str], str | None]:
     before = parts[: starts[0]]
     tests = [c for c in parts[starts[0] + 1 :] if not (END_TEST_OUTPUT in c and c.lstrip().startswith(":"))]
     environment = [c for c in before if c.split(maxsplit=1)[0] in ENV_WORDS]
-    main = next((c for c in tests if PYTEST_CALL.search(c) and "<<" not in c), tests[0] if tests else None)
-    return environment, main
+    found = REGISTRY.test_command(tests)  # the line the verifier instruments and grades
+    return environment, tests[found[0]] if found is not None else tests[0] if tests else None
 
 
 def command_words(command: str) -> list[str]:
@@ -85,20 +86,18 @@ def runner_probes(command: str) -> list[tuple[str, str]]:
     words = command_words(command)
     if not words:
         return []
+    launch = REGISTRY.detect(command)
+    framework_probes = launch.framework.probes(words) if launch is not None else None
+    if framework_probes is not None:
+        return framework_probes
     first = words[0]
-    if first in ("pytest", "py.test"):
-        return [("the test runner (pytest)", f"{first} --version")]
     if first.startswith("python"):
         probes = [("the interpreter", f"{first} --version")]
         if "-m" in words[1:]:
             module = words[words.index("-m") + 1] if words.index("-m") + 1 < len(words) else ""
-            if module == "pytest":
-                probes.append(("the test runner (python -m pytest)", f"{first} -m pytest --version"))
-            elif module:
+            if module:
                 probes.append((f"the test runner (python -m {module})", f"{first} -c {shlex.quote(f'import {module}')}"))
         return probes
-    if first == "tox":
-        return [("the test runner (tox)", "tox --version")]
     if "/" in first:  # a script in the repository: sympy's bin/test, Django's tests/runtests.py
         return [(f"the test runner ({first})", f"test -e {shlex.quote(first)} && python {shlex.quote(first)} --help >/dev/null")]
     return [(f"the test command ({first})", f"command -v {shlex.quote(first)}")]
@@ -164,8 +163,10 @@ def check_image(client: docker.DockerClient, task: Task, image: str, script: str
             ok, output = run(f"{prefix}{probe}", workdir)
             add(what, ok, f"starts (`{probe}`)", f"does not start offline (`{probe}`: {output or 'no output'})")
         _where(run, prefix, test_command, workdir, report)
-        if PYTEST_CALL.search(test_command):
-            _collect(box, task, prefix, test_command, report)
+        launch = REGISTRY.detect(test_command)
+        if launch is not None and launch.direct:  # a runner under tox gets its arguments through tox
+            collect = launch.framework.collect_command(command_words(test_command), "$existing")
+            _collect(box, task, prefix, launch.framework.name, collect, report)
     return report
 
 
@@ -185,22 +186,25 @@ def _where(run: Callable[[str, str], tuple[bool, str]], prefix: str, command: st
     report.checks.append(Check("test runner location", inside, detail, required=False))
 
 
-def _collect(box: Container, task: Task, prefix: str, command: str, report: ContractReport) -> None:
-    """pytest collects the task's test files that exist at the base commit: their imports,
-    and so the installed dependencies, work offline."""
+def _collect(box: Container, task: Task, prefix: str, runner: str, collect: str | None, report: ContractReport) -> None:
+    """The runner collects the task's test files that exist at the base commit (``collect``, the
+    framework's command that only imports ``$existing``): their imports, and so the installed
+    dependencies, work offline."""
+    if collect is None:
+        return
     files = sorted({t.split("::")[0] for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if t.split("::")[0].endswith(".py")})
     if not files:
         files = [f for f in task.test_files if f.endswith(".py")]
     if not files:
         return
     quoted = " ".join(shlex.quote(f) for f in files)
-    words = command_words(command)
-    runner = f"{words[0]} -m pytest" if words and words[0].startswith("python") and "-m" in words else "pytest"
-    probe = f'existing=$(for f in {quoted}; do [ -e "$f" ] && echo "$f"; done); [ -z "$existing" ] || {runner} --collect-only -q -p no:cacheprovider $existing'
+    probe = f'existing=$(for f in {quoted}; do [ -e "$f" ] && echo "$f"; done); [ -z "$existing" ] || {collect}'
     result = box.exec(prefix + probe, timeout_s=CHECK_TIMEOUT_S, workdir=task.workdir)
     # 5: nothing collected (the test patch adds every test), which is no import error
     ok = result.exit_code in (0, 5)
     tail = " / ".join(result.output.strip().splitlines()[-3:])
     report.checks.append(
-        Check("test files import", ok, "pytest collects the task's test files" if ok else f"pytest cannot collect them offline: {tail}")
+        Check(
+            "test files import", ok, f"{runner} collects the task's test files" if ok else f"{runner} cannot collect them offline: {tail}"
+        )
     )

@@ -38,6 +38,8 @@ from swebench.harness.constants import (
 from swebench.harness.grading import get_eval_tests_report, get_logs_eval, get_resolution_status
 from swebench.harness.log_parsers import PARSER_REGISTRY
 
+from envs.frameworks import REGISTRY, Framework
+from envs.frameworks import unittest as unittest_framework
 from envs.tasks import Task
 from envs.test_run import Phases, canary_id, outcome_class, parse_junit
 
@@ -45,22 +47,13 @@ MARKERS = (START_TEST_OUTPUT, END_TEST_OUTPUT, TEST_EXIT_CODE, APPLY_PATCH_FAIL,
 PYTEST_EXIT = {2: "interrupted", 3: "an internal error", 4: "a usage error", 5: "no tests collected"}
 OPENSWE_PASS = re.compile(r"^OPENSWE_EXIT_CODE=(-?\d+)\s*$", re.MULTILINE)
 PASSING = {"PASSED", "XFAIL"}
-# The line a runner ends its run with; result lines after it were printed by something else.
-SUMMARY = {
-    "pytest": re.compile(r"^=+ .*\bin [\d.]+s\b.* =+$"),
-    "unittest": re.compile(r"^Ran \d+ tests? in [\d.]+s$"),
-    "sympy": re.compile(r"^=+ tests finished: .* =+$"),
-}
-UNITTEST_FAILURE = re.compile(r"^(FAIL|ERROR): (\S+ \([^)]*\))")
-UNITTEST_ID = re.compile(r"\w+ \([\w.]+\)")  # `test_x (app.tests.T)`, `test_x (app.tests.T.test_x)`
-# SymPy's bin/test --verbose ends a file's last result line with the file's own status, which
-# the parser does not read as a result: the canary, appended last, was never found there.
+# A test's own id line in unittest's log (`test_x (app.tests.T)`, `test_x (app.tests.T.test_x)`);
+# each framework's line patterns (its summary line, SymPy's file sections) are in envs.frameworks.
+UNITTEST_ID = unittest_framework.TEST_ID
 # Two Verified rows (pytest-dev__pytest-5262 and -7521) list "[100%]" among their tests: the
 # official parser read the progress column of a line such as `PASSED [100%]` as a test name.
 PROGRESS = re.compile(r"\[\s*\d+%\]")
 OPTION = re.compile(r"(.*?)\[(.*)\]")  # swebench's option_pattern: a test id's parameter
-SYMPY_FILE = re.compile(r"^(\S+\.py)\[\d+\]")  # `sympy/core/tests/test_x.py[12] `: a file's section begins
-SYMPY_FILE_STATUS = re.compile(r"\s+\[(OK|FAIL)\]\s*$")
 
 
 def sanitize(output: str) -> tuple[str, int]:
@@ -176,8 +169,8 @@ def framework_of(spec: Any, framework: str | None) -> str | None:
     the one the log parser is for."""
     if framework is not None:
         return framework
-    name = spec.log_parser or ""
-    return "unittest" if "django" in name else "sympy" if "sympy" in name else "pytest" if "pytest" in name else None
+    found = REGISTRY.for_log_parser(spec.log_parser)
+    return found.name if found is not None else None
 
 
 @dataclass
@@ -212,20 +205,26 @@ def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
     ``name (module.Class)`` they name (swebench's parser files them under the bare name,
     where they contradict nothing)."""
     parser = PARSER_REGISTRY[spec.log_parser]
-    runner = framework_of(spec, framework)
-    summary = SUMMARY.get(runner or "")
-    django = "django" in (spec.log_parser or "")
+    runner: Framework | None = REGISTRY.by_name(framework_of(spec, framework))
+    summary = runner.summary if runner is not None else None
+    sections = runner.section_start if runner is not None else None
+    suffix = runner.line_suffix if runner is not None else None
+    # The parser's own log format (Django's): its id lines and failure headings.
+    read_as = REGISTRY.for_log_parser(spec.log_parser)
+    test_id = read_as.test_id if read_as is not None else None
+    heading = read_as.failure_heading if read_as is not None else None
     out = LineResults()
     section, above = "", ""
     for number, line in enumerate(clean.split("\n")):
-        if runner == "sympy":
-            line = SYMPY_FILE_STATUS.sub("", line)
-            header = SYMPY_FILE.match(line)
+        if suffix is not None:
+            line = suffix.sub("", line)
+        if sections is not None:
+            header = sections.match(line)
             section = header.group(1) if header else section
         stripped = line.strip()
         if not stripped:
             continue
-        owner, above = section or (above if django and UNITTEST_ID.fullmatch(above) else ""), stripped
+        owner, above = section or (above if test_id is not None and test_id.fullmatch(above) else ""), stripped
         if summary is not None and summary.match(stripped):
             out.summaries.append(number)
             continue
@@ -233,7 +232,7 @@ def line_results(spec: Any, clean: str, framework: str | None) -> LineResults:
             found = parser(line, spec)
         except Exception:  # noqa: BLE001 - a parser that cannot read one line alone: that line adds nothing
             continue
-        failure = UNITTEST_FAILURE.match(stripped) if django else None
+        failure = heading.match(stripped) if heading is not None else None
         if failure:
             found = {failure.group(2): "FAILED" if failure.group(1) == "FAIL" else "ERROR"}
         for test, status in found.items():

@@ -29,10 +29,14 @@ import re
 import secrets
 import shlex
 import xml.etree.ElementTree as ElementTree
-from collections import Counter
 from dataclasses import dataclass, field
 
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
+
+from envs.canary import canary_class, canary_id, canary_names, canary_text  # noqa: F401 - canary_id: callers import it from here
+from envs.frameworks import REGISTRY, Launch
+from envs.frameworks.base import command_words, first_test_file
+from envs.runner_guard import Placement, place_guard
 
 SETUP_FAILED = 97  # the setup run's exit status when a reset or the test patch failed
 ENV_WORDS = ("source", ".", "conda", "cd", "export")
@@ -40,23 +44,23 @@ ECHO_ONLY = re.compile(r"^git (-c \S+ )*(status|show|diff)\b")
 FATAL = re.compile(r"^git (-c \S+ )*(checkout|apply)\b")
 RESET = re.compile(r"^git checkout ([0-9a-f]{7,40}) ((?:[\w./+@-]+ ?)+)$")
 HEREDOC = re.compile(r"<<-?\s*(['\"]?)([A-Za-z0-9_.\-]+)\1")
-PYTEST_CALL = re.compile(r"(^|[\s;&|(])(python[0-9.]*\s+(-\S+\s+)*-m\s+pytest|pytest|py\.test)(\s|$)")
 
 
 @dataclass
 class Phases:
     setup: str
     test: str
-    pytest: bool = False  # the test command is pytest (directly or under tox): it writes ``report_path``
+    pytest: bool = False  # the test command's framework writes a JUnit report (pytest, directly or under tox) to ``report_path``
     report_path: str | None = None
     # The canary: tests named like the task's own, appended to a test file the command runs
     # (a file git tracks, so nothing tells them from the task's tests), one that must fail
     # and one that must pass. ``framework`` says how they are named in the log.
-    framework: str | None = None  # "pytest", "sympy" (bin/test) or "unittest" (Django's runtests.py and its kind)
+    framework: str | None = None  # its name in ``envs.frameworks``: "pytest", "sympy" (bin/test), "unittest" (runtests.py)
     canary_file: str | None = None  # repository-relative path the canary is appended to
     canary_class: str = ""  # the class whose methods the canary tests are; "" for functions
     canary_text: str = ""
     canary: dict[str, str] = field(default_factory=dict)  # test name -> the outcome it must have
+    guard: Placement | None = None  # the runner guard (envs.runner_guard): its report's path, or why it was not placed
 
 
 def commands(script: str) -> list[str]:
@@ -113,9 +117,11 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True, tes
     test_lines = list(tests_part)
     # The run's exit status is the test command's: the recognised runner, else the first
     # command (a script may go on with `rc=$?` and the like, which would end with status 0).
-    main, framework = _test_command(test_lines)
-    if main is not None and framework is not None and instrument:
-        main = _instrument(phases, test_lines, main, framework, workdir.rstrip("/"), tests)
+    found = REGISTRY.test_command(test_lines)
+    main = found[0] if found is not None else None
+    if found is not None and instrument:
+        main = _instrument(phases, test_lines, found[0], found[1], workdir.rstrip("/"), tests)
+        main, phases.guard = place_guard(test_lines, main, found[1].framework.name, found[1].direct)
     at = main if main is not None else 0
     test_lines.insert(at + 1, "relearn_status=$?")
     phases.test = _script(environment + test_lines + ["exit $relearn_status"])
@@ -135,151 +141,52 @@ def _reset_test_files(commit: str, paths: list[str]) -> str:
     )
 
 
-def _test_command(lines: list[str]) -> tuple[int | None, str | None]:
-    """Which line runs the tests, and under which runner."""
-    for i, command in enumerate(lines):
-        if "<<" in command:
-            continue
-        if PYTEST_CALL.search(command):
-            return i, "pytest"
-        if TOX_CALL.search(command):
-            return i, "tox"
-        if SYMPY_CALL.search(command):
-            return i, "sympy"
-        if UNITTEST_CALL.search(command):
-            return i, "unittest"
-    return None, None
-
-
-def _instrument(phases: Phases, lines: list[str], main: int, runner: str, workdir: str, tests: list[str] | tuple[str, ...]) -> int:
-    """The report (pytest, tox-run pytest) and the canary, appended to the first test file the
-    command runs just before it runs. Returns where the test command now is."""
+def _instrument(phases: Phases, lines: list[str], main: int, launch: Launch, workdir: str, tests: list[str] | tuple[str, ...]) -> int:
+    """The report (a framework that writes one: pytest, tox-run pytest) and the canary, appended
+    to the first test file the command runs just before it runs. Returns where the test command
+    now is."""
     nonce = secrets.token_hex(6)
     command = lines[main]
-    words = _words(command)
-    framework = "pytest" if runner == "tox" else runner
-    candidates = _unittest_files(words) if framework == "unittest" else []
-    target = candidates[0] if candidates else None if framework == "unittest" else _first_test_file(words, tests)
+    framework = launch.framework
+    candidates = framework.canary_files(_words(command), tests, REGISTRY.is_runner_file)
+    target = candidates[0] if candidates else None
     names = canary_names(tests, 2)
-    phases.framework = framework
+    phases.framework = framework.name
     phases.canary = {names[0]: "failed", names[1]: "passed"}
-    if framework == "pytest":
+    arguments = ""
+    if framework.junit_report:
         phases.pytest = True
         phases.report_path = f"/tmp/relearn-report-{nonce}/junit.xml"
-        report = f" --junitxml={phases.report_path} -o junit_family=xunit1"
-        if target is None:  # no test file named: a new one beside the first folder named, tracked like the rest
-            folder = _first_test_dir(command)
-            target = f"{folder + '/' if folder else ''}test_{'_'.join(names[1].split('_')[1:3])}_{nonce[:4]}.py"
-            report += f" {shlex.quote(target)}"
-        if runner == "tox":
-            if " -- " not in f" {command} ":
-                command += " --"
-            command += report
-        else:
-            command += report
-        lines[main] = command
+        arguments = framework.report_arguments(phases.report_path)
+    if target is None and framework.creates_canary_file:
+        # no test file named: a new one beside the first folder named, tracked like the rest
+        folder = _first_test_dir(command)
+        target = f"{folder + '/' if folder else ''}test_{'_'.join(names[1].split('_')[1:3])}_{nonce[:4]}.py"
+        arguments += framework.file_arguments([target])
+    if arguments:
+        # tox hands pytest what follows its `--`
+        passthrough = launch.launcher.passthrough
+        if passthrough and f" {passthrough} " not in f" {command} ":
+            command += f" {passthrough}"
+        lines[main] = command + arguments
     if target is None:
         phases.framework, phases.canary = None, {}
         return main
     phases.canary_file = target
-    phases.canary_class = canary_class(names, framework, [t.removeprefix(target + "::") for t in tests if t.startswith(target + "::")])
+    phases.canary_class = canary_class(names, framework.name, [t.removeprefix(target + "::") for t in tests if t.startswith(target + "::")])
     phases.canary_text = canary_text(names, phases.canary_class)
-    # The first of the files that exists (a label may name a module outside the tests); for
-    # pytest the file is created when it is new.
+    # The first of the files that exists (a label may name a module outside the tests); where
+    # the framework takes a new file (pytest), it is created when it is new.
     files = " ".join(shlex.quote(f"{workdir}/{path}") for path in candidates or [target])
     lines.insert(
         main,
-        f'for f in {files}; do if [ -f "$f" ] || [ {int(framework == "pytest")} = 1 ]; then cat {CANARY_SOURCE} >> "$f"; '
+        f'for f in {files}; do if [ -f "$f" ] || [ {int(framework.creates_canary_file)} = 1 ]; then cat {CANARY_SOURCE} >> "$f"; '
         'git add -N -- "$f" 2>/dev/null; break; fi; done',
     )
     return main + 1
 
 
 CANARY_SOURCE = "/tmp/relearn/canary.txt"
-TOX_CALL = re.compile(r"(^|[\s;&|(])tox(\s|$)")
-SYMPY_CALL = re.compile(r"(^|[\s;&|(])(\./)?bin/test(\s|$)")
-UNITTEST_CALL = re.compile(r"(^|[\s;&|(/])runtests\.py(\s|$)")
-VOCABULARY = ("value", "parse", "empty", "default", "range", "order", "format", "error", "input", "result", "basic", "cases")
-
-
-def canary_names(tests: list[str] | tuple[str, ...], count: int) -> list[str]:
-    """Test names made of the words the task's own test names use (so neither the name nor
-    the file tells a canary apart), none of them a name the task has."""
-    taken: set[str] = set()
-    words: list[str] = []
-    for test in tests:
-        name = re.split(r"::|\s|\(|\[", test.split("::")[-1] if "::" in test else test)[0]
-        taken.add(name)
-        words += [w for w in name.removeprefix("test_").split("_") if w.isalpha() and len(w) > 1]
-    pool = sorted(set(words)) if len(set(words)) >= 4 else sorted(set(words) | set(VOCABULARY))
-    names: list[str] = []
-    while len(names) < count:
-        name = "test_" + "_".join(secrets.choice(pool) for _ in range(3))
-        if name not in taken and name not in names:
-            names.append(name)
-    return names
-
-
-def canary_text(names: list[str], cls: str = "") -> str:
-    """The canary's source, appended to a test file: a test that must fail, one that must pass,
-    each a plain assertion over random values in one of a few shapes (no fixed text to spot);
-    module-level functions, or the methods of ``cls``, a ``unittest.TestCase`` (whose base is
-    reached without binding a name: an ``import unittest`` appended to a module would rebind a
-    ``unittest`` of its own, Twisted's trial, under its tests)."""
-    failing, passing = _canary_body(names[0], fail=True), _canary_body(names[1], fail=False)
-    if cls:
-        indent = lambda body: body.replace("\n", "\n        ")  # noqa: E731
-        return (
-            f"\n\nclass {cls}(__import__('unittest').TestCase):\n"
-            f"    def {names[0]}(self):\n        {indent(failing)}\n\n    def {names[1]}(self):\n        {indent(passing)}\n"
-        )
-    indent = lambda body: body.replace("\n", "\n    ")  # noqa: E731
-    return f"\n\ndef {names[0]}():\n    {indent(failing)}\n\n\ndef {names[1]}():\n    {indent(passing)}\n"
-
-
-def canary_class(names: list[str], framework: str, tests_in_file: list[str]) -> str:
-    """The class the canary tests are methods of, named from the words of the passing one
-    (`test_value_parse_order` -> `ValueParseOrderTests`), or "" for module-level functions:
-    the canary takes the shape of the task's tests in its file, so that nothing tells it apart.
-
-    Django's runner runs classes only, SymPy's ``bin/test`` functions only. Under pytest a
-    file whose tests are methods of classes gets a class, in their naming style, and a
-    ``unittest.TestCase``, which pytest collects whatever its naming settings and which no
-    module-level set-up reaches: as functions the canary ran under what the module sets up for
-    its functions, and pytest 6's nose support calls a module's ``setup()`` before each one.
-    sphinx-doc__sphinx-7910's test module imports Sphinx's extension ``setup(app)`` (its own
-    tests are ``TestCase`` methods), so the canary died with a TypeError and gold was called
-    tampered."""
-    words = "".join(w.capitalize() for w in names[1].removeprefix("test_").split("_"))
-    if framework == "unittest":
-        return words + "Tests"
-    classes = [test.split("[")[0].split("::")[0] for test in tests_in_file if "::" in test.split("[")[0]]
-    if framework != "pytest" or len(classes) <= len(tests_in_file) - len(classes):
-        return ""
-    style = Counter("Test{}" if c.startswith("Test") else "{}Test" if c.endswith("Test") else "{}Tests" for c in classes)
-    return style.most_common(1)[0][0].format(words)
-
-
-def _canary_body(name: str, *, fail: bool) -> str:
-    a, b, c = (secrets.randbelow(900) + 100 for _ in range(3))
-    words = name.removeprefix("test_").split("_")
-    miss = 1 if fail else 0
-    shapes = [
-        f"values = sorted([{a}, {b}, {c}])\nassert values[-1] == {max(a, b, c) + miss}",
-        f"parts = {' '.join(words)!r}.split()\nassert len(parts) == {len(words) + miss}",
-        f"total = sum(range({a}))\nassert total == {a * (a - 1) // 2 + miss}",
-        f"pairs = dict(zip({words!r}, range({len(words)})))\nassert pairs[{words[-1]!r}] == {len(words) - 1 + miss}",
-    ]
-    return secrets.choice(shapes)
-
-
-def canary_id(phases: Phases, name: str, workdir: str = "") -> str:
-    """The canary test's id as the framework's log names it (the prefix before `` (`` for
-    unittest's ``name (module.Class)``)."""
-    if phases.framework == "pytest":
-        assert phases.canary_file is not None
-        return "::".join(part for part in (phases.canary_file, phases.canary_class, name) if part)
-    return name
 
 
 def runner_files(command: str) -> frozenset[str]:
@@ -290,49 +197,19 @@ def runner_files(command: str) -> frozenset[str]:
         path = word.split("::")[0].removeprefix("./")
         if word.startswith("-") or "=" in word or path.startswith("/") or ".." in path.split("/"):
             continue
-        if path == "bin/test" or path.endswith("runtests.py"):
+        if REGISTRY.is_runner_file(path):
             found.add(path)
     return frozenset(found)
 
 
 def _words(command: str) -> list[str]:
-    try:
-        return shlex.split(command)
-    except ValueError:
-        return command.split()
-
-
-def _first_test_file(words: list[str], tests: list[str] | tuple[str, ...] = ()) -> str | None:
-    """The test file the canary goes into: the first the command names that holds one of the
-    task's tests, else the first it names. A file none of them is in may be skipped whole
-    (pytest 6.3's testing/test_nose.py without nose), and the canary with it."""
-    files = []
-    for word in words:
-        path = word.split("::")[0].removeprefix("./")
-        if path.endswith(".py") and not path.startswith(("-", "/")) and ".." not in path.split("/") and not path.endswith("runtests.py"):
-            if path != "bin/test":
-                files.append(path)
-    listed = {test.split("::")[0] for test in tests}
-    return next((f for f in files if f in listed), files[0] if files else None)
-
-
-def _unittest_files(words: list[str]) -> list[str]:
-    """The module files of the dotted labels of a Django-style ``runtests.py`` command (labels
-    are relative to the runner's folder), those that look like test modules first."""
-    runner = next((w for w in words if w.endswith("runtests.py")), None)
-    if runner is None:
-        return []
-    folder = runner.removeprefix("./").rpartition("/")[0]
-    labels = [w for w in words[words.index(runner) + 1 :] if not w.startswith("-") and re.fullmatch(r"[A-Za-z_][\w.]*", w)]
-    files = [f"{folder + '/' if folder else ''}{label.replace('.', '/')}.py" for label in labels]
-    looks_like_tests = [f for f in files if re.search(r"(^|/)tests?(_[^/]*)?\.py$|(^|/)tests/", f.removeprefix(folder + "/"))]
-    return list(dict.fromkeys(looks_like_tests + files))
+    return command_words(command)
 
 
 def _first_test_dir(command: str) -> str:
     """The folder of the first test file the command names (the canary goes beside it, under
     the same conftest files and rootdir), or "" for the work directory."""
-    path = _first_test_file(_words(command))
+    path = first_test_file(_words(command), (), REGISTRY.is_runner_file)
     return path.rsplit("/", 1)[0] if path and "/" in path else ""
 
 

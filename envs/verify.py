@@ -29,13 +29,17 @@ from pydantic import BaseModel, ConfigDict
 from swebench.harness.constants import END_TEST_OUTPUT, START_TEST_OUTPUT
 from swebench.harness.utils import make_test_spec
 
+from envs.canary import canary_text
 from envs.candidate import GIT_ENV, INFRASTRUCTURE, apply_candidate
 from envs.docker_backend import DEFAULT_LIMITS, Container, Limits
 from envs.grading import grade, grade_openswe
+from envs.network_failures import offline_failures
+from envs.package_probe import probe_package
+from envs.runner_guard import judge as judge_guard
 from envs.tasks import OPENSWE_MARKER, Task, patch_files
 from envs.test_run import CANARY_SOURCE, SETUP_FAILED, Phases, runner_files, split_eval_script
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"  # 1.3: network_needed, canary
 SETUP_PATH = "/tmp/relearn/setup.sh"
 TESTS_PATH = "/tmp/relearn/tests.sh"
 SCRIPT_PATH = "/tmp/relearn/eval.sh"
@@ -79,6 +83,13 @@ class Verdict(BaseModel):
     log_tail: str = ""
     log_omitted_bytes: dict[str, int] = {}  # run ("setup", "tests") -> bytes cut from its output
     limits: dict[str, float | int | bool] | None = None  # what the grading container ran under
+    # Graded offline and unresolved: the listed tests that failed with a network error in their
+    # own part of the log (envs.network_failures). The official harness grades with the network;
+    # `relearn verify --network` does too. Never makes a verdict resolved.
+    network_needed: list[str] = []
+    # What the canary calls: "calls the package under test, NAME", or "builtins only: the package
+    # canary was not placed (why)"; None where the run has no canary.
+    canary: str | None = None
     durations_s: dict[str, float] = {}
     model_name_or_path: str | None = None
 
@@ -245,6 +256,8 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     script = task.eval_script or mini_eval_script(task, base_commit)
     phases = split_eval_script(script, task.workdir, instrument=task.kind == "swebench", tests=task.FAIL_TO_PASS + task.PASS_TO_PASS)
     runner = frozenset().union(*(runner_files(line) for line in phases.test.split("\n"))) if phases else frozenset()
+    if phases is not None and phases.canary:
+        _package_canary(container, task, script, phases, verdict)  # at the base: before the candidate goes in
     log_lines = _apply_candidate(container, task, patch, base_commit, verdict, runner)
     if verdict.error:
         return "\n".join(log_lines)
@@ -257,6 +270,8 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
         files[SETUP_PATH] = (phases.setup + f"git apply --check --reverse {TEST_PATCH_PATH} || exit {TEST_PATCH_MISSING}\n", 0o755)
     if phases.canary_text:
         files[CANARY_SOURCE] = (phases.canary_text, 0o644)
+    if phases.guard is not None:
+        files.update(phases.guard.files)  # the launcher and the guard, outside the repository
     container.put_files(files)
     setup = container.exec(f"bash {SETUP_PATH}", timeout_s=timeout_s, env=GIT_ENV, output_cap=LOG_CAP)
     if setup.omitted_bytes:
@@ -282,8 +297,33 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
         grade_openswe(exit_code, verdict)
     else:
         grade(swebench_test_spec(task, base_commit), task, phases, output, exit_code, report, verdict)
+        verdict.network_needed = offline_failures(verdict, output)
     verdict.reward = 1.0 if verdict.resolved else 0.0
     return "\n".join(log_lines)
+
+
+def _package_canary(container: Container, task: Task, script: str, phases: Phases, verdict: Verdict) -> None:
+    """The canary rewritten to call the package under test, with the facts the base commit
+    has (``envs.package_probe``, cached per image); where none was found it stays builtins
+    only, and ``verdict.canary`` says why (a run graded so is never called tampered for it)."""
+    started = time.monotonic()
+    probe = probe_package(
+        container,
+        image_key=verdict.image_digest or verdict.image,
+        workdir=task.workdir,
+        script=script,
+        target=phases.canary_file,
+        test_patch=task.test_patch,
+    )
+    if probe.probed:
+        verdict.durations_s["package_probe"] = time.monotonic() - started
+    if probe.facts is None:
+        verdict.canary = f"builtins only: the package canary was not placed ({probe.reason})"
+        return
+    failing = [name for name, end in phases.canary.items() if end == "failed"]
+    passing = [name for name, end in phases.canary.items() if end == "passed"]
+    phases.canary_text = canary_text(failing + passing, phases.canary_class, probe.facts)
+    verdict.canary = f"calls the package under test, {probe.facts.package}"
 
 
 def _run_tests(container: Container, phases: Phases, verdict: Verdict, timeout_s: float) -> tuple[str, int | None, bytes | None]:
@@ -302,6 +342,13 @@ def _run_tests(container: Container, phases: Phases, verdict: Verdict, timeout_s
             report = container.get_file(phases.report_path)
         except (FileNotFoundError, IsADirectoryError):
             report = None
+    if phases.guard is not None and phases.guard.report_path is not None:
+        # Read back before grading: a report missing or unfinished is a disagreement, so never resolved.
+        try:
+            guard_report = container.get_file(phases.guard.report_path)
+        except (FileNotFoundError, IsADirectoryError):
+            guard_report = None
+        judge_guard(guard_report, phases.guard.report_path, verdict)
     return result.output, result.exit_code, report
 
 

@@ -110,7 +110,7 @@ def outcome_of(verdict: Verdict) -> Outcome:
         "image_digest": verdict.image_digest,
         "patch_applied": verdict.patch_applied,
     }
-    for key in ("refused", "restored_files", "neutralized", "disagreements"):
+    for key in ("refused", "restored_files", "neutralized", "disagreements", "network_needed"):
         if getattr(verdict, key):
             summary[key] = getattr(verdict, key)
     return Outcome(

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from envs.canary import canary_class, canary_id, canary_names, canary_text
 from envs.grading import UNITTEST_ID, grade
 from envs.images import build_base
 from envs.tasks import Task, load_tasks
-from envs.test_run import Phases, canary_class, canary_id, canary_names, canary_text, outcome_class, parse_junit, split_eval_script
+from envs.test_run import Phases, outcome_class, parse_junit, split_eval_script
 from envs.verify import Verdict, swebench_test_spec
 
 SHARED_DOCSTRING = "The right link is displayed if view_on_site is a callable"

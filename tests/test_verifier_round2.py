@@ -17,11 +17,12 @@ import docker
 import pytest
 
 from envs.batch import Prediction, load_predictions, verify_batch
+from envs.canary import canary_names
 from envs.candidate import Applied, Entry, _check_links_and_modes, _decides_tests, _numstat, path_problem, shadow_problem
 from envs.code_scan import scan_source
 from envs.grading import framework_of, line_results
 from envs.tasks import load_tasks
-from envs.test_run import canary_names, runner_files, split_eval_script
+from envs.test_run import runner_files, split_eval_script
 from envs.verify import Verdict, patch_hash, verify
 
 CORPUS = Path(__file__).resolve().parent / "data" / "reward_hacks"

@@ -256,7 +256,7 @@ def test_the_eval_script_is_split_into_a_fatal_setup_and_the_test_command(sample
     assert all(f"def {name}():" in phases.canary_text for name in phases.canary)  # as the file's tests: functions
     assert f"for f in /testbed/{phases.canary_file}; do" in test and 'cat /tmp/relearn/canary.txt >> "$f"' in test
     assert (
-        f"pytest -rA astropy/modeling/tests/test_separable.py --junitxml={phases.report_path} -o junit_family=xunit1\nrelearn_status=$?"
+        f"pytest -p relearn_guard -rA astropy/modeling/tests/test_separable.py --junitxml={phases.report_path} -o junit_family=xunit1\nrelearn_status=$?"
         in test
     )
     assert test.rstrip().endswith("relearn_status=$?\nexit $relearn_status")

@@ -6,6 +6,7 @@ container verb does (``relearn.ops.containers``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ from records.trajectory import Trajectory
 from relearn.ops.containers import ContainerSession, container_limits, container_session, load_task_list, node_counts
 from relearn.ops.outputs import VERDICTS, check_jsonl_output, prepare_parent
 from relearn.ops.reporting import SILENT, OpError, Reporter, stage
+from relearn.verbs.containers import ContainerOptions
 from relearn.verbs.verify import PoolVerifyOptions, VerifyOptions
 
 if TYPE_CHECKING:
+    from envs.limits import Limits
     from envs.tasks import Task
     from envs.verify import Verdict
 
@@ -34,14 +37,26 @@ class VerifySummary:
     unreadable: list[str]  # prediction lines and task records that could not be read
     image_problems: list[str]
     per_node: dict[str, int]
+    network: bool = False  # graded with the network on
 
     @property
     def resolved(self) -> int:
         return sum(v.resolved for v in self.verdicts)
 
     @property
+    def network_needed(self) -> int:
+        """Graded unresolved offline with listed tests that failed for want of the network."""
+        return sum(bool(v.network_needed) for v in self.verdicts if not v.resolved)
+
+    @property
     def partial(self) -> bool:
         return bool(self.errors or self.unreadable or self.image_problems)
+
+
+def grading_limits(containers: ContainerOptions, network: bool) -> Limits:
+    """The containers' limits, with the network on where the grading asks for it (collect's
+    agent containers keep theirs off: only the grading turns it on)."""
+    return dataclasses.replace(container_limits(containers), network=network)
 
 
 def run_verify(options: VerifyOptions, reporter: Reporter = SILENT) -> VerifySummary:
@@ -64,12 +79,14 @@ def run_verify(options: VerifyOptions, reporter: Reporter = SILENT) -> VerifySum
         with session.backend(Needs(docker=1)) as backend, stage(reporter, "verifying", len(predictions)):
             batch = verify_batch(
                 session.client, routed, predictions, graded_into, workers=options.workers, timeout_s=options.timeout,
-                log_dir=options.log_dir, limits=container_limits(options.containers), base_image=prepared.base,
+                log_dir=options.log_dir, limits=grading_limits(options.containers, options.network), base_image=prepared.base,
                 on_done=lambda _v: reporter.advance(**node_counts(backend)), backend=backend, registry=options.containers.registry,
             )  # fmt: skip
     if options.again and not batch.errors:
         _append_verdicts(graded_into, options.output)
-    return VerifySummary(options.output, batch.verdicts, batch.skipped, batch.errors, unreadable, prepared.problems, batch.per_node)
+    return VerifySummary(
+        options.output, batch.verdicts, batch.skipped, batch.errors, unreadable, prepared.problems, batch.per_node, options.network
+    )
 
 
 def _append_verdicts(scratch: Path, output: Path) -> None:
@@ -93,6 +110,8 @@ class PoolVerifySummary:
     errors: list[str]  # gradings that failed: those trajectories are not written, a rerun grades them
     image_problems: list[str]
     per_node: dict[str, int]
+    network_needed: int = 0  # graded now, unresolved offline with tests that needed the network
+    network: bool = False  # graded with the network on
 
 
 GRADED_WHEN_COLLECTED = "graded when collected"
@@ -144,6 +163,7 @@ class _PoolGrader:
     problems: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     per_node: Counter[str] = field(default_factory=Counter)
+    network_needed: int = 0
 
     @property
     def scratch(self) -> Path:
@@ -169,7 +189,7 @@ class _PoolGrader:
             self.problems += [p for p in prepared.problems if p not in self.problems]
         batch = verify_batch(
             self.session.client, self.routed, [Prediction(iid, patch) for (iid, _), patch in pairs.items()], self.scratch,
-            timeout_s=self.options.timeout, log_dir=self.options.log_dir, limits=container_limits(self.options.containers),
+            timeout_s=self.options.timeout, log_dir=self.options.log_dir, limits=grading_limits(self.options.containers, self.options.network),
             base_image=self.base, backend=self.backend, registry=self.options.containers.registry,  # type: ignore[arg-type]
         )  # fmt: skip
         self.errors += batch.errors
@@ -178,6 +198,7 @@ class _PoolGrader:
         for _number, text in iter_lines(self.scratch):
             verdict = Verdict.model_validate_json(text)
             graded[(verdict.instance_id, verdict.patch_hash)] = verdict
+        self.network_needed += sum(bool(v.network_needed) and not v.resolved for v in graded.values())
         return graded
 
     def keep(self) -> None:
@@ -248,4 +269,7 @@ def verify_pool(options: PoolVerifyOptions, reporter: Reporter = SILENT) -> Pool
                 backend.close()
     if not grader.errors:
         partial.replace(options.output)
-    return PoolVerifySummary(counts, resolved, [str(e) for e in unreadable], grader.errors, grader.problems, dict(grader.per_node))
+    return PoolVerifySummary(
+        counts, resolved, [str(e) for e in unreadable], grader.errors, grader.problems, dict(grader.per_node), grader.network_needed,
+        options.network,
+    )  # fmt: skip

@@ -106,7 +106,9 @@ class VerifyConfig(table("VerifyTable", VerifyOptions, base=ContainersConfig)):
         self, pool: Path, output: Path, verdicts: Path, tasks: str, log_dir: Path, containers: ContainerOptions
     ) -> PoolVerifyOptions:
         """The pool's grading: the stage names its files; workers and timeout are the table's."""
-        return PoolVerifyOptions(pool, output, verdicts, tasks, self.workers, self.timeout, log_dir, containers, again=self.again)
+        return PoolVerifyOptions(
+            pool, output, verdicts, tasks, self.workers, self.timeout, log_dir, containers, again=self.again, network=self.network
+        )
 
 
 class ImportConfig(table("ImportTable", ImportOptions)):

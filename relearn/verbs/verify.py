@@ -34,6 +34,12 @@ class VerifyOptions:
         False,
         "Grade again what was graded before. In the pipeline: trajectories whose grade was imported from the tool that ran them (a Harbor trial's verifier, NeMo Gym's, a dataset's resolved column) are graded here where their task and a final patch exist; without it the imported grade is kept, and the summary says it was imported, not re-verified. With --patches: the predictions the verdicts file already holds are graded again, their new verdicts appended after the old (the last verdict of a pair is the one that counts).",
     )
+    network: bool = option(
+        False,
+        "Grade with the network on, as the official SWE-bench harness grades (its containers have the network). Without it the grading container has no network at all, and a listed test that reaches the internet fails (psf__requests-2317's tests call httpbin.org, sphinx-doc__sphinx-8269's linkcheck tests www.google.com): its verdict stays unresolved and names those tests in network_needed. "
+        "The risk: the patch under test runs during its tests, so with the network on its code can reach anything the engine's bridge network reaches (this machine's services, your network, the internet), to fetch or to send. Turn it on only for patches you would let run with that reach. Recorded in every verdict's limits (network: true) and in the summary.",
+        flag_only=True,
+    )  # fmt: skip
     containers: ContainerOptions = nested(ContainerOptions)
 
 
@@ -43,7 +49,8 @@ class PoolVerifyOptions:
     its order, to ``output`` (through ``output``.partial: resumed by trajectory id). Every
     verdict is appended to ``verdicts``. ``chunk``: trajectories held at once while their
     patches are graded (0: 8 per slot, at least 64), so memory does not grow with the pool.
-    ``again``: imported grades are graded here where they can be (else kept)."""
+    ``again``: imported grades are graded here where they can be (else kept). ``network``:
+    the grading containers have the network (``VerifyOptions.network``)."""
 
     pool: Path
     output: Path
@@ -55,3 +62,4 @@ class PoolVerifyOptions:
     containers: ContainerOptions = field(default_factory=ContainerOptions)
     chunk: int = 0
     again: bool = False
+    network: bool = False

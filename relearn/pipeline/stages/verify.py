@@ -51,4 +51,7 @@ def run(ctx: Context) -> dict[str, Any]:
     if summary.errors:
         raise RuntimeError(f"{len(summary.errors)} patch(es) not graded (rerun to continue); first: {summary.errors[0]}")
     on_nodes = {"graded by node": summary.per_node} if set(summary.per_node) - {"local"} else {}
-    return {**summary.counts, "resolved": summary.resolved, "unreadable": len(summary.unreadable), **on_nodes}
+    network = {"network": "on"} if summary.network else {}
+    if summary.network_needed:
+        network["unresolved, tests needed the network ([verify] network = true)"] = summary.network_needed
+    return {**summary.counts, "resolved": summary.resolved, "unreadable": len(summary.unreadable), **on_nodes, **network}
