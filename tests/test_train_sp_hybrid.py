@@ -132,6 +132,74 @@ def test_two_padded_packed_rows() -> None:
     assert abs(ross(**ross_inputs(batch, denominator)).item() - expected) < LOSS_TOL
 
 
+class VarlenKernels:
+    """The variable-length contract of flash-linear-attention's chunked rule (one sequence of
+    trajectories laid end to end, ``cu_seqlens`` their boundaries, batch 1) and of causal-conv1d
+    (``seq_idx``: each position's trajectory), kept on CPU by transformers' reference functions
+    run per trajectory. Neither kernel runs on CPU; this checks what the layers hand them."""
+
+    def __init__(self, modeling: Any) -> None:
+        self.modeling = modeling
+        self.rule_calls: list[list[int]] = []
+        self.conv_calls: list[list[int]] = []
+
+    def rule(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, g: torch.Tensor, beta: torch.Tensor, cu_seqlens: torch.Tensor, **kw: Any
+    ) -> Any:
+        assert q.shape[0] == 1 and cu_seqlens.dtype == torch.long
+        bounds = cu_seqlens.tolist()
+        self.rule_calls.append(bounds)
+        cut = lambda t, a, b: t[:, a:b]  # noqa: E731
+        outs = [
+            self.modeling.torch_chunk_gated_delta_rule(
+                cut(q, a, b), cut(k, a, b), cut(v, a, b), g=cut(g, a, b), beta=cut(beta, a, b), **kw
+            )[0]
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        return torch.cat(outs, dim=1), None
+
+    def conv(self, x: torch.Tensor, weight: torch.Tensor, bias: Any, *, activation: Any, seq_idx: torch.Tensor) -> torch.Tensor:
+        assert x.stride(1) == 1, "causal-conv1d takes seq_idx only for channel-last inputs"
+        lengths = torch.unique_consecutive(seq_idx[0], return_counts=True)[1].tolist()
+        self.conv_calls.append(lengths)
+        pieces = x.split(lengths, dim=2)
+        return torch.cat([self.modeling.causal_conv1d_fn(p, weight, bias, activation=activation) for p in pieces], dim=2)
+
+
+@pytest.mark.parametrize("conv_too", [False, True])
+def test_packed_rows_reach_the_fast_kernels_in_one_call(conv_too: bool) -> None:
+    """With the fast kernels (``install(varlen_rule=True)``), a packed micro-batch of two padded
+    rows is one call of the rule per layer with the trajectories' boundaries as ``cu_seqlens``
+    (and of the convolution with ``seq_idx`` where causal-conv1d runs it): the same loss and
+    gradients as the reference path's one call per trajectory."""
+    import sys
+
+    samples = [sample(40, 4), sample(30, 5), sample(50, 6), sample(12, 7)]
+    reference = causal_lm(no_aux(qwen35_text()))
+    lm = copy.deepcopy(reference)
+    denominator = float(sum(s.supervised for s in samples))
+    batch = collate(samples, [(0, 1), (2, 3)])
+    install(reference)
+    expected = RossLM(reference, norm="token", chunk=16)(**ross_inputs(batch, denominator))
+    expected.backward()
+    assert install(lm, varlen_rule=True, varlen_conv=conv_too) == 1
+    layer = lm.model.layers[0].linear_attn
+    kernels = VarlenKernels(sys.modules[type(layer.layer).__module__])
+    # transformers' kernel functions are modules (hub kernels): set past nn.Module's registry.
+    object.__setattr__(layer, "_rule", kernels.rule)
+    if conv_too:
+        object.__setattr__(layer, "_conv", kernels.conv)
+    loss = RossLM(lm, norm="token", chunk=16)(**ross_inputs(batch, denominator))
+    loss.backward()
+    assert kernels.rule_calls == [[0, 40, 70, 120, 132, 140]]  # rows of 70 and 62 tokens, the second padded by 8
+    assert kernels.conv_calls == ([[40, 30, 50, 12, 8]] if conv_too else [])
+    assert abs(loss.item() - expected.item()) < LOSS_TOL
+    g_expected, g_varlen = grads(reference), grads(lm)
+    assert g_varlen.keys() == g_expected.keys(), set(g_varlen) ^ set(g_expected)
+    for key, g in g_expected.items():
+        torch.testing.assert_close(g_varlen[key], g, rtol=GRAD_RTOL, atol=GRAD_ATOL, msg=key)
+
+
 def test_wrapped_layers_keep_the_state_dict_and_refuse_heads_that_do_not_divide() -> None:
     lm = causal_lm(qwen3_next())
     before = {k: v.clone() for k, v in lm.state_dict().items()}

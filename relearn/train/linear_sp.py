@@ -17,7 +17,12 @@ give it the wrong sequence:
    the heads]``: the convolution is depthwise and the recurrence is per head, so a rank that holds
    every token of some heads computes them exactly as one process would;
 3. the convolution and the gated delta rule, once per trajectory of a packed row (the window and
-   the state start from zero at each boundary), else once over the row;
+   the state start from zero at each boundary), else once over the row. Where the fast kernels
+   run (``install(varlen_rule=True)``: flash-linear-attention on the GPU), a packed micro-batch
+   is one call of the rule over all its trajectories laid end to end, with their boundaries as
+   ``cu_seqlens``, and, with causal-conv1d too, one call of the convolution with ``seq_idx``:
+   the form those kernels take for variable-length batches. transformers' PyTorch reference takes
+   neither, so on the reference path the calls stay one per trajectory;
 4. the inverse all-to-all back to ``[S/N tokens, all heads]``, then the gated norm and the output
    projection on the rank's own tokens.
 
@@ -117,7 +122,7 @@ class LinearAttentionSP(nn.Module):
     """One Gated DeltaNet layer computed by head shards (``sp`` > 1) and per packed trajectory.
     ``group``: the ranks sharing each row (``None`` with ``sp`` 1, packing only)."""
 
-    def __init__(self, layer: nn.Module, *, sp: int = 1, group: Any = None) -> None:
+    def __init__(self, layer: nn.Module, *, sp: int = 1, group: Any = None, varlen_rule: bool = False, varlen_conv: bool = False) -> None:
         super().__init__()
         why = check_heads(layer, sp)
         if why is not None:
@@ -133,6 +138,8 @@ class LinearAttentionSP(nn.Module):
         for name, param in layer.named_parameters(recurse=False):
             self.register_parameter(name, param)
         self.sp, self.group = sp, group
+        # The kernels take packed trajectories in one call (cu_seqlens, seq_idx): see the module's docstring.
+        self.varlen_rule, self.varlen_conv = varlen_rule, varlen_conv
         self.nk, self.nv, self.dk, self.dv = layer.num_k_heads, layer.num_v_heads, layer.head_k_dim, layer.head_v_dim
         self.activation = layer.activation
         self.layer_idx = layer.layer_idx
@@ -203,6 +210,8 @@ class LinearAttentionSP(nn.Module):
             return self._run(mixed, g, beta, weight, bias, nk, nv)
         if len(segments) != b or any(sum(row) != full for row in segments):
             raise ValueError(f"packed segments {segments} do not cover the micro-batch's {b} rows of {full} tokens")
+        if self.varlen_rule:
+            return self._run_varlen(mixed, g, beta, weight, bias, nk, nv, segments)
         rows = []
         for i, lengths in enumerate(segments):
             pieces, at = [], 0
@@ -226,17 +235,55 @@ class LinearAttentionSP(nn.Module):
         )  # fmt: skip
         return out.reshape(b, s, nv * self.dv)
 
+    def _run_varlen(
+        self,
+        mixed: torch.Tensor,
+        g: torch.Tensor,
+        beta: torch.Tensor,
+        weight: torch.Tensor,
+        bias: Any,
+        nk: int,
+        nv: int,
+        segments: Segments,
+    ) -> torch.Tensor:
+        """The micro-batch's rows laid end to end as one sequence of trajectories, each starting
+        from a zero window and state at its boundary: one call of the rule with ``cu_seqlens``, and
+        of the convolution with ``seq_idx`` where causal-conv1d runs it (else once per trajectory)."""
+        b, full = mixed.shape[:2]
+        lengths = [n for row in segments for n in row]
+        flat = mixed.reshape(1, b * full, -1)
+        if self.varlen_conv:
+            seq_idx = torch.repeat_interleave(
+                torch.arange(len(lengths), device=flat.device, dtype=torch.int32), torch.tensor(lengths, device=flat.device)
+            )
+            x = self._conv(flat.transpose(1, 2), weight, bias, activation=self.activation, seq_idx=seq_idx[None]).transpose(1, 2)
+        else:
+            pieces = flat.split(lengths, dim=1)
+            x = torch.cat([self._conv(p.transpose(1, 2), weight, bias, activation=self.activation).transpose(1, 2) for p in pieces], dim=1)
+        q, k, v = x.split([nk * self.dk, nk * self.dk, nv * self.dv], dim=-1)
+        bounds = [0]
+        for n in lengths:
+            bounds.append(bounds[-1] + n)
+        out, _ = self._rule(
+            q.reshape(1, b * full, nk, self.dk), k.reshape(1, b * full, nk, self.dk), v.reshape(1, b * full, nv, self.dv),
+            g=g.reshape(1, b * full, -1), beta=beta.reshape(1, b * full, -1), initial_state=None, output_final_state=False,
+            use_qk_l2norm_in_kernel=True, cu_seqlens=torch.tensor(bounds, device=flat.device, dtype=torch.long),
+        )  # fmt: skip
+        return out.reshape(b, full, nv * self.dv)
 
-def install(model: nn.Module, *, sp: int = 1, group: Any = None) -> int:
+
+def install(model: nn.Module, *, sp: int = 1, group: Any = None, varlen_rule: bool = False, varlen_conv: bool = False) -> int:
     """Replace every Gated DeltaNet layer of ``model`` with ``LinearAttentionSP``; returns how many.
-    Raises ``ValueError`` when a layer's heads do not divide by ``sp``."""
+    Raises ``ValueError`` when a layer's heads do not divide by ``sp``. ``varlen_rule`` /
+    ``varlen_conv``: flash-linear-attention / causal-conv1d run this model's layers (on the GPU),
+    so packed trajectories go to them in one call each."""
     found = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children() if is_gated_deltanet(child)]
     for _, _, child in found:
         why = check_heads(child, sp)
         if why is not None:
             raise ValueError(why)
     for parent, name, child in found:
-        setattr(parent, name, LinearAttentionSP(child, sp=sp, group=group))
+        setattr(parent, name, LinearAttentionSP(child, sp=sp, group=group, varlen_rule=varlen_rule, varlen_conv=varlen_conv))
     return len(found)
 
 

@@ -165,7 +165,7 @@ def _train(opts: TrainOptions, config: Any, dist: Dist, console: Console, kernel
     epoch_rows = [plan_rows(samples, epoch_order(len(samples), opts.seed, e), pack=opts.pack, ctx=opts.ctx) for e in range(opts.epochs)]
     steps_per_epoch = [layout.steps(len(rows)) for rows in epoch_rows]
     total_steps = sum(steps_per_epoch)
-    model, engine = _build(opts, dist, total_steps)
+    model, engine = _build(opts, dist, total_steps, kernels)
     parameters = parameter_count(model)
     tokenizer = tokenizer if dist.main else None
 
@@ -407,7 +407,7 @@ def _finished_before(opts: TrainOptions, saved: dict[str, Any], report: LoadRepo
     )  # fmt: skip
 
 
-def _build(opts: TrainOptions, dist: Dist, total_steps: int) -> tuple[RossLM, PlainEngine | DeepSpeedEngine]:
+def _build(opts: TrainOptions, dist: Dist, total_steps: int, kernels: KernelReport) -> tuple[RossLM, PlainEngine | DeepSpeedEngine]:
     """The seeded model, wrapped for the ROSS loss, inside its engine."""
     random.seed(opts.seed)
     np.random.seed(opts.seed)
@@ -450,8 +450,9 @@ def _build(opts: TrainOptions, dist: Dist, total_steps: int) -> tuple[RossLM, Pl
         from relearn.train.linear_sp import install
 
         group = mpu.get_sequence_parallel_group() if mpu is not None else None
+        used = {k.name for k in kernels.kernels if k.used}
         try:
-            install(lm, sp=dist.sp, group=group)
+            install(lm, sp=dist.sp, group=group, varlen_rule="fla" in used, varlen_conv="fla" in used and "causal_conv1d" in used)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     model = RossLM(lm, norm=opts.loss_norm, chunk=opts.chunk)  # type: ignore[arg-type]
