@@ -92,20 +92,27 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.ray)
 
 
-@pytest.fixture(scope="session")
-def wheelhouse() -> Path:
-    """pytest, setuptools and wheel for CPython 3.11, downloaded from PyPI once per machine
-    (under the relearn cache) and reused by every session."""
-    key = hashlib.sha256(" ".join(["3.11", *WHEELS]).encode()).hexdigest()[:12]
-    folder = Path(os.environ.get("RELEARN_CACHE", Path.home() / ".cache" / "relearn")) / "test-wheelhouse" / key
-    if folder.is_dir() and any(folder.glob("pytest-*.whl")):
+def cached_wheels(name: str, packages: list[str], first: str) -> Path:
+    """Wheels of ``packages`` for CPython 3.11 on manylinux, downloaded from PyPI once per machine
+    into the relearn cache (``name``, keyed by the list) and reused by every session; ``first``:
+    the file name prefix whose presence says the folder is complete."""
+    key = hashlib.sha256(" ".join(["3.11", *packages]).encode()).hexdigest()[:12]
+    folder = Path(os.environ.get("RELEARN_CACHE", Path.home() / ".cache" / "relearn")) / name / key
+    if folder.is_dir() and any(folder.glob(f"{first}-*.whl")):
         return folder
     partial = folder.with_name(folder.name + ".partial")
     subprocess.run(["rm", "-rf", str(partial)], check=True)
     command = [sys.executable, "-m", "pip", "download", "-q", "-d", str(partial), "--only-binary=:all:", "--python-version", "3.11"]
-    command += ["--platform", "manylinux2014_x86_64", "--implementation", "cp", *WHEELS]
+    command += ["--platform", "manylinux2014_x86_64", "--implementation", "cp", *packages]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     if result.returncode != 0:
-        pytest.fail(f"could not make the test wheelhouse from PyPI: {result.stderr[-2000:]}")
+        pytest.fail(f"could not download {' '.join(packages)} from PyPI into {name}: {result.stderr[-2000:]}")
     partial.rename(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def wheelhouse() -> Path:
+    """pytest, setuptools and wheel for CPython 3.11, downloaded from PyPI once per machine
+    (under the relearn cache) and reused by every session."""
+    return cached_wheels("test-wheelhouse", WHEELS, "pytest")

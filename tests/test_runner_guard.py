@@ -6,7 +6,6 @@ under Docker); the pytest guard runs in real pytest sessions over tiny repositor
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -21,6 +20,7 @@ import envs.test_run
 from envs.runner_guard import INSTALL_PTH, SOURCES, Placement, judge, place_guard, rewrite
 from envs.tasks import load_tasks
 from envs.verify import verify
+from tests.conftest import cached_wheels
 
 TASKS = {t.instance_id: t for t in load_tasks(Path(__file__).resolve().parent.parent / "envs" / "mini_tasks")[0]}
 LAUNCHER = str(SOURCES / "launch.py")
@@ -404,20 +404,7 @@ commands =
 @pytest.fixture(scope="session")
 def tox_wheels() -> Path:
     """tox and tox-current-env for the base image's CPython 3.11, from PyPI once per machine."""
-    key = hashlib.sha256(" ".join(["3.11", *TOX]).encode()).hexdigest()[:12]
-    folder = Path(os.environ.get("RELEARN_CACHE", Path.home() / ".cache" / "relearn")) / "test-tox-wheels" / key
-    if folder.is_dir() and any(folder.glob("tox-*.whl")):
-        return folder
-    partial = folder.with_name(folder.name + ".partial")
-    subprocess.run(["rm", "-rf", str(partial)], check=True)
-    command = [sys.executable, "-m", "pip", "download", "-q", "-d", str(partial), "--only-binary=:all:", "--python-version", "3.11"]
-    result = subprocess.run(
-        [*command, "--platform", "manylinux2014_x86_64", "--implementation", "cp", *TOX], capture_output=True, text=True, timeout=600
-    )
-    if result.returncode != 0:
-        pytest.fail(f"could not download tox from PyPI: {result.stderr[-2000:]}")
-    partial.rename(folder)
-    return folder
+    return cached_wheels("test-tox-wheels", TOX, "tox")
 
 
 @pytest.mark.docker
