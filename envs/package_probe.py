@@ -30,12 +30,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from swebench.harness.constants import START_TEST_OUTPUT
-
 from envs.canary import Member, PackageFacts
 from envs.docker_backend import Container
 from envs.images import relearn_cache
-from envs.test_run import ENV_WORDS, commands
 
 MARKER = "relearn-package-probe: "
 PROBE_TIMEOUT_S = 120.0
@@ -167,28 +164,18 @@ _LOCKS: dict[tuple[str, ...], threading.Lock] = {}
 _GUARD = threading.Lock()
 
 
-def environment(script: str) -> list[str]:
-    """The eval script's environment lines before its tests (as ``envs.test_run`` keeps them
-    for the test run)."""
-    lines = []
-    for command in commands(script):
-        if START_TEST_OUTPUT in command:
-            break
-        words = command.split(maxsplit=1)
-        if words and words[0] in ENV_WORDS:
-            lines.append(command)
-    return lines
-
-
 def test_patch_imports(test_patch: str) -> list[str]:
     """The import lines the test patch adds (the test file may not exist at the base)."""
     return [m.group(0)[1:].strip() for m in IMPORT_LINE.finditer(test_patch)][:200]
 
 
-def probe_package(container: Container, *, image_key: str, workdir: str, script: str, target: str | None, test_patch: str) -> Probe:
-    """The package under test at the base commit (call before the candidate is applied)."""
+def probe_package(
+    container: Container, *, image_key: str, workdir: str, environment: list[str], target: str | None, test_patch: str
+) -> Probe:
+    """The package under test at the base commit (call before the candidate is applied), run after
+    ``environment``, the eval script's environment lines (``Phases.environment``)."""
     hints = test_patch_imports(test_patch)
-    key = (image_key, workdir, "\n".join(environment(script)), target or "", json.dumps(hints))
+    key = (image_key, workdir, "\n".join(environment), target or "", json.dumps(hints))
     with _GUARD:
         lock = _LOCKS.setdefault(key, threading.Lock())
     with lock:
@@ -196,7 +183,7 @@ def probe_package(container: Container, *, image_key: str, workdir: str, script:
         if cached is not None:
             _CACHE[key] = cached
             return Probe(cached.facts, cached.reason, probed=False)
-        result = _run(container, workdir, script, target, hints)
+        result = _run(container, workdir, environment, target, hints)
         _CACHE[key] = result
         _save(key, result)
         return result
@@ -248,10 +235,10 @@ def _save(key: tuple[str, ...], probe: Probe) -> None:
         pass  # a cache that cannot be written costs a probe next time, nothing else
 
 
-def _run(container: Container, workdir: str, script: str, target: str | None, hints: list[str]) -> Probe:
+def _run(container: Container, workdir: str, environment: list[str], target: str | None, hints: list[str]) -> Probe:
     python = 'relearn_py=$(command -v python3 || command -v python) && exec "$relearn_py" -B - '
     argv = " ".join(shlex.quote(a) for a in (workdir, target or "", json.dumps(hints)))
-    command = "\n".join([*environment(script), f"cd {shlex.quote(workdir)}", python + argv])
+    command = "\n".join([*environment, f"cd {shlex.quote(workdir)}", python + argv])
     result = container.exec(["bash", "-c", command], timeout_s=PROBE_TIMEOUT_S, stdin=PROBE.encode(), output_cap=1 << 20)
     if result.timed_out:
         return Probe(None, f"the probe of the package under test timed out after {PROBE_TIMEOUT_S:.0f} s", probed=True, deterministic=False)

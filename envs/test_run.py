@@ -60,6 +60,7 @@ class Phases:
     canary_class: str = ""  # the class whose methods the canary tests are; "" for functions
     canary_text: str = ""
     canary: dict[str, str] = field(default_factory=dict)  # test name -> the outcome it must have
+    environment: list[str] = field(default_factory=list)  # the eval script's environment lines, which both runs start with
     guard: Placement | None = None  # the runner guard (envs.runner_guard): its report's path, or why it was not placed
 
 
@@ -113,7 +114,7 @@ def split_eval_script(script: str, workdir: str, *, instrument: bool = True, tes
             first += f' || {{ echo "relearn: setup step failed: "{what} >&2; exit {SETUP_FAILED}; }}'
             command = first + ("\n" + rest if rest else "")
         setup.append(command)
-    phases = Phases(setup=_script(setup), test="")
+    phases = Phases(setup=_script(setup), test="", environment=environment)
     test_lines = list(tests_part)
     # The run's exit status is the test command's: the recognised runner, else the first
     # command (a script may go on with `rc=$?` and the like, which would end with status 0).

@@ -257,7 +257,7 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     phases = split_eval_script(script, task.workdir, instrument=task.kind == "swebench", tests=task.FAIL_TO_PASS + task.PASS_TO_PASS)
     runner = frozenset().union(*(runner_files(line) for line in phases.test.split("\n"))) if phases else frozenset()
     if phases is not None and phases.canary:
-        _package_canary(container, task, script, phases, verdict)  # at the base: before the candidate goes in
+        _package_canary(container, task, phases, verdict)  # at the base: before the candidate goes in
     log_lines = _apply_candidate(container, task, patch, base_commit, verdict, runner)
     if verdict.error:
         return "\n".join(log_lines)
@@ -302,7 +302,7 @@ def _run_eval_script(container: Container, task: Task, patch: str | None, verdic
     return "\n".join(log_lines)
 
 
-def _package_canary(container: Container, task: Task, script: str, phases: Phases, verdict: Verdict) -> None:
+def _package_canary(container: Container, task: Task, phases: Phases, verdict: Verdict) -> None:
     """The canary rewritten to call the package under test, with the facts the base commit
     has (``envs.package_probe``, cached per image); where none was found it stays builtins
     only, and ``verdict.canary`` says why (a run graded so is never called tampered for it)."""
@@ -311,7 +311,7 @@ def _package_canary(container: Container, task: Task, script: str, phases: Phase
         container,
         image_key=verdict.image_digest or verdict.image,
         workdir=task.workdir,
-        script=script,
+        environment=phases.environment,
         target=phases.canary_file,
         test_patch=task.test_patch,
     )

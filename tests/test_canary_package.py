@@ -20,6 +20,7 @@ from envs.canary import Member, PackageFacts, canary_names, canary_text
 from envs.docker_backend import Container
 from envs.package_probe import PROBE, Probe, probe_package
 from envs.tasks import load_tasks
+from envs.test_run import split_eval_script
 from envs.verify import Verdict, mini_eval_script, verify
 
 MINI = Path(__file__).resolve().parent.parent / "envs" / "mini_tasks"
@@ -164,9 +165,11 @@ def test_the_probe_finds_each_mini_task_package(docker_client: docker.DockerClie
     """In every mini task's image, in its eval script's environment, at the base commit."""
     for task_id, task in sorted(TASKS.items()):
         target = task.test_files[0]
+        phases = split_eval_script(mini_eval_script(task, "HEAD"), task.workdir)
+        assert phases is not None and phases.environment, task_id
         with Container.start(docker_client, images[task_id], workdir=task.workdir) as box:
             probe = probe_package(
-                box, image_key=f"test-{task_id}-{id(box)}", workdir=task.workdir, script=mini_eval_script(task, "HEAD"),
+                box, image_key=f"test-{task_id}-{id(box)}", workdir=task.workdir, environment=phases.environment,
                 target=target, test_patch=task.test_patch,
             )  # fmt: skip
             assert probe.facts is not None, (task_id, probe.reason)
