@@ -19,6 +19,8 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from envs.frameworks.unittest import FRAMEWORK as UNITTEST
+
 # What a connection to the internet ends with inside a container that has no network:
 # name resolution fails (glibc's gaierror texts), or an address outside has no route.
 NETWORK_ERROR = re.compile(
@@ -33,9 +35,12 @@ ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 BANNER = re.compile(r"^=+ (?P<title>.+?) =+$")  # pytest's `==== FAILURES ====`
 RULE = re.compile(r"^={20,}$")  # unittest's line above each failure (its dashed line is inside one)
 HEADING = re.compile(r"^_{3,} (?P<name>.+?) _{3,}$")  # pytest's and SymPy's failure headings
-UNITTEST_HEADING = re.compile(r"^(?:FAIL|ERROR): (?P<name>\S+) \((?P<where>[^)]*)\)")
+# Django's runner's failure heading (group 2 `name (where)`) and its closing line, as the
+# framework registry declares them.
+UNITTEST_HEADING = UNITTEST.failure_heading
+NAME_WHERE = re.compile(r"^(?P<name>\S+) \((?P<where>[^)]*)\)$")
 SUMMARY_LINE = re.compile(r"^(?:FAILED|ERROR) (?P<id>\S+) - (?P<message>.*)$")
-UNITTEST_END = re.compile(r"^Ran \d+ tests? in ")
+UNITTEST_END = UNITTEST.summary
 PYTEST_PREFIXES = ("ERROR at setup of ", "ERROR at teardown of ")
 COLLECTING = "ERROR collecting "
 # Blocks of a pytest log whose headings are not failures.
@@ -71,7 +76,7 @@ def sections(log: str) -> Iterator[Section]:
             yield Section(frozenset({summary.group("id")}), summary.group("message"), exact=True)
         banner = BANNER.match(line)
         heading = HEADING.match(line) if not any(block.startswith(b) for b in NOT_FAILURES) else None
-        unittest = UNITTEST_HEADING.match(line)
+        unittest = NAME_WHERE.match(failure.group(2)) if (failure := UNITTEST_HEADING.match(line)) else None
         if banner or heading or unittest or RULE.match(line) or UNITTEST_END.match(line):
             yield from close()
             current, names, collecting = None, frozenset(), None
